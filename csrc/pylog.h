@@ -1,0 +1,143 @@
+/*
+ * pylog C core: the C API.
+ *
+ * Pure functions over caller-owned buffers. No Python objects, no allocation,
+ * int status codes (0 or a negative PLOG_E_* code). Every multi-byte field is
+ * little-endian and is loaded through memcpy, so any alignment is safe (ARMv7
+ * faults on unaligned LDRD; see docs/arm.md).
+ *
+ * The part between the CDEF markers is read verbatim by csrc/_build_pylog.py
+ * and handed to cffi's cdef(), so it must stay plain declarations.
+ */
+#ifndef PYLOG_H
+#define PYLOG_H
+
+#define _FILE_OFFSET_BITS 64
+#include <stddef.h>
+#include <stdint.h>
+
+/* CDEF BEGIN */
+#define PLOG_VERSION 1
+#define PLOG_FILE_HEADER_SIZE 32
+#define PLOG_FRAME_HEADER_SIZE 36
+#define PLOG_FRAME_PREFIX_SIZE 8
+#define PLOG_INDEX_ENTRY_SIZE 8
+#define PLOG_TIMEINDEX_ENTRY_SIZE 16
+#define PLOG_ATTR_NULL_KEY 1
+#define PLOG_ATTR_NULL_METADATA 2
+#define PLOG_ATTR_NULL_VALUE 4
+#define PLOG_ATTR_KNOWN 7
+#define PLOG_NULL_LEN 4294967295
+
+enum plog_status {
+    PLOG_OK = 0,
+    PLOG_E_SHORT = -1,        /* the buffer ends inside a frame (a torn tail) */
+    PLOG_E_CRC = -2,          /* a frame's CRC32C does not match its bytes */
+    PLOG_E_LENGTH = -3,       /* a length field is impossible */
+    PLOG_E_OFFSET = -4,       /* a frame carries an unexpected offset */
+    PLOG_E_SPACE = -5,        /* the destination buffer is full */
+    PLOG_E_NOT_FOUND = -6,    /* no such offset / timestamp here */
+    PLOG_E_ARG = -7,          /* a bad argument */
+    PLOG_E_ATTRIBUTES = -8,   /* unknown attribute bits */
+    PLOG_E_TIMESTAMP = -9,    /* a timestamp below the previous one */
+    PLOG_E_INDEX_FULL = -10,  /* no room for another index entry */
+    PLOG_E_SEGMENT_FULL = -11 /* the frame would pass the segment's size limit */
+};
+
+enum plog_crc_impl {
+    PLOG_CRC_PORTABLE = 0,
+    PLOG_CRC_SSE42 = 1,
+    PLOG_CRC_ARMV8 = 2
+};
+
+/* One decoded frame header (what a scan reports). */
+typedef struct {
+    uint64_t position;        /* byte position of the frame in its buffer */
+    uint64_t offset;
+    int64_t timestamp;
+    uint32_t frame_size;      /* whole frame, header included */
+    uint32_t attributes;
+    uint32_t key_length;
+    uint32_t metadata_length;
+    uint32_t value_length;
+    uint32_t crc;
+} plog_frame;
+
+/*
+ * The state of an active segment's writer: where the next frame goes and
+ * the sparse index entries produced so far. Framing functions update it.
+ */
+typedef struct {
+    uint64_t base_offset;
+    uint64_t next_offset;
+    uint64_t position;        /* store position of the next frame */
+    uint64_t max_position;    /* a frame may not end past this (segment size) */
+    int64_t max_timestamp;    /* highest timestamp so far (INT64_MIN: none) */
+    uint32_t index_interval;  /* bytes of store between index entries; 0 = every frame */
+    uint32_t bytes_since_index;
+    uint8_t *index;           /* offset index entries, 8 bytes each */
+    uint64_t index_count;
+    uint64_t index_cap;
+    uint8_t *timeindex;       /* time index entries, 16 bytes each */
+    uint64_t timeindex_count;
+    uint64_t timeindex_cap;
+} plog_appender;
+
+/* CRC32C (Castagnoli). crc is the running value, 0 to start. */
+uint32_t plog_crc32c(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t plog_crc32c_portable(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t plog_crc32c_hw(uint32_t crc, const uint8_t *buf, size_t len);
+int plog_crc32c_hw_available(void);
+int plog_crc32c_impl(void);
+void plog_crc32c_select(int force_portable);
+int plog_crc32c_batch(const uint8_t *buf, size_t len, const uint64_t *positions,
+                      const uint32_t *lengths, size_t n, uint32_t *out);
+
+/* Frame one record into dst[used..cap). Returns the frame size, or < 0. */
+int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, size_t used,
+                       const uint8_t *key, uint32_t key_len,
+                       const uint8_t *metadata, uint32_t metadata_len,
+                       const uint8_t *value, uint32_t value_len,
+                       uint32_t attributes, int64_t timestamp);
+
+/* Frame n records (concatenated buffers + lengths; PLOG_NULL_LEN = null) into dst. */
+int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap,
+                     const uint8_t *values, const uint32_t *value_lens,
+                     const uint8_t *keys, const uint32_t *key_lens,
+                     const uint8_t *metas, const uint32_t *meta_lens,
+                     const int64_t *timestamps, int64_t default_timestamp,
+                     size_t n, size_t *n_done, size_t *written);
+
+/* Framed size of n records (for sizing a buffer). */
+int plog_batch_size(const uint32_t *value_lens, const uint32_t *key_lens,
+                    const uint32_t *meta_lens, size_t n, uint64_t *total);
+
+/* Walk and validate frames from st->position, adding index entries (index may be NULL). */
+int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_frames);
+
+/* Decode up to max_out valid frames from start, stopping after max_bytes of frames. */
+int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset,
+              plog_frame *out, size_t max_out, uint64_t max_bytes,
+              size_t *n_out, uint64_t *end_position);
+
+/* Index search: largest entry with relative offset <= rel (returns slot), or NOT_FOUND. */
+int plog_index_lookup(const uint8_t *index, size_t n, uint32_t rel, size_t *slot);
+/* Time index search: last entry whose timestamp < ts, or NOT_FOUND. */
+int plog_timeindex_lookup(const uint8_t *tindex, size_t n, int64_t ts, size_t *slot);
+/* Check an index: entries strictly increasing, positions inside [header, store_len). */
+int plog_index_check(const uint8_t *index, size_t n, uint64_t store_len, size_t *bad_slot);
+int plog_timeindex_check(const uint8_t *tindex, size_t n, uint64_t store_len, size_t *bad_slot);
+
+/* Find the frame of offset target (CRC verified) using the index as a hint. */
+int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_index,
+              uint64_t base_offset, uint64_t target, plog_frame *out);
+/* Find the first frame with timestamp >= ts (CRC verified). */
+int plog_find_time(const uint8_t *buf, size_t len, const uint8_t *tindex, size_t n_tindex,
+                   int64_t ts, plog_frame *out);
+
+/* Encode / check a 32-byte file header. */
+int plog_header_encode(uint8_t *dst, const uint8_t *magic, uint64_t base_offset);
+int plog_header_check(const uint8_t *src, size_t len, const uint8_t *magic, uint64_t *base_offset);
+/* CDEF END */
+
+#endif

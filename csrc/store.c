@@ -1,0 +1,359 @@
+/*
+ * Record frames: encode a batch, validate / scan / recover a buffer, find one offset.
+ *
+ * Frame (docs/format.md, all little-endian):
+ *   0  u32 length            bytes after the crc field: 28 + key + metadata + value
+ *   4  u32 crc32c            CRC32C of those `length` bytes
+ *   8  u64 offset
+ *   16 i64 timestamp_ms
+ *   24 u32 attributes        bit 0 null key, bit 1 null metadata, bit 2 null value
+ *   28 u32 key_length
+ *   32 u32 metadata_length
+ *   36 key | metadata | value
+ *
+ * Readers never trust a length field: every frame is checked against the end of the
+ * buffer before anything past its prefix is read, and nothing is ever allocated.
+ */
+#define _FILE_OFFSET_BITS 64
+#include "pylog.h"
+
+#include <string.h>
+
+#define BODY_FIXED (PLOG_FRAME_HEADER_SIZE - PLOG_FRAME_PREFIX_SIZE) /* 28 */
+#define MAX_BODY 0x7fffffffu
+
+static inline uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+static inline uint64_t ld64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+static inline void st32(uint8_t *p, uint32_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    memcpy(p, &v, 4);
+}
+static inline void st64(uint8_t *p, uint64_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+/* ---- file headers ----------------------------------------------------------------------- */
+
+int plog_header_encode(uint8_t *dst, const uint8_t *magic, uint64_t base_offset) {
+    memcpy(dst, magic, 8);
+    dst[8] = PLOG_VERSION & 0xff;
+    dst[9] = (PLOG_VERSION >> 8) & 0xff;
+    dst[10] = PLOG_FILE_HEADER_SIZE;
+    dst[11] = 0;
+    st32(dst + 12, 0);
+    st64(dst + 16, base_offset);
+    st32(dst + 24, 0);
+    st32(dst + 28, plog_crc32c(0, dst, 28));
+    return PLOG_OK;
+}
+
+int plog_header_check(const uint8_t *src, size_t len, const uint8_t *magic, uint64_t *base_offset) {
+    if (len < PLOG_FILE_HEADER_SIZE) return PLOG_E_SHORT;
+    if (memcmp(src, magic, 8) != 0) return PLOG_E_ARG;
+    if (ld32(src + 28) != plog_crc32c(0, src, 28)) return PLOG_E_CRC;
+    if ((src[8] | (src[9] << 8)) != PLOG_VERSION) return PLOG_E_ATTRIBUTES;
+    if ((src[10] | (src[11] << 8)) != PLOG_FILE_HEADER_SIZE) return PLOG_E_LENGTH;
+    *base_offset = ld64(src + 16);
+    return PLOG_OK;
+}
+
+/* ---- validation of one frame ----------------------------------------------------------- */
+
+/* Check the frame at pos; fill *f. Does not check the offset against an expectation. */
+static int frame_decode(const uint8_t *buf, size_t len, uint64_t pos, int check_crc,
+                        plog_frame *f) {
+    if (pos > len || len - pos < PLOG_FRAME_PREFIX_SIZE) return PLOG_E_SHORT;
+    const uint8_t *p = buf + pos;
+    uint32_t body = ld32(p);
+    if (body < BODY_FIXED || body > MAX_BODY) return PLOG_E_LENGTH;
+    if ((uint64_t)body > len - pos - PLOG_FRAME_PREFIX_SIZE) return PLOG_E_SHORT;
+    uint32_t crc = ld32(p + 4);
+    if (check_crc && plog_crc32c(0, p + PLOG_FRAME_PREFIX_SIZE, body) != crc) return PLOG_E_CRC;
+    uint32_t attrs = ld32(p + 24);
+    uint32_t klen = ld32(p + 28), mlen = ld32(p + 32);
+    if (attrs & ~(uint32_t)PLOG_ATTR_KNOWN) return PLOG_E_ATTRIBUTES;
+    if ((uint64_t)klen + mlen > body - BODY_FIXED) return PLOG_E_LENGTH;
+    uint32_t vlen = body - BODY_FIXED - klen - mlen;
+    if (((attrs & PLOG_ATTR_NULL_KEY) && klen) || ((attrs & PLOG_ATTR_NULL_METADATA) && mlen) ||
+        ((attrs & PLOG_ATTR_NULL_VALUE) && vlen))
+        return PLOG_E_ATTRIBUTES;
+    f->position = pos;
+    f->offset = ld64(p + 8);
+    f->timestamp = (int64_t)ld64(p + 16);
+    f->frame_size = body + PLOG_FRAME_PREFIX_SIZE;
+    f->attributes = attrs;
+    f->key_length = klen;
+    f->metadata_length = mlen;
+    f->value_length = vlen;
+    f->crc = crc;
+    return PLOG_OK;
+}
+
+/* ---- encoding --------------------------------------------------------------------------- */
+
+static inline void index_add(plog_appender *st, uint64_t pos, int64_t ts) {
+    uint32_t rel = (uint32_t)(st->next_offset - st->base_offset);
+    if (st->index) {
+        uint8_t *e = st->index + st->index_count * PLOG_INDEX_ENTRY_SIZE;
+        st32(e, rel);
+        st32(e + 4, (uint32_t)pos);
+        st->index_count++;
+    }
+    if (st->timeindex) {
+        uint8_t *e = st->timeindex + st->timeindex_count * PLOG_TIMEINDEX_ENTRY_SIZE;
+        st64(e, (uint64_t)ts);
+        st32(e + 8, rel);
+        st32(e + 12, (uint32_t)pos);
+        st->timeindex_count++;
+    }
+    st->bytes_since_index = 0;
+}
+
+/* May a frame of `size` bytes go next? Returns PLOG_OK or why not. */
+static inline int room_for(const plog_appender *st, uint64_t size, int *need_index) {
+    if (st->next_offset - st->base_offset >= 0xffffffffu) return PLOG_E_SEGMENT_FULL;
+    if (st->position > PLOG_FILE_HEADER_SIZE && st->position + size > st->max_position)
+        return PLOG_E_SEGMENT_FULL;
+    if (st->position + size > 0xffffffffu) return PLOG_E_SEGMENT_FULL; /* u32 positions */
+    *need_index = st->bytes_since_index >= st->index_interval;
+    if (*need_index) {
+        if (st->index && st->index_count >= st->index_cap) return PLOG_E_INDEX_FULL;
+        if (st->timeindex && st->timeindex_count >= st->timeindex_cap) return PLOG_E_INDEX_FULL;
+    }
+    return PLOG_OK;
+}
+
+static inline void write_frame(uint8_t *d, uint64_t offset, int64_t ts, uint32_t attrs,
+                               const uint8_t *key, uint32_t klen, const uint8_t *meta,
+                               uint32_t mlen, const uint8_t *value, uint32_t vlen) {
+    uint32_t body = BODY_FIXED + klen + mlen + vlen;
+    st32(d, body);
+    st64(d + 8, offset);
+    st64(d + 16, (uint64_t)ts);
+    st32(d + 24, attrs);
+    st32(d + 28, klen);
+    st32(d + 32, mlen);
+    uint8_t *q = d + PLOG_FRAME_HEADER_SIZE;
+    if (klen) memcpy(q, key, klen);
+    q += klen;
+    if (mlen) memcpy(q, meta, mlen);
+    q += mlen;
+    if (vlen) memcpy(q, value, vlen);
+    st32(d + 4, plog_crc32c(0, d + PLOG_FRAME_PREFIX_SIZE, body));
+}
+
+int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, size_t used,
+                       const uint8_t *key, uint32_t key_len, const uint8_t *metadata,
+                       uint32_t metadata_len, const uint8_t *value, uint32_t value_len,
+                       uint32_t attributes, int64_t timestamp) {
+    if (attributes & ~(uint32_t)PLOG_ATTR_KNOWN) return PLOG_E_ATTRIBUTES;
+    if (((attributes & PLOG_ATTR_NULL_KEY) && key_len) ||
+        ((attributes & PLOG_ATTR_NULL_METADATA) && metadata_len) ||
+        ((attributes & PLOG_ATTR_NULL_VALUE) && value_len))
+        return PLOG_E_ARG;
+    uint64_t body = (uint64_t)BODY_FIXED + key_len + metadata_len + value_len;
+    if (body > MAX_BODY) return PLOG_E_LENGTH;
+    uint64_t size = body + PLOG_FRAME_PREFIX_SIZE;
+    if (timestamp < st->max_timestamp) return PLOG_E_TIMESTAMP;
+    int need_index;
+    int rc = room_for(st, size, &need_index);
+    if (rc) return rc;
+    if (used > cap || cap - used < size) return PLOG_E_SPACE;
+    write_frame(dst + used, st->next_offset, timestamp, attributes, key, key_len, metadata,
+                metadata_len, value, value_len);
+    if (need_index) index_add(st, st->position, timestamp);
+    st->bytes_since_index += (uint32_t)(size > 0xffffffffu ? 0xffffffffu : size);
+    st->position += size;
+    st->next_offset++;
+    st->max_timestamp = timestamp;
+    return (int64_t)size;
+}
+
+static inline uint32_t real_len(const uint32_t *lens, size_t i) {
+    return lens && lens[i] != (uint32_t)PLOG_NULL_LEN ? lens[i] : 0;
+}
+static inline int is_null(const uint32_t *lens, size_t i) {
+    return !lens || lens[i] == (uint32_t)PLOG_NULL_LEN;
+}
+
+int plog_batch_size(const uint32_t *value_lens, const uint32_t *key_lens,
+                    const uint32_t *meta_lens, size_t n, uint64_t *total) {
+    uint64_t t = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t body = (uint64_t)BODY_FIXED + real_len(value_lens, i) + real_len(key_lens, i) +
+                        real_len(meta_lens, i);
+        if (body > MAX_BODY) return PLOG_E_LENGTH;
+        t += body + PLOG_FRAME_PREFIX_SIZE;
+    }
+    *total = t;
+    return PLOG_OK;
+}
+
+int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *values,
+                     const uint32_t *value_lens, const uint8_t *keys, const uint32_t *key_lens,
+                     const uint8_t *metas, const uint32_t *meta_lens, const int64_t *timestamps,
+                     int64_t default_timestamp, size_t n, size_t *n_done, size_t *written) {
+    *n_done = 0;
+    *written = 0;
+    if (!value_lens) return PLOG_E_ARG;
+    /* Validate everything first, so a bad record leaves nothing half-framed. */
+    int64_t prev = st->max_timestamp;
+    for (size_t i = 0; i < n; i++) {
+        int64_t ts = timestamps ? timestamps[i] : default_timestamp;
+        if (ts < prev) {
+            *n_done = i;
+            return PLOG_E_TIMESTAMP;
+        }
+        prev = ts;
+        uint64_t body = (uint64_t)BODY_FIXED + real_len(value_lens, i) + real_len(key_lens, i) +
+                        real_len(meta_lens, i);
+        if (body > MAX_BODY) {
+            *n_done = i;
+            return PLOG_E_LENGTH;
+        }
+    }
+    const uint8_t *vp = values, *kp = keys, *mp = metas;
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t vlen = real_len(value_lens, i), klen = real_len(key_lens, i),
+                 mlen = real_len(meta_lens, i);
+        uint32_t attrs = (is_null(key_lens, i) ? PLOG_ATTR_NULL_KEY : 0) |
+                         (is_null(meta_lens, i) ? PLOG_ATTR_NULL_METADATA : 0) |
+                         (value_lens[i] == (uint32_t)PLOG_NULL_LEN ? PLOG_ATTR_NULL_VALUE : 0);
+        uint64_t size = (uint64_t)PLOG_FRAME_HEADER_SIZE + vlen + klen + mlen;
+        int64_t ts = timestamps ? timestamps[i] : default_timestamp;
+        int need_index;
+        int rc = room_for(st, size, &need_index);
+        if (!rc && cap - used < size) rc = PLOG_E_SPACE;
+        if (rc) {
+            *n_done = i;
+            *written = used;
+            return rc;
+        }
+        write_frame(dst + used, st->next_offset, ts, attrs, kp, klen, mp, mlen, vp, vlen);
+        if (need_index) index_add(st, st->position, ts);
+        st->bytes_since_index += (uint32_t)size;
+        st->position += size;
+        st->next_offset++;
+        st->max_timestamp = ts;
+        used += size;
+        vp += vlen;
+        if (kp) kp += klen;
+        if (mp) mp += mlen;
+    }
+    *n_done = n;
+    *written = used;
+    return PLOG_OK;
+}
+
+/* ---- decoding ---------------------------------------------------------------------------- */
+
+int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_frames) {
+    plog_frame f;
+    *n_frames = 0;
+    while (st->position < len) {
+        int rc = frame_decode(buf, len, st->position, 1, &f);
+        if (rc) return rc;
+        if (f.offset != st->next_offset) return PLOG_E_OFFSET;
+        int need_index = st->bytes_since_index >= st->index_interval;
+        if (need_index) {
+            if (st->index && st->index_count >= st->index_cap) return PLOG_E_INDEX_FULL;
+            if (st->timeindex && st->timeindex_count >= st->timeindex_cap)
+                return PLOG_E_INDEX_FULL;
+            index_add(st, st->position, f.timestamp);
+        }
+        st->bytes_since_index += f.frame_size;
+        st->position += f.frame_size;
+        st->next_offset++;
+        if (f.timestamp > st->max_timestamp) st->max_timestamp = f.timestamp;
+        (*n_frames)++;
+    }
+    return PLOG_OK;
+}
+
+int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset,
+              plog_frame *out, size_t max_out, uint64_t max_bytes, size_t *n_out,
+              uint64_t *end_position) {
+    uint64_t pos = start, used = 0;
+    size_t n = 0;
+    *n_out = 0;
+    *end_position = start;
+    while (n < max_out && pos < len) {
+        plog_frame *f = &out[n];
+        int rc = frame_decode(buf, len, pos, 1, f);
+        if (rc) return rc;
+        if (expected_offset != UINT64_MAX && f->offset != expected_offset) return PLOG_E_OFFSET;
+        if (n > 0 && used + f->frame_size > max_bytes) break;
+        used += f->frame_size;
+        pos += f->frame_size;
+        if (expected_offset != UINT64_MAX) expected_offset++;
+        *n_out = ++n;
+        *end_position = pos;
+    }
+    return PLOG_OK;
+}
+
+int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_index,
+              uint64_t base_offset, uint64_t target, plog_frame *out) {
+    if (target < base_offset || target - base_offset > 0xffffffffu) return PLOG_E_NOT_FOUND;
+    uint64_t pos = PLOG_FILE_HEADER_SIZE;
+    size_t slot;
+    if (index && n_index &&
+        plog_index_lookup(index, n_index, (uint32_t)(target - base_offset), &slot) == PLOG_OK)
+        pos = ld32(index + slot * PLOG_INDEX_ENTRY_SIZE + 4);
+    uint64_t prev = 0;
+    int first = 1;
+    while (pos < len) {
+        if (len - pos < PLOG_FRAME_HEADER_SIZE) return PLOG_E_SHORT;
+        const uint8_t *p = buf + pos;
+        uint32_t body = ld32(p);
+        uint64_t off = ld64(p + 8);
+        if (body < BODY_FIXED || body > MAX_BODY) return PLOG_E_LENGTH;
+        if (!first && off != prev + 1) return PLOG_E_OFFSET;
+        if (off == target) {
+            int rc = frame_decode(buf, len, pos, 1, out);
+            return rc;
+        }
+        if (off > target) return PLOG_E_OFFSET;
+        prev = off;
+        first = 0;
+        pos += (uint64_t)body + PLOG_FRAME_PREFIX_SIZE;
+    }
+    return PLOG_E_NOT_FOUND;
+}
+
+int plog_find_time(const uint8_t *buf, size_t len, const uint8_t *tindex, size_t n_tindex,
+                   int64_t ts, plog_frame *out) {
+    uint64_t pos = PLOG_FILE_HEADER_SIZE;
+    size_t slot;
+    if (tindex && n_tindex && plog_timeindex_lookup(tindex, n_tindex, ts, &slot) == PLOG_OK)
+        pos = ld32(tindex + slot * PLOG_TIMEINDEX_ENTRY_SIZE + 12);
+    while (pos < len) {
+        if (len - pos < PLOG_FRAME_HEADER_SIZE) return PLOG_E_SHORT;
+        const uint8_t *p = buf + pos;
+        uint32_t body = ld32(p);
+        if (body < BODY_FIXED || body > MAX_BODY) return PLOG_E_LENGTH;
+        if ((int64_t)ld64(p + 16) >= ts) return frame_decode(buf, len, pos, 1, out);
+        pos += (uint64_t)body + PLOG_FRAME_PREFIX_SIZE;
+    }
+    return PLOG_E_NOT_FOUND;
+}

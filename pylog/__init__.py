@@ -1,0 +1,57 @@
+"""pylog: a segmented, append-only commit log with a small C core.
+
+>>> import pylog, tempfile
+>>> with pylog.Log(tempfile.mkdtemp()) as log:
+...     log.append(b"hello")
+...     bytes(log.read(0).value)
+0
+b'hello'
+"""
+from __future__ import annotations
+
+from pylog import _backend
+from pylog.config import LogConfig
+from pylog.errors import (
+    ConfigError,
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidNameError,
+    InvalidTimestampError,
+    LogClosedError,
+    LogFencedError,
+    LogLockedError,
+    OffsetMismatchError,
+    OffsetOutOfRangeError,
+    PylogError,
+    ReadOnlyLogError,
+    RecordTooLargeError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from pylog.log import Log
+from pylog.record import Record
+
+__version__ = "0.1.0"
+
+#: Which implementation of the C core's functions is in use: "native" or "pure".
+backend: str = _backend.NAME
+
+#: What the backend offers (tests assert this per backend).
+backend_features: frozenset[str] = frozenset(
+    {"crc32c", "frame", "scan", "index-search"}
+    | ({"crc32c-" + _backend.impl.crc_impl(), "zero-copy-c"} if backend == "native" else {"crc32c-portable"})
+)
+
+
+def crc32c(data: bytes, value: int = 0) -> int:
+    """CRC32C (Castagnoli) of ``data``, continuing from ``value`` (0 to start)."""
+    return _backend.impl.crc32c(data, value)
+
+
+__all__ = [
+    "Log", "LogConfig", "Record", "crc32c", "backend", "backend_features", "__version__",
+    "PylogError", "OffsetOutOfRangeError", "CorruptRecordError", "CorruptIndexError",
+    "RecordTooLargeError", "OffsetMismatchError", "InvalidTimestampError", "LogLockedError",
+    "LogClosedError", "LogFencedError", "ReadOnlyLogError", "InvalidNameError", "ConfigError",
+    "TopicExistsError", "UnknownTopicError",
+]

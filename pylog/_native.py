@@ -1,0 +1,422 @@
+"""The C core, reached through cffi. The only module that touches ``ffi`` / ``lib``.
+
+Thin, 1:1 wrappers with one shared shape: :mod:`pylog._pure` implements exactly the same
+names in pure Python, and :mod:`pylog._backend` picks one of the two.
+
+* :class:`Appender`: the writing state of an active segment (plog_appender), its user-space
+  write buffer and its in-memory sparse index entries.
+* :class:`Buffer`: a read-only byte buffer (usually an mmap) with its C pointer made once.
+* free functions: CRC32C, frame scan / find / recover, index search and checks, headers.
+
+Status codes (``PLOG_E_*``) are returned as ints; :mod:`pylog.segment` is the one place
+that turns them into exceptions.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+
+import numpy as np
+
+from pylog import format as fmt
+from pylog._cffi import ffi, lib
+
+NAME = "native"
+
+OK = lib.PLOG_OK
+E_SHORT = lib.PLOG_E_SHORT
+E_CRC = lib.PLOG_E_CRC
+E_LENGTH = lib.PLOG_E_LENGTH
+E_OFFSET = lib.PLOG_E_OFFSET
+E_SPACE = lib.PLOG_E_SPACE
+E_NOT_FOUND = lib.PLOG_E_NOT_FOUND
+E_ARG = lib.PLOG_E_ARG
+E_ATTRIBUTES = lib.PLOG_E_ATTRIBUTES
+E_TIMESTAMP = lib.PLOG_E_TIMESTAMP
+E_INDEX_FULL = lib.PLOG_E_INDEX_FULL
+E_SEGMENT_FULL = lib.PLOG_E_SEGMENT_FULL
+
+# The C struct and the numpy dtype must agree byte for byte.
+assert ffi.sizeof("plog_frame") == fmt.FRAME_DTYPE.itemsize, "plog_frame / FRAME_DTYPE mismatch"
+assert lib.PLOG_FRAME_HEADER_SIZE == fmt.FRAME_HEADER_SIZE
+assert lib.PLOG_FILE_HEADER_SIZE == fmt.FILE_HEADER_SIZE
+
+lib.plog_crc32c_select(1 if os.environ.get("PYLOG_CRC32C_FORCE_PORTABLE") == "1" else 0)
+
+_CRC_NAMES = {lib.PLOG_CRC_PORTABLE: "portable", lib.PLOG_CRC_SSE42: "sse4.2", lib.PLOG_CRC_ARMV8: "armv8-crc"}
+_FRAME = struct.Struct("<QQqIIIIII")
+_raw_alloc = ffi.new_allocator(should_clear_after_alloc=False)
+_EMPTY = b""
+_INT64_MIN = -(1 << 63)
+
+
+def crc_impl() -> str:
+    """Name of the CRC32C implementation in use: ``sse4.2``, ``armv8-crc`` or ``portable``."""
+    return _CRC_NAMES[lib.plog_crc32c_impl()]
+
+
+def crc_hw_available() -> bool:
+    """Whether this CPU has CRC32C instructions pylog can use."""
+    return bool(lib.plog_crc32c_hw_available())
+
+
+def _ptr(data):
+    return data if type(data) is bytes else ffi.from_buffer("uint8_t[]", data)
+
+
+def crc32c(data, value: int = 0) -> int:
+    """CRC32C of ``data`` (any bytes-like), continuing from ``value``."""
+    return lib.plog_crc32c(value, _ptr(data), len(memoryview(data).cast("B")) if type(data) is not bytes else len(data))
+
+
+def crc32c_portable(data, value: int = 0) -> int:
+    """CRC32C through the portable slicing-by-8 path, whatever the CPU."""
+    mv = memoryview(data).cast("B")
+    return lib.plog_crc32c_portable(value, ffi.from_buffer("uint8_t[]", mv), len(mv))
+
+
+def crc32c_hw(data, value: int = 0) -> int:
+    """CRC32C through the hardware path (the portable one when the CPU has none)."""
+    mv = memoryview(data).cast("B")
+    return lib.plog_crc32c_hw(value, ffi.from_buffer("uint8_t[]", mv), len(mv))
+
+
+def crc32c_batch(buf, positions, lengths) -> np.ndarray:
+    """CRC32C of ``buf[positions[i]:positions[i]+lengths[i]]`` for every i, in one call."""
+    pos = np.ascontiguousarray(positions, dtype=np.uint64)
+    lens = np.ascontiguousarray(lengths, dtype=np.uint32)
+    if pos.shape != lens.shape:
+        raise ValueError("positions and lengths differ in length")
+    out = np.empty(len(pos), dtype=np.uint32)
+    mv = memoryview(buf).cast("B")
+    rc = lib.plog_crc32c_batch(
+        ffi.from_buffer("uint8_t[]", mv), len(mv),
+        ffi.from_buffer("uint64_t[]", pos), ffi.from_buffer("uint32_t[]", lens), len(pos),
+        ffi.from_buffer("uint32_t[]", out, require_writable=True),
+    )
+    if rc != OK:
+        raise ValueError("a (position, length) pair lies outside the buffer")
+    return out
+
+
+class Buffer:
+    """A read-only byte buffer that C can read, its pointer made once.
+
+    ``obj`` is anything with the buffer protocol (an ``mmap``, ``bytes``...). ``skip`` bytes
+    at the front are not part of the view (the 32-byte file header of an index file).
+    Dropping the last reference to a Buffer releases its hold on ``obj``; pylog never calls
+    ``release`` while a C call may be running on it.
+    """
+
+    __slots__ = ("obj", "size", "_base", "ptr")
+
+    def __init__(self, obj, skip: int = 0, size: int | None = None) -> None:
+        self.obj = obj
+        total = len(memoryview(obj).cast("B")) if type(obj) is not bytes else len(obj)
+        self.size = (total - skip) if size is None else size
+        if self.size < 0 or skip + self.size > total:
+            raise ValueError("Buffer view lies outside the object")
+        self._base = ffi.from_buffer("uint8_t[]", obj) if total else ffi.NULL
+        self.ptr = self._base + skip if total else ffi.NULL
+
+    @classmethod
+    def raw(cls, cdata, size: int) -> "Buffer":
+        """A Buffer over memory cffi owns (``cdata`` is kept alive by the Buffer)."""
+        b = object.__new__(cls)
+        b.obj = b._base = b.ptr = cdata
+        b.size = size
+        return b
+
+
+_tls = threading.local()
+
+
+def _out():
+    try:
+        return _tls.out
+    except AttributeError:
+        raw = bytearray(_FRAME.size)
+        _tls.out = o = (raw, ffi.from_buffer("plog_frame *", raw, require_writable=True))
+        return o
+
+
+def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int, target: int):
+    """(status, frame tuple or None) of the frame at offset ``target``, CRC verified."""
+    raw, p = _out()
+    rc = lib.plog_find(store.ptr, store_len, index.ptr if index is not None else ffi.NULL,
+                       n_index, base_offset, target, p)
+    if rc:
+        return rc, None
+    return OK, _FRAME.unpack(raw)
+
+
+def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: int, ts: int):
+    """(status, frame tuple or None) of the first frame with timestamp >= ts."""
+    raw, p = _out()
+    rc = lib.plog_find_time(store.ptr, store_len, tindex.ptr if tindex is not None else ffi.NULL,
+                            n_tindex, ts, p)
+    if rc:
+        return rc, None
+    return OK, _FRAME.unpack(raw)
+
+
+def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None,
+         max_out: int, max_bytes: int):
+    """Decode up to ``max_out`` CRC-valid frames from ``start``.
+
+    Returns ``(status, frames, end_position)``: ``frames`` a FRAME_DTYPE array of the good
+    frames before any bad one, ``status`` OK or the reason the scan stopped early.
+    """
+    out = np.empty(max_out, dtype=fmt.FRAME_DTYPE)
+    n = ffi.new("size_t *")
+    end = ffi.new("uint64_t *")
+    rc = lib.plog_scan(store.ptr, store_len, start,
+                       0xFFFFFFFFFFFFFFFF if expected_offset is None else expected_offset,
+                       ffi.from_buffer("plog_frame[]", out, require_writable=True), max_out,
+                       max_bytes, n, end)
+    return rc, out[: n[0]], end[0]
+
+
+def index_lookup(index: Buffer, n: int, rel: int) -> int:
+    """Slot of the largest entry with relative offset <= rel, or -1."""
+    slot = ffi.new("size_t *")
+    return slot[0] if lib.plog_index_lookup(index.ptr, n, rel, slot) == OK else -1
+
+
+def timeindex_lookup(tindex: Buffer, n: int, ts: int) -> int:
+    """Slot of the last entry with timestamp < ts, or -1."""
+    slot = ffi.new("size_t *")
+    return slot[0] if lib.plog_timeindex_lookup(tindex.ptr, n, ts, slot) == OK else -1
+
+
+def index_check(index: Buffer, n: int, store_len: int) -> int:
+    """-1 if the offset index is consistent, else the first bad slot."""
+    slot = ffi.new("size_t *")
+    return -1 if lib.plog_index_check(index.ptr, n, store_len, slot) == OK else slot[0]
+
+
+def timeindex_check(tindex: Buffer, n: int, store_len: int) -> int:
+    """-1 if the time index is consistent, else the first bad slot."""
+    slot = ffi.new("size_t *")
+    return -1 if lib.plog_timeindex_check(tindex.ptr, n, store_len, slot) == OK else slot[0]
+
+
+def header_encode(magic: bytes, base_offset: int) -> bytes:
+    """The 32-byte file header."""
+    out = bytearray(fmt.FILE_HEADER_SIZE)
+    lib.plog_header_encode(ffi.from_buffer("uint8_t[]", out, require_writable=True), magic, base_offset)
+    return bytes(out)
+
+
+def header_check(data, magic: bytes):
+    """(status, base_offset) of a file header."""
+    mv = memoryview(data).cast("B")
+    base = ffi.new("uint64_t *")
+    rc = lib.plog_header_check(ffi.from_buffer("uint8_t[]", mv), len(mv), magic, base)
+    return rc, (base[0] if rc == OK else None)
+
+
+class Appender:
+    """Writing state of an active segment: where the next frame goes, the write buffer of
+    framed bytes not yet handed to the OS, and the sparse index entries made so far."""
+
+    __slots__ = ("_st", "_wbuf", "_wcap", "used", "_ibuf", "_tbuf", "_frame_one", "_views", "__weakref__")
+
+    def __init__(self, base_offset: int, *, next_offset: int, position: int, max_position: int,
+                 max_timestamp: int | None, index_interval: int, bytes_since_index: int,
+                 index_cap: int, buffer_bytes: int) -> None:
+        st = self._st = ffi.new("plog_appender *")
+        st.base_offset = base_offset
+        st.next_offset = next_offset
+        st.position = position
+        st.max_position = max_position
+        st.max_timestamp = _INT64_MIN if max_timestamp is None else max_timestamp
+        st.index_interval = index_interval
+        st.bytes_since_index = bytes_since_index
+        self._ibuf = self._tbuf = None
+        self._set_index_cap(max(index_cap, 1), 0)
+        self._wcap = buffer_bytes
+        self._wbuf = _raw_alloc("uint8_t[]", buffer_bytes)
+        self.used = 0
+        self._frame_one = lib.plog_frame_one
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def next_offset(self) -> int:
+        return self._st.next_offset
+
+    @property
+    def position(self) -> int:
+        """Store position after the last framed record (including the write buffer)."""
+        return self._st.position
+
+    @property
+    def max_timestamp(self) -> int | None:
+        ts = self._st.max_timestamp
+        return None if ts == _INT64_MIN else ts
+
+    @property
+    def bytes_since_index(self) -> int:
+        return self._st.bytes_since_index
+
+    @property
+    def max_position(self) -> int:
+        return self._st.max_position
+
+    @max_position.setter
+    def max_position(self, value: int) -> None:
+        self._st.max_position = value
+
+    @property
+    def index_count(self) -> int:
+        return self._st.index_count
+
+    @property
+    def index_cap(self) -> int:
+        return self._st.index_cap
+
+    def _set_index_cap(self, cap: int, count: int) -> None:
+        st = self._st
+        ibuf = _raw_alloc("uint8_t[]", cap * fmt.INDEX_ENTRY_SIZE)
+        tbuf = _raw_alloc("uint8_t[]", cap * fmt.TIMEINDEX_ENTRY_SIZE)
+        if count:
+            ffi.memmove(ibuf, self._ibuf, count * fmt.INDEX_ENTRY_SIZE)
+            ffi.memmove(tbuf, self._tbuf, count * fmt.TIMEINDEX_ENTRY_SIZE)
+        self._ibuf, self._tbuf = ibuf, tbuf
+        self._views = (Buffer.raw(ibuf, cap * fmt.INDEX_ENTRY_SIZE),
+                       Buffer.raw(tbuf, cap * fmt.TIMEINDEX_ENTRY_SIZE))
+        st.index, st.timeindex = ibuf, tbuf
+        st.index_cap = st.timeindex_cap = cap
+        st.index_count = st.timeindex_count = count
+
+    def grow_index(self, cap: int) -> None:
+        """Make room for ``cap`` index entries (keeps the existing ones)."""
+        if cap > self._st.index_cap:
+            self._set_index_cap(cap, self._st.index_count)
+
+    def truncate_index(self, count: int) -> None:
+        """Forget every index entry from slot ``count`` on."""
+        self._st.index_count = self._st.timeindex_count = min(count, self._st.index_count)
+
+    def load_index(self, index_bytes: bytes, timeindex_bytes: bytes) -> None:
+        """Replace the in-memory entries with these (raw entry bytes, no header)."""
+        n = len(index_bytes) // fmt.INDEX_ENTRY_SIZE
+        if len(timeindex_bytes) // fmt.TIMEINDEX_ENTRY_SIZE != n:
+            raise ValueError("offset and time index entry counts differ")
+        self._set_index_cap(max(n * 2, 64, self._st.index_cap), 0)
+        ffi.memmove(self._ibuf, index_bytes, len(index_bytes))
+        ffi.memmove(self._tbuf, timeindex_bytes, len(timeindex_bytes))
+        self._st.index_count = self._st.timeindex_count = n
+
+    def index_bytes(self, start: int, stop: int) -> bytes:
+        """Raw offset-index entries of slots [start, stop)."""
+        e = fmt.INDEX_ENTRY_SIZE
+        return ffi.buffer(self._ibuf + start * e, (stop - start) * e)[:]
+
+    def timeindex_bytes(self, start: int, stop: int) -> bytes:
+        """Raw time-index entries of slots [start, stop)."""
+        e = fmt.TIMEINDEX_ENTRY_SIZE
+        return ffi.buffer(self._tbuf + start * e, (stop - start) * e)[:]
+
+    def index_entry(self, slot: int) -> tuple[int, int]:
+        """(relative_offset, position) of one offset-index slot."""
+        return struct.unpack_from("<II", ffi.buffer(self._ibuf + slot * 8, 8))
+
+    def index_view(self) -> Buffer:
+        """A Buffer over the offset-index entries (read ``index_count`` of them)."""
+        return self._views[0]
+
+    def timeindex_view(self) -> Buffer:
+        """A Buffer over the time-index entries (read ``index_count`` of them)."""
+        return self._views[1]
+
+    # -- write buffer ------------------------------------------------------------------------
+    def pending(self):
+        """The framed bytes not yet written (a buffer valid until the next frame call)."""
+        return ffi.buffer(self._wbuf, self.used)
+
+    def drain(self) -> None:
+        """Forget the pending bytes (after the caller wrote them)."""
+        self.used = 0
+
+    def reserve(self, nbytes: int) -> None:
+        """Make the (empty) write buffer hold at least ``nbytes``."""
+        if self.used:
+            raise RuntimeError("reserve() needs an empty write buffer")
+        if nbytes > self._wcap:
+            self._wbuf = _raw_alloc("uint8_t[]", nbytes)
+            self._wcap = nbytes
+
+    @property
+    def buffer_capacity(self) -> int:
+        return self._wcap
+
+    # -- framing -----------------------------------------------------------------------------
+    def frame(self, value, key, metadata, attributes: int, timestamp: int) -> int:
+        """Frame one record into the write buffer: its size, or a negative status."""
+        n = self._frame_one(
+            self._st, self._wbuf, self._wcap, self.used,
+            _EMPTY if key is None else _ptr(key), 0 if key is None else len(key),
+            _EMPTY if metadata is None else _ptr(metadata), 0 if metadata is None else len(metadata),
+            _EMPTY if value is None else _ptr(value), 0 if value is None else len(value),
+            attributes, timestamp,
+        )
+        if n > 0:
+            self.used += n
+        return n
+
+    def frame_batch(self, values, value_lens, keys, key_lens, metas, meta_lens, timestamps,
+                    default_timestamp: int) -> tuple[int, int]:
+        """Frame a batch into the write buffer: ``(status, records framed)``.
+
+        ``values`` / ``keys`` / ``metas`` are concatenated bytes-likes (or None), the ``*_lens``
+        uint32 numpy arrays with NULL_LEN for a null entry, ``timestamps`` an int64 array or
+        None. Stops early with E_SPACE / E_SEGMENT_FULL / E_INDEX_FULL; checks timestamps
+        and sizes of the whole batch before framing any of it.
+        """
+        n = len(value_lens)
+        n_done = ffi.new("size_t *")
+        written = ffi.new("size_t *")
+        rc = lib.plog_frame_batch(
+            self._st, self._wbuf + self.used, self._wcap - self.used,
+            _ptr(values) if values is not None and len(values) else _EMPTY,
+            ffi.from_buffer("uint32_t[]", value_lens),
+            _ptr(keys) if keys is not None and len(keys) else (_EMPTY if key_lens is not None else ffi.NULL),
+            ffi.from_buffer("uint32_t[]", key_lens) if key_lens is not None else ffi.NULL,
+            _ptr(metas) if metas is not None and len(metas) else (_EMPTY if meta_lens is not None else ffi.NULL),
+            ffi.from_buffer("uint32_t[]", meta_lens) if meta_lens is not None else ffi.NULL,
+            ffi.from_buffer("int64_t[]", timestamps) if timestamps is not None else ffi.NULL,
+            default_timestamp, n, n_done, written,
+        )
+        self.used += written[0]
+        return rc, n_done[0]
+
+    def recover(self, store: Buffer, store_len: int) -> tuple[int, int]:
+        """Walk frames from ``position`` to ``store_len``, validating and indexing them.
+
+        Returns ``(status, frames walked)``; on a bad frame ``position`` is where it starts.
+        Grows the index as needed.
+        """
+        total = 0
+        nf = ffi.new("uint64_t *")
+        while True:
+            rc = lib.plog_recover(store.ptr, store_len, self._st, nf)
+            total += nf[0]
+            if rc != E_INDEX_FULL:
+                return rc, total
+            self.grow_index(self._st.index_cap * 2)
+
+
+def batch_size(value_lens, key_lens, meta_lens) -> int:
+    """Bytes that framing these records takes."""
+    total = ffi.new("uint64_t *")
+    rc = lib.plog_batch_size(
+        ffi.from_buffer("uint32_t[]", value_lens),
+        ffi.from_buffer("uint32_t[]", key_lens) if key_lens is not None else ffi.NULL,
+        ffi.from_buffer("uint32_t[]", meta_lens) if meta_lens is not None else ffi.NULL,
+        len(value_lens), total,
+    )
+    if rc != OK:
+        raise ValueError("a record in the batch is too large to frame")
+    return total[0]

@@ -1,0 +1,470 @@
+"""The C core's functions in pure Python: the test oracle, and the fallback backend
+(``PYLOG_BACKEND=pure``). Same names and results as :mod:`pylog._native`; written for
+clarity, not speed.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from pylog import format as fmt
+
+NAME = "pure"
+
+OK = 0
+E_SHORT = -1
+E_CRC = -2
+E_LENGTH = -3
+E_OFFSET = -4
+E_SPACE = -5
+E_NOT_FOUND = -6
+E_ARG = -7
+E_ATTRIBUTES = -8
+E_TIMESTAMP = -9
+E_INDEX_FULL = -10
+E_SEGMENT_FULL = -11
+
+_POLY = 0x82F63B78
+_TABLE = []
+for _n in range(256):
+    _c = _n
+    for _ in range(8):
+        _c = (_c >> 1) ^ _POLY if _c & 1 else _c >> 1
+    _TABLE.append(_c)
+del _n, _c
+
+_FRAME = struct.Struct("<QQqIIIIII")
+_PREFIX = struct.Struct("<II")
+_HDR = struct.Struct("<IIQqIII")  # length, crc, offset, ts, attrs, klen, mlen
+_IDX = struct.Struct("<II")
+_TIX = struct.Struct("<qII")
+_BODY_FIXED = fmt.FRAME_HEADER_SIZE - fmt.FRAME_PREFIX_SIZE
+_INT64_MIN = -(1 << 63)
+_U64_MAX = (1 << 64) - 1
+
+
+def crc_impl() -> str:
+    return "portable"
+
+
+def crc_hw_available() -> bool:
+    return False
+
+
+def crc32c(data, value: int = 0) -> int:
+    """CRC32C (Castagnoli), bit-reflected, one table lookup per byte."""
+    c = value ^ 0xFFFFFFFF
+    t = _TABLE
+    for b in memoryview(data).cast("B").tobytes():
+        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+crc32c_portable = crc32c
+crc32c_hw = crc32c
+
+
+def crc32c_batch(buf, positions, lengths) -> np.ndarray:
+    mv = memoryview(buf).cast("B")
+    pos = list(positions)
+    lens = list(lengths)
+    if len(pos) != len(lens):
+        raise ValueError("positions and lengths differ in length")
+    out = np.empty(len(pos), dtype=np.uint32)
+    for i, (p, n) in enumerate(zip(pos, lens)):
+        if p > len(mv) or n > len(mv) - p:
+            raise ValueError("a (position, length) pair lies outside the buffer")
+        out[i] = crc32c(mv[p : p + n])
+    return out
+
+
+class Buffer:
+    """A read-only byte buffer (``skip`` bytes at the front are not part of it)."""
+
+    __slots__ = ("obj", "size", "mv")
+
+    def __init__(self, obj, skip: int = 0, size: int | None = None) -> None:
+        self.obj = obj
+        mv = memoryview(obj).cast("B")
+        self.size = (len(mv) - skip) if size is None else size
+        if self.size < 0 or skip + self.size > len(mv):
+            raise ValueError("Buffer view lies outside the object")
+        self.mv = mv[skip : skip + self.size]
+
+
+def _decode(mv, length: int, pos: int, check_crc: bool = True):
+    """(status, frame tuple) of the frame at pos."""
+    if pos > length or length - pos < fmt.FRAME_PREFIX_SIZE:
+        return E_SHORT, None
+    body, crc = _PREFIX.unpack_from(mv, pos)
+    if body < _BODY_FIXED or body > fmt.MAX_FRAME_BODY:
+        return E_LENGTH, None
+    if body > length - pos - fmt.FRAME_PREFIX_SIZE:
+        return E_SHORT, None
+    if check_crc and crc32c(mv[pos + 8 : pos + 8 + body]) != crc:
+        return E_CRC, None
+    _, _, offset, ts, attrs, klen, mlen = _HDR.unpack_from(mv, pos)
+    if attrs & ~fmt.ATTR_KNOWN:
+        return E_ATTRIBUTES, None
+    if klen + mlen > body - _BODY_FIXED:
+        return E_LENGTH, None
+    vlen = body - _BODY_FIXED - klen - mlen
+    if (
+        (attrs & fmt.ATTR_NULL_KEY and klen)
+        or (attrs & fmt.ATTR_NULL_METADATA and mlen)
+        or (attrs & fmt.ATTR_NULL_VALUE and vlen)
+    ):
+        return E_ATTRIBUTES, None
+    return OK, (pos, offset, ts, body + 8, attrs, klen, mlen, vlen, crc)
+
+
+def index_lookup(index: Buffer, n: int, rel: int) -> int:
+    lo, hi = 0, n
+    mv = index.mv
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _IDX.unpack_from(mv, mid * 8)[0] <= rel:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+def timeindex_lookup(tindex: Buffer, n: int, ts: int) -> int:
+    lo, hi = 0, n
+    mv = tindex.mv
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _TIX.unpack_from(mv, mid * 16)[0] < ts:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+def index_check(index: Buffer, n: int, store_len: int) -> int:
+    prev = None
+    for i in range(n):
+        rel, pos = _IDX.unpack_from(index.mv, i * 8)
+        if pos < fmt.FILE_HEADER_SIZE or pos + fmt.FRAME_HEADER_SIZE > store_len:
+            return i
+        if prev is not None and (rel <= prev[0] or pos <= prev[1]):
+            return i
+        prev = (rel, pos)
+    return -1
+
+
+def timeindex_check(tindex: Buffer, n: int, store_len: int) -> int:
+    prev = None
+    for i in range(n):
+        ts, rel, pos = _TIX.unpack_from(tindex.mv, i * 16)
+        if pos < fmt.FILE_HEADER_SIZE or pos + fmt.FRAME_HEADER_SIZE > store_len:
+            return i
+        if prev is not None and (ts < prev[0] or rel <= prev[1] or pos <= prev[2]):
+            return i
+        prev = (ts, rel, pos)
+    return -1
+
+
+def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int, target: int):
+    if target < base_offset or target - base_offset > 0xFFFFFFFF:
+        return E_NOT_FOUND, None
+    pos = fmt.FILE_HEADER_SIZE
+    if index is not None and n_index:
+        slot = index_lookup(index, n_index, target - base_offset)
+        if slot >= 0:
+            pos = _IDX.unpack_from(index.mv, slot * 8)[1]
+    mv = store.mv
+    prev = None
+    while pos < store_len:
+        if store_len - pos < fmt.FRAME_HEADER_SIZE:
+            return E_SHORT, None
+        body, _, off = struct.unpack_from("<IIQ", mv, pos)
+        if body < _BODY_FIXED or body > fmt.MAX_FRAME_BODY:
+            return E_LENGTH, None
+        if prev is not None and off != prev + 1:
+            return E_OFFSET, None
+        if off == target:
+            return _decode(mv, store_len, pos)
+        if off > target:
+            return E_OFFSET, None
+        prev = off
+        pos += body + 8
+    return E_NOT_FOUND, None
+
+
+def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: int, ts: int):
+    pos = fmt.FILE_HEADER_SIZE
+    if tindex is not None and n_tindex:
+        slot = timeindex_lookup(tindex, n_tindex, ts)
+        if slot >= 0:
+            pos = _TIX.unpack_from(tindex.mv, slot * 16)[2]
+    mv = store.mv
+    while pos < store_len:
+        if store_len - pos < fmt.FRAME_HEADER_SIZE:
+            return E_SHORT, None
+        body = struct.unpack_from("<I", mv, pos)[0]
+        if body < _BODY_FIXED or body > fmt.MAX_FRAME_BODY:
+            return E_LENGTH, None
+        if struct.unpack_from("<q", mv, pos + 16)[0] >= ts:
+            return _decode(mv, store_len, pos)
+        pos += body + 8
+    return E_NOT_FOUND, None
+
+
+def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None, max_out: int, max_bytes: int):
+    frames = []
+    pos = start
+    used = 0
+    rc = OK
+    mv = store.mv
+    while len(frames) < max_out and pos < store_len:
+        rc, f = _decode(mv, store_len, pos)
+        if rc:
+            break
+        if expected_offset is not None and f[1] != expected_offset:
+            rc = E_OFFSET
+            break
+        if frames and used + f[3] > max_bytes:
+            break
+        frames.append(f)
+        used += f[3]
+        pos += f[3]
+        if expected_offset is not None:
+            expected_offset += 1
+    out = np.array(frames, dtype=fmt.FRAME_DTYPE) if frames else np.empty(0, dtype=fmt.FRAME_DTYPE)
+    return rc, out, pos
+
+
+def header_encode(magic: bytes, base_offset: int) -> bytes:
+    head = struct.pack("<8sHHIQI", magic, fmt.FORMAT_VERSION, fmt.FILE_HEADER_SIZE, 0, base_offset, 0)
+    return head + struct.pack("<I", crc32c(head))
+
+
+def header_check(data, magic: bytes):
+    mv = memoryview(data).cast("B")
+    if len(mv) < fmt.FILE_HEADER_SIZE:
+        return E_SHORT, None
+    m, version, hsize, _flags, base, _res, crc = struct.unpack_from("<8sHHIQII", mv)
+    if m != magic:
+        return E_ARG, None
+    if crc32c(mv[:28]) != crc:
+        return E_CRC, None
+    if version != fmt.FORMAT_VERSION:
+        return E_ATTRIBUTES, None
+    if hsize != fmt.FILE_HEADER_SIZE:
+        return E_LENGTH, None
+    return OK, base
+
+
+def _real(lens, i) -> int:
+    if lens is None or int(lens[i]) == fmt.NULL_LEN:
+        return 0
+    return int(lens[i])
+
+
+def batch_size(value_lens, key_lens, meta_lens) -> int:
+    total = 0
+    for i in range(len(value_lens)):
+        body = _BODY_FIXED + _real(value_lens, i) + _real(key_lens, i) + _real(meta_lens, i)
+        if body > fmt.MAX_FRAME_BODY:
+            raise ValueError("a record in the batch is too large to frame")
+        total += body + 8
+    return total
+
+
+class Appender:
+    """Pure-Python twin of :class:`pylog._native.Appender`."""
+
+    __slots__ = ("base_offset", "next_offset", "position", "max_position", "_max_ts",
+                 "index_interval", "bytes_since_index", "index_cap", "_index", "_tindex",
+                 "_wbuf", "_wcap", "used", "__weakref__")
+
+    def __init__(self, base_offset: int, *, next_offset: int, position: int, max_position: int,
+                 max_timestamp: int | None, index_interval: int, bytes_since_index: int,
+                 index_cap: int, buffer_bytes: int) -> None:
+        self.base_offset = base_offset
+        self.next_offset = next_offset
+        self.position = position
+        self.max_position = max_position
+        self._max_ts = _INT64_MIN if max_timestamp is None else max_timestamp
+        self.index_interval = index_interval
+        self.bytes_since_index = bytes_since_index
+        self.index_cap = max(index_cap, 1)
+        self._index = bytearray()
+        self._tindex = bytearray()
+        self._wbuf = bytearray()
+        self._wcap = buffer_bytes
+        self.used = 0
+
+    @property
+    def max_timestamp(self) -> int | None:
+        return None if self._max_ts == _INT64_MIN else self._max_ts
+
+    @property
+    def index_count(self) -> int:
+        return len(self._index) // 8
+
+    def grow_index(self, cap: int) -> None:
+        self.index_cap = max(self.index_cap, cap)
+
+    def truncate_index(self, count: int) -> None:
+        del self._index[count * 8 :]
+        del self._tindex[count * 16 :]
+
+    def load_index(self, index_bytes: bytes, timeindex_bytes: bytes) -> None:
+        n = len(index_bytes) // 8
+        if len(timeindex_bytes) // 16 != n:
+            raise ValueError("offset and time index entry counts differ")
+        self._index = bytearray(index_bytes)
+        self._tindex = bytearray(timeindex_bytes)
+        self.index_cap = max(self.index_cap, n * 2, 64)
+
+    def index_bytes(self, start: int, stop: int) -> bytes:
+        return bytes(self._index[start * 8 : stop * 8])
+
+    def timeindex_bytes(self, start: int, stop: int) -> bytes:
+        return bytes(self._tindex[start * 16 : stop * 16])
+
+    def index_entry(self, slot: int) -> tuple[int, int]:
+        return _IDX.unpack_from(self._index, slot * 8)
+
+    def index_view(self) -> Buffer:
+        return Buffer(bytes(self._index))
+
+    def timeindex_view(self) -> Buffer:
+        return Buffer(bytes(self._tindex))
+
+    def pending(self):
+        return memoryview(self._wbuf)[: self.used]
+
+    def drain(self) -> None:
+        self._wbuf = bytearray()
+        self.used = 0
+
+    def reserve(self, nbytes: int) -> None:
+        if self.used:
+            raise RuntimeError("reserve() needs an empty write buffer")
+        self._wcap = max(self._wcap, nbytes)
+
+    @property
+    def buffer_capacity(self) -> int:
+        return self._wcap
+
+    def _room(self, size: int):
+        if self.next_offset - self.base_offset >= 0xFFFFFFFF:
+            return E_SEGMENT_FULL, False
+        if self.position > fmt.FILE_HEADER_SIZE and self.position + size > self.max_position:
+            return E_SEGMENT_FULL, False
+        if self.position + size > 0xFFFFFFFF:
+            return E_SEGMENT_FULL, False
+        need = self.bytes_since_index >= self.index_interval
+        if need and self.index_count >= self.index_cap:
+            return E_INDEX_FULL, need
+        return OK, need
+
+    def _add_index(self, pos: int, ts: int) -> None:
+        rel = self.next_offset - self.base_offset
+        self._index += _IDX.pack(rel, pos)
+        self._tindex += _TIX.pack(ts, rel, pos)
+        self.bytes_since_index = 0
+
+    def _emit(self, value, key, metadata, attributes: int, ts: int, need_index: bool) -> int:
+        k = bytes(key) if key is not None else b""
+        m = bytes(metadata) if metadata is not None else b""
+        v = bytes(value) if value is not None else b""
+        body = _BODY_FIXED + len(k) + len(m) + len(v)
+        rest = struct.pack("<QqIII", self.next_offset, ts, attributes, len(k), len(m)) + k + m + v
+        frame = struct.pack("<II", body, crc32c(rest)) + rest
+        self._wbuf += frame
+        self.used += len(frame)
+        if need_index:
+            self._add_index(self.position, ts)
+        self.bytes_since_index = min(self.bytes_since_index + len(frame), 0xFFFFFFFF)
+        self.position += len(frame)
+        self.next_offset += 1
+        self._max_ts = ts
+        return len(frame)
+
+    def frame(self, value, key, metadata, attributes: int, timestamp: int) -> int:
+        if attributes & ~fmt.ATTR_KNOWN:
+            return E_ATTRIBUTES
+        klen = len(key) if key is not None else 0
+        mlen = len(metadata) if metadata is not None else 0
+        vlen = len(value) if value is not None else 0
+        if (
+            (attributes & fmt.ATTR_NULL_KEY and klen)
+            or (attributes & fmt.ATTR_NULL_METADATA and mlen)
+            or (attributes & fmt.ATTR_NULL_VALUE and vlen)
+        ):
+            return E_ARG
+        body = _BODY_FIXED + klen + mlen + vlen
+        if body > fmt.MAX_FRAME_BODY:
+            return E_LENGTH
+        size = body + 8
+        if timestamp < self._max_ts:
+            return E_TIMESTAMP
+        rc, need = self._room(size)
+        if rc:
+            return rc
+        if self._wcap - self.used < size:
+            return E_SPACE
+        return self._emit(value, key, metadata, attributes, timestamp, need)
+
+    def frame_batch(self, values, value_lens, keys, key_lens, metas, meta_lens, timestamps,
+                    default_timestamp: int) -> tuple[int, int]:
+        n = len(value_lens)
+        prev = self._max_ts
+        for i in range(n):
+            ts = int(timestamps[i]) if timestamps is not None else default_timestamp
+            if ts < prev:
+                return E_TIMESTAMP, i
+            prev = ts
+            body = _BODY_FIXED + _real(value_lens, i) + _real(key_lens, i) + _real(meta_lens, i)
+            if body > fmt.MAX_FRAME_BODY:
+                return E_LENGTH, i
+        vmv = memoryview(values).cast("B") if values is not None else memoryview(b"")
+        kmv = memoryview(keys).cast("B") if keys is not None else memoryview(b"")
+        mmv = memoryview(metas).cast("B") if metas is not None else memoryview(b"")
+        vp = kp = mp = 0
+        for i in range(n):
+            vlen, klen, mlen = _real(value_lens, i), _real(key_lens, i), _real(meta_lens, i)
+            size = fmt.FRAME_HEADER_SIZE + vlen + klen + mlen
+            rc, need = self._room(size)
+            if not rc and self._wcap - self.used < size:
+                rc = E_SPACE
+            if rc:
+                return rc, i
+            attrs = (
+                (fmt.ATTR_NULL_KEY if key_lens is None or int(key_lens[i]) == fmt.NULL_LEN else 0)
+                | (fmt.ATTR_NULL_METADATA if meta_lens is None or int(meta_lens[i]) == fmt.NULL_LEN else 0)
+                | (fmt.ATTR_NULL_VALUE if int(value_lens[i]) == fmt.NULL_LEN else 0)
+            )
+            ts = int(timestamps[i]) if timestamps is not None else default_timestamp
+            self._emit(vmv[vp : vp + vlen], kmv[kp : kp + klen], mmv[mp : mp + mlen], attrs, ts, need)
+            vp += vlen
+            kp += klen
+            mp += mlen
+        return OK, n
+
+    def recover(self, store: Buffer, store_len: int) -> tuple[int, int]:
+        mv = store.mv
+        n = 0
+        while self.position < store_len:
+            rc, f = _decode(mv, store_len, self.position)
+            if rc:
+                return rc, n
+            if f[1] != self.next_offset:
+                return E_OFFSET, n
+            if self.bytes_since_index >= self.index_interval:
+                if self.index_count >= self.index_cap:
+                    self.grow_index(self.index_cap * 2)
+                self._add_index(self.position, f[2])
+            self.bytes_since_index = min(self.bytes_since_index + f[3], 0xFFFFFFFF)
+            self.position += f[3]
+            self.next_offset += 1
+            if f[2] > self._max_ts:
+                self._max_ts = f[2]
+            n += 1
+        return OK, n

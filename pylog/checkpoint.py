@@ -1,0 +1,90 @@
+"""The recovery checkpoint and the clean-shutdown marker of a partition directory.
+
+``recovery-point`` (28 bytes): ``8s magic b"PYLOGCKP" | u16 version | u16 0 | u32 0 |
+u64 recovery_point | u32 crc32c(bytes 0..23)``. Every offset below ``recovery_point`` is
+durable; recovery after an unclean shutdown verifies only what follows it.
+
+``clean-shutdown`` (52 bytes): ``8s magic b"PYLOGCLN" | u16 version | u16 0 | u32 0 |
+u64 next_offset | u64 active_base | u64 active_size | i64 max_timestamp | u32 crc32c(0..47)``.
+Written by ``close()`` after everything is fsynced; deleted as the log opens, so a crash
+while open (or while opening) counts as unclean. Either file, if damaged or inconsistent
+with the segment files, is ignored: full recovery.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+from pylog import fileutil
+from pylog import format as fmt
+from pylog._backend import impl
+
+_CKP = struct.Struct("<8sHHIQ")
+_CLN = struct.Struct("<8sHHIQQQq")
+_CRC = struct.Struct("<I")
+CKP_MAGIC = b"PYLOGCKP"
+CLN_MAGIC = b"PYLOGCLN"
+_NO_TS = -(1 << 63)
+
+
+@dataclass(frozen=True)
+class CleanState:
+    next_offset: int
+    active_base: int
+    active_size: int
+    max_timestamp: int | None
+
+
+def _seal(body: bytes) -> bytes:
+    return body + _CRC.pack(impl.crc32c(body))
+
+
+def _open(data: bytes, st: struct.Struct, magic: bytes):
+    if len(data) != st.size + 4 or _CRC.unpack(data[st.size:])[0] != impl.crc32c(data[: st.size]):
+        return None
+    fields = st.unpack(data[: st.size])
+    if fields[0] != magic or fields[1] != 1:
+        return None
+    return fields
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(256)
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
+def write_recovery_point(dirpath: str, offset: int) -> None:
+    fileutil.atomic_write(os.path.join(dirpath, fmt.CHECKPOINT_FILE), _seal(_CKP.pack(CKP_MAGIC, 1, 0, 0, offset)))
+
+
+def read_recovery_point(dirpath: str) -> int | None:
+    """The recovery point, or None when the file is missing or damaged."""
+    data = _read(os.path.join(dirpath, fmt.CHECKPOINT_FILE))
+    fields = _open(data, _CKP, CKP_MAGIC) if data is not None else None
+    return fields[4] if fields else None
+
+
+def write_clean(dirpath: str, state: CleanState) -> None:
+    body = _CLN.pack(CLN_MAGIC, 1, 0, 0, state.next_offset, state.active_base, state.active_size,
+                     _NO_TS if state.max_timestamp is None else state.max_timestamp)
+    fileutil.atomic_write(os.path.join(dirpath, fmt.CLEAN_SHUTDOWN_FILE), _seal(body))
+
+
+def take_clean(dirpath: str, *, remove: bool = True) -> CleanState | None:
+    """Read the clean-shutdown marker and (unless ``remove`` is False) delete it durably."""
+    path = os.path.join(dirpath, fmt.CLEAN_SHUTDOWN_FILE)
+    data = _read(path)
+    if data is None:
+        return None
+    if remove:
+        os.unlink(path)
+        fileutil.fsync_dir(dirpath)
+    fields = _open(data, _CLN, CLN_MAGIC)
+    if not fields:
+        return None
+    ts = fields[7]
+    return CleanState(fields[4], fields[5], fields[6], None if ts == _NO_TS else ts)

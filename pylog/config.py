@@ -1,0 +1,163 @@
+"""LogConfig: the validated, persisted configuration of one partition."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Literal, Mapping
+
+from pylog import format as fmt
+from pylog.errors import ConfigError
+
+FsyncPolicy = Literal["always", "interval", "never"]
+FSYNC_POLICIES = ("always", "interval", "never")
+CLEANUP_POLICIES = ("delete", "compact")
+
+#: Fields that may not change once a log holds data.
+FIXED_ONCE_WRITTEN = ("initial_offset",)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    """Configuration of one log (partition). Immutable; every field is validated.
+
+    Parameters
+    ----------
+    segment_bytes
+        Roll to a new segment when the active store file would pass this size.
+        Between 4 KiB and 4 GiB - 1 (index positions are u32).
+    segment_ms
+        Roll when the active segment's first and newest record timestamps are this far
+        apart. None: never roll by time.
+    index_interval_bytes
+        Bytes of store between two sparse index entries; 0 indexes every record.
+    index_max_bytes
+        Size limit of one offset index file: a full index rolls the segment.
+    max_record_bytes
+        Largest record (key + metadata + value) accepted. Default 10 MiB.
+    fsync
+        ``"always"``: every append is durable before it returns (concurrent appenders share
+        one fsync). ``"interval"``: fsync after ``flush_messages`` records or ``flush_ms``
+        milliseconds. ``"never"``: the OS decides; ``flush()`` and ``close()`` force it.
+    flush_messages, flush_ms
+        The ``"interval"`` policy's limits (None: no limit of that kind).
+    write_buffer_bytes
+        User-space buffer of appends not yet written to the OS (``"interval"``/``"never"``).
+    retention_ms, retention_bytes
+        ``enforce_retention()`` deletes whole sealed segments older than this / while the
+        log is larger than this. None: keep forever / any size.
+    cached_segments
+        How many sealed segments keep their files mapped (an LRU). None: all of them.
+    initial_offset
+        The first offset of an empty log. Cannot change once the log holds data.
+    preallocate
+        Reserve ``segment_bytes`` of disk for the active store file when it is created.
+    cleanup_policy
+        ``"delete"`` (retention) or ``"compact"`` (keep the latest record per key).
+    """
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int | None = None
+    index_interval_bytes: int = 4096
+    index_max_bytes: int = 10 << 20
+    max_record_bytes: int = 10 << 20
+    fsync: FsyncPolicy = "interval"
+    flush_messages: int | None = None
+    flush_ms: int | None = 1000
+    write_buffer_bytes: int = 256 << 10
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    cached_segments: int | None = 16
+    initial_offset: int = 0
+    preallocate: bool = False
+    cleanup_policy: str = "delete"
+
+    def __post_init__(self) -> None:
+        def integer(name: str, lo: int, hi: int, optional: bool = False) -> None:
+            v = getattr(self, name)
+            if v is None and optional:
+                return
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"{name} must be an int{' or None' if optional else ''}, got {v!r}")
+            if not lo <= v <= hi:
+                raise ConfigError(f"{name}={v!r} is out of range [{lo}, {hi}]")
+
+        integer("segment_bytes", 4096, fmt.MAX_SEGMENT_BYTES)
+        integer("segment_ms", 1, 1 << 62, optional=True)
+        integer("index_interval_bytes", 0, 1 << 31)
+        integer("index_max_bytes", 4 * fmt.INDEX_ENTRY_SIZE, 1 << 31)
+        integer("max_record_bytes", 0, fmt.MAX_FRAME_BODY - fmt.FRAME_HEADER_SIZE)
+        integer("flush_messages", 1, 1 << 62, optional=True)
+        integer("flush_ms", 1, 1 << 62, optional=True)
+        integer("write_buffer_bytes", 0, 1 << 30)
+        integer("retention_ms", 0, 1 << 62, optional=True)
+        integer("retention_bytes", 0, 1 << 62, optional=True)
+        integer("cached_segments", 0, 1 << 20, optional=True)
+        integer("initial_offset", 0, (1 << 63) - 1)
+        if self.fsync not in FSYNC_POLICIES:
+            raise ConfigError(f"fsync={self.fsync!r} is not one of {', '.join(FSYNC_POLICIES)}")
+        if not isinstance(self.preallocate, bool):
+            raise ConfigError(f"preallocate must be a bool, got {self.preallocate!r}")
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            raise ConfigError(
+                f"cleanup_policy={self.cleanup_policy!r} is not one of {', '.join(CLEANUP_POLICIES)}"
+            )
+
+    @property
+    def index_max_entries(self) -> int:
+        return self.index_max_bytes // fmt.INDEX_ENTRY_SIZE
+
+    def replace(self, **changes: Any) -> "LogConfig":
+        """A copy with ``changes`` applied (validated). Unknown names raise ConfigError."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown config option(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LogConfig":
+        """Build from a mapping; unknown keys raise ConfigError."""
+        return cls().replace(**dict(data))
+
+    @classmethod
+    def load(cls, path: str) -> "LogConfig | None":
+        """The config stored at ``path`` (a JSON file), or None if there is none."""
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read())
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ConfigError(f"config file {path} is not valid JSON: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} does not hold an object")
+        data.pop("version", None)
+        return cls.from_dict(data)
+
+    def dump(self, path: str) -> None:
+        """Write atomically (temp file, fsync, rename, fsync dir)."""
+        from pylog import fileutil
+
+        body = json.dumps({"version": 1, **self.to_dict()}, indent=1, sort_keys=True).encode()
+        fileutil.atomic_write(path, body)
+
+
+def merge(stored: LogConfig | None, passed: Mapping[str, Any], *, has_data: bool) -> LogConfig:
+    """The config a reopened log runs with: stored values, replaced by those passed.
+
+    A value that cannot change (``initial_offset`` of a log that holds data) raises
+    ConfigError when it differs.
+    """
+    if stored is None:
+        return LogConfig().replace(**passed)
+    if has_data:
+        for name in FIXED_ONCE_WRITTEN:
+            if name in passed and passed[name] != getattr(stored, name):
+                raise ConfigError(
+                    f"{name} cannot change on a log that holds data "
+                    f"(stored {getattr(stored, name)!r}, passed {passed[name]!r})"
+                )
+    return stored.replace(**passed)
+

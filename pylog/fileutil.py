@@ -1,0 +1,90 @@
+"""Small durable-file helpers: atomic writes, directory fsync, safe truncation.
+
+The rules (ALICE, OSDI'14): write a temp file, fsync it, rename it over the target, then
+fsync the directory; a created or renamed file is durable only once its directory is.
+"""
+from __future__ import annotations
+
+import os
+
+from pylog import format as fmt
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory, so entries created, renamed or deleted in it are durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data) -> None:
+    """os.write until every byte is written (a short write is not an error)."""
+    mv = memoryview(data).cast("B")
+    while mv:
+        n = os.write(fd, mv)
+        mv = mv[n:]
+
+
+def pwrite_all(fd: int, data, position: int) -> None:
+    mv = memoryview(data).cast("B")
+    while mv:
+        n = os.pwrite(fd, mv, position)
+        mv = mv[n:]
+        position += n
+
+
+def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically and durably."""
+    tmp = path + fmt.TEMP_SUFFIX
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def shrink_file(path: str, size: int, *, copy: bool) -> None:
+    """Cut ``path`` to ``size`` bytes, durably.
+
+    With ``copy`` (a map of the file may be alive, here or in another process), the kept
+    prefix is written to a new file renamed over the old one: the old inode, and every map
+    of it, stays whole, so no live view can fault (a map past a shrunk file's end raises
+    SIGBUS). Without ``copy`` the file is cut in place.
+    """
+    if not copy:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return
+    tmp = path + fmt.TEMP_SUFFIX
+    src = os.open(path, os.O_RDONLY)
+    try:
+        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            done = 0
+            while done < size:
+                n = os.copy_file_range(src, dst, size - done, done, done) if hasattr(os, "copy_file_range") else 0
+                if n <= 0:
+                    chunk = os.pread(src, min(1 << 20, size - done), done)
+                    if not chunk:
+                        raise OSError(f"{path} is shorter than {size} bytes")
+                    pwrite_all(dst, chunk, done)
+                    n = len(chunk)
+                done += n
+            os.fsync(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")

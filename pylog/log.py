@@ -1,0 +1,1128 @@
+"""Log: one partition, a directory of segments (the seeds' SegmentedLog).
+
+Append path: ``append`` -> the active segment's appender frames the record in C into the
+write buffer -> the buffer goes to the OS in one ``pwrite`` (at once under
+``fsync="always"``, when full or when the flush policy says otherwise) -> fsync per policy.
+
+Read path: ``read(offset)`` -> bisect over segment base offsets -> C search of that
+segment's sparse index -> C walk of at most one index interval -> a Record whose value is
+a memoryview of the map.
+
+Durability, recovery and the lock are described in docs/concepts.md.
+"""
+from __future__ import annotations
+
+import bisect
+import errno
+import fcntl
+import os
+import threading
+import time
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from pylog import checkpoint, fileutil, flusher
+from pylog import format as fmt
+from pylog._backend import impl
+from pylog.cache import SegmentCache
+from pylog.config import LogConfig, merge
+from pylog.errors import (
+    CorruptRecordError,
+    InvalidTimestampError,
+    LogClosedError,
+    LogFencedError,
+    LogLockedError,
+    OffsetMismatchError,
+    OffsetOutOfRangeError,
+    PylogError,
+    ReadOnlyLogError,
+    RecordTooLargeError,
+)
+from pylog.record import Record
+from pylog.segment import ActiveSegment, SealedSegment, corrupt_error, paths
+
+__all__ = ["Log"]
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _as_bytes(x: Any, what: str) -> Any:
+    """A bytes object or a flat byte memoryview of ``x``; TypeError for anything else."""
+    t = type(x)
+    if t is bytes:
+        return x
+    if t is str or t is int or t is bool or t is float or x is None:
+        raise TypeError(f"{what} must be bytes-like, got {t.__name__}")
+    try:
+        mv = memoryview(x)
+    except TypeError:
+        raise TypeError(f"{what} must be bytes-like, got {t.__name__}") from None
+    if mv.ndim != 1 or mv.itemsize != 1 or not mv.c_contiguous:
+        return mv.tobytes() if mv.contiguous else bytes(mv.tobytes())
+    return mv if mv.format == "B" else mv.cast("B")
+
+
+def _check_offset(offset: Any, what: str = "offset") -> int:
+    if type(offset) is not int:
+        if isinstance(offset, (int, np.integer)) and not isinstance(offset, bool):
+            return int(offset)
+        raise TypeError(f"{what} must be an int, got {type(offset).__name__}")
+    return offset
+
+
+def _check_timestamp(ts: Any) -> int:
+    if isinstance(ts, bool) or not isinstance(ts, (int, np.integer)):
+        raise TypeError(f"timestamp must be an int (milliseconds since the epoch), got {type(ts).__name__}")
+    ts = int(ts)
+    if not 0 <= ts <= fmt.MAX_TIMESTAMP_MS:
+        raise InvalidTimestampError(f"timestamp {ts} is outside [0, {fmt.MAX_TIMESTAMP_MS}] (ms since the epoch)")
+    return ts
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Log:
+    """One partition: an append-only sequence of records with consecutive 64-bit offsets.
+
+    Parameters
+    ----------
+    path
+        The partition directory (created if missing, unless ``readonly``).
+    config
+        A :class:`~pylog.LogConfig`; keyword options (the LogConfig field names) replace its
+        values. On reopen, the stored config is used and the values passed replace those
+        that may change; ``initial_offset`` of a log that holds data cannot change.
+    readonly
+        Open without the writer lock, for reading (another process may be writing). Follows
+        the writer's tail: new records and segments appear on the next read past the end,
+        or after :meth:`refresh`.
+
+    Raises
+    ------
+    LogLockedError
+        Another writer holds the directory's lock.
+    ConfigError
+        A config value is invalid, or cannot change.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], config: LogConfig | None = None, *,
+                 readonly: bool = False, **options: Any) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        self.path = os.fspath(path)
+        if not self.path:
+            raise ValueError("path must not be empty")
+        if config is not None and not isinstance(config, LogConfig):
+            raise TypeError(f"config must be a LogConfig, got {type(config).__name__}")
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        self._sync_cv = threading.Condition(threading.Lock())
+        self._syncing = False
+        self._durable_next = 0
+        self._fenced: BaseException | None = None
+        self._closed = False
+        self._lock_fd = -1
+        self._unflushed = 0
+        self._last_flush_ms = _now_ms()
+        self.recovery_report: list[CorruptRecordError] = []
+        self.truncated_bytes = 0
+        if readonly:
+            if not os.path.isdir(self.path):
+                raise FileNotFoundError(errno.ENOENT, "no such log directory", self.path)
+        else:
+            os.makedirs(self.path, exist_ok=True)
+            self._take_lock()
+        try:
+            passed: dict[str, Any] = config.to_dict() if config is not None else {}
+            passed.update(options)
+            stored = LogConfig.load(os.path.join(self.path, fmt.CONFIG_FILE))
+            bases = self._list_bases()
+            has_data = len(bases) > 1 or (
+                len(bases) == 1 and os.path.getsize(paths(self.path, bases[0])[0]) > fmt.FILE_HEADER_SIZE
+            )
+            self.config = merge(stored, passed, has_data=has_data)
+            if not readonly and (stored is None or self.config != stored):
+                self.config.dump(os.path.join(self.path, fmt.CONFIG_FILE))
+            self._cache = SegmentCache(self.config.cached_segments)
+            self._load(bases)
+        except BaseException:
+            self._release_lock()
+            raise
+        if not readonly:
+            flusher.register(self)
+
+    # ------------------------------------------------------------------------------------
+    # opening
+    def _take_lock(self) -> None:
+        fd = os.open(os.path.join(self.path, fmt.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogLockedError(f"{self.path} is locked by another writer") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            try:
+                os.close(self._lock_fd)  # closing the fd drops the flock
+            finally:
+                self._lock_fd = -1
+
+    def _list_bases(self) -> list[int]:
+        bases = []
+        for name in os.listdir(self.path):
+            b = fmt.parse_segment_name(name, fmt.STORE_SUFFIX)
+            if b is not None:
+                bases.append(b)
+        return sorted(bases)
+
+    def _clean_stray_files(self, bases: list[int]) -> None:
+        """Delete temp files, half-deleted segments and index files with no store."""
+        have = set(bases)
+        removed = False
+        for name in os.listdir(self.path):
+            p = os.path.join(self.path, name)
+            orphan = False
+            for suffix in (fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX):
+                b = fmt.parse_segment_name(name, suffix)
+                if b is not None and b not in have:
+                    orphan = True
+            if name.endswith((fmt.TEMP_SUFFIX, fmt.DELETED_SUFFIX)) or orphan:
+                try:
+                    os.unlink(p)
+                    removed = True
+                except IsADirectoryError:
+                    pass
+        if removed:
+            fileutil.fsync_dir(self.path)
+
+    def _load(self, bases: list[int]) -> None:
+        cfg = self.config
+        if self.readonly:
+            self._load_readonly(bases)
+            return
+        self._clean_stray_files(bases)
+        if not bases:
+            self._sealed: list[SealedSegment] = []
+            self._sealed_bases: list[int] = []
+            self._active = ActiveSegment.create(self.path, cfg.initial_offset, cfg)
+            fileutil.fsync_dir(self.path)
+            checkpoint.write_recovery_point(self.path, cfg.initial_offset)
+            self._durable_next = cfg.initial_offset
+            return
+        clean = checkpoint.take_clean(self.path)
+        sealed = []
+        for i, b in enumerate(bases[:-1]):
+            size = os.path.getsize(paths(self.path, b)[0])
+            sealed.append(SealedSegment(self.path, b, bases[i + 1], size, cfg.index_interval_bytes, self._cache))
+        last = bases[-1]
+        active = None
+        if clean is not None and clean.active_base == last and clean.next_offset >= last:
+            if os.path.getsize(paths(self.path, last)[0]) == clean.active_size:
+                active = ActiveSegment.open_clean(self.path, last, cfg, next_offset=clean.next_offset,
+                                                  size=clean.active_size, max_timestamp=clean.max_timestamp)
+        if active is None:
+            active = self._recover(sealed, last)
+        self._sealed = sealed
+        self._sealed_bases = [s.base_offset for s in sealed]
+        self._active = active
+        self._durable_next = active.next_offset
+        if clean is None:
+            checkpoint.write_recovery_point(self.path, active.base_offset)
+
+    def _recover(self, sealed: list[SealedSegment], last: int) -> ActiveSegment:
+        """Unclean shutdown: verify what follows the recovery point, cut the active tail."""
+        rp = checkpoint.read_recovery_point(self.path)
+        first = sealed[0].base_offset if sealed else last
+        if rp is None or rp < first or rp > last:
+            rp = first  # missing, damaged or disagreeing with the files: full recovery
+        for i, seg in enumerate(sealed):
+            if seg.next_offset > rp:
+                # Sealed segments were fsynced before the next one was created; a bad frame
+                # here is corruption: reported, never truncated.
+                self.recovery_report.extend(seg.verify(seg.next_offset))
+        active, cut = ActiveSegment.recover(self.path, last, self.config)
+        self.truncated_bytes = cut
+        return active
+
+    def _load_readonly(self, bases: list[int]) -> None:
+        from pylog.tail import TailSegment
+
+        if not bases:
+            raise FileNotFoundError(errno.ENOENT, "no segments in log directory", self.path)
+        cfg = self.config
+        self._sealed = [
+            SealedSegment(self.path, b, bases[i + 1], os.path.getsize(paths(self.path, b)[0]),
+                          cfg.index_interval_bytes, self._cache)
+            for i, b in enumerate(bases[:-1])
+        ]
+        self._sealed_bases = [s.base_offset for s in self._sealed]
+        self._active = TailSegment(self.path, bases[-1], cfg)  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------------------------
+    # state
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.path} is closed")
+
+    def _check_writable(self) -> ActiveSegment:
+        if self._closed:
+            raise LogClosedError(f"log {self.path} is closed")
+        if self.readonly:
+            raise ReadOnlyLogError(f"log {self.path} was opened read-only")
+        if self._fenced is not None:
+            raise LogFencedError(
+                f"log {self.path} refuses appends after a failed write or fsync ({self._fenced}); reopen it"
+            )
+        return self._active
+
+    @property
+    def start_offset(self) -> int:
+        """Lowest offset still in the log (inclusive)."""
+        self._check_open()
+        sealed = self._sealed
+        return sealed[0].base_offset if sealed else self._active.base_offset
+
+    @property
+    def next_offset(self) -> int:
+        """Offset the next append gets (exclusive end of the log)."""
+        self._check_open()
+        return self._active.next_offset
+
+    def __len__(self) -> int:
+        return self.next_offset - self.start_offset
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of store files (headers and frames), all segments."""
+        self._check_open()
+        return sum(s.size for s in self._sealed) + self._active.size
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def segments(self) -> list[dict[str, Any]]:
+        """One dict per segment: base_offset, next_offset, size_bytes, sealed, path."""
+        self._check_open()
+        with self._lock:
+            segs: list[Any] = [*self._sealed, self._active]
+            return [
+                {"base_offset": s.base_offset, "next_offset": s.next_offset, "size_bytes": s.size,
+                 "sealed": isinstance(s, SealedSegment), "path": s.store_path}
+                for s in segs
+            ]
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"<pylog.Log {self.path!r} closed>"
+        return f"<pylog.Log {self.path!r} [{self.start_offset}, {self.next_offset})>"
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------
+    # appending
+    def _coerce_value(self, value: Any) -> Any:
+        if value is None:
+            return None
+        t = type(value)
+        if t is str:
+            raise TypeError("value must be bytes-like (or an iterable of bytes-like chunks), got str")
+        if isinstance(value, _BYTES_LIKE):
+            return _as_bytes(value, "value")
+        try:
+            memoryview(value)
+            return _as_bytes(value, "value")
+        except TypeError:
+            pass
+        try:
+            chunks = iter(value)
+        except TypeError:
+            raise TypeError(f"value must be bytes-like (or an iterable of bytes-like chunks), got {t.__name__}") from None
+        return self._take_stream(chunks)
+
+    def _take_stream(self, chunks: Iterator[Any]) -> bytes:
+        """Join a streaming value, taking at most max_record_bytes (laminarmq's threshold)."""
+        limit = self.config.max_record_bytes
+        parts = []
+        total = 0
+        for chunk in chunks:
+            c = _as_bytes(chunk, "value chunk")
+            total += len(c)
+            if total > limit:
+                raise RecordTooLargeError(total, limit)
+            parts.append(c)
+        return b"".join(parts)
+
+    def append(self, value: Any, key: Any = None, metadata: Any = None, timestamp: int | None = None,
+               expected_offset: int | None = None) -> int:
+        """Append one record; returns its offset.
+
+        Parameters
+        ----------
+        value
+            bytes-like; or an iterable of bytes-like chunks (a streaming append: at most
+            ``max_record_bytes`` are taken, and an overflow or an exception from the iterator
+            leaves the log unchanged); or None for a tombstone.
+        key, metadata
+            bytes-like or None.
+        timestamp
+            Milliseconds since the epoch; default now. Timestamps never decrease within a
+            log: a default timestamp is raised to the newest one, an explicit lower one raises.
+        expected_offset
+            If given, append only if it equals ``next_offset`` (a conditional append).
+
+        Raises
+        ------
+        TypeError, RecordTooLargeError, InvalidTimestampError, OffsetMismatchError,
+        LogClosedError, LogFencedError, ReadOnlyLogError
+        """
+        if type(value) is not bytes:
+            value = self._coerce_value(value)
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if metadata is not None and type(metadata) is not bytes:
+            metadata = _as_bytes(metadata, "metadata")
+        size = (0 if value is None else len(value)) + (0 if key is None else len(key)) + (
+            0 if metadata is None else len(metadata))
+        cfg = self.config
+        if size > cfg.max_record_bytes:
+            raise RecordTooLargeError(size, cfg.max_record_bytes)
+        attrs = (key is None) | (metadata is None) << 1 | (value is None) << 2
+        if timestamp is not None:
+            timestamp = _check_timestamp(timestamp)
+        if expected_offset is not None:
+            expected_offset = _check_offset(expected_offset, "expected_offset")
+        with self._lock:
+            seg = self._check_writable()
+            app = seg.app
+            if expected_offset is not None and expected_offset != app.next_offset:
+                raise OffsetMismatchError(expected_offset, app.next_offset)
+            mx = app.max_timestamp
+            if timestamp is None:
+                ts = _now_ms()
+                if mx is not None and ts < mx:
+                    ts = mx
+            else:
+                ts = timestamp
+                if mx is not None and ts < mx:
+                    raise InvalidTimestampError(
+                        f"timestamp {ts} is below the log's latest timestamp {mx}: timestamps never decrease")
+            if cfg.segment_ms is not None:
+                seg = self._maybe_roll_by_time(seg, ts)
+                app = seg.app
+            n = app.frame(value, key, metadata, attrs, ts)
+            if n < 0:
+                seg = self._frame_slow(seg, n, value, key, metadata, attrs, ts)
+                app = seg.app
+            offset = app.next_offset - 1
+            self._after_append(seg, 1, ts)
+        if cfg.fsync == "always":
+            self._wait_durable(offset)
+        return offset
+
+    def _frame_slow(self, seg: ActiveSegment, rc: int, value: Any, key: Any, metadata: Any,
+                    attrs: int, ts: int) -> ActiveSegment:
+        """The append did not fit: make room (write out, roll, grow the index) and retry."""
+        for _ in range(4):
+            app = seg.app
+            if rc == impl.E_SPACE:
+                self._write_out(seg)
+                size = fmt.FRAME_HEADER_SIZE + sum(len(x) for x in (value, key, metadata) if x is not None)
+                if size > app.buffer_capacity:
+                    app.reserve(size)
+            elif rc == impl.E_SEGMENT_FULL:
+                seg = self._roll()
+            elif rc == impl.E_INDEX_FULL:
+                if app.index_cap < self.config.index_max_entries:
+                    app.grow_index(min(app.index_cap * 2, self.config.index_max_entries))
+                else:
+                    seg = self._roll()
+            else:
+                raise PylogError(f"append failed: {corrupt_reason(rc)}")
+            rc = seg.app.frame(value, key, metadata, attrs, ts)
+            if rc >= 0:
+                return seg
+        raise PylogError(f"append failed: {corrupt_reason(rc)}")
+
+    def append_batch(self, values: Any, keys: Any = None, timestamps: Any = None,
+                     metadata: Any = None) -> int:
+        """Append records in one C call per write buffer; returns the first offset.
+
+        ``values``: a sequence of bytes-likes (None = tombstone). ``keys``, ``metadata``:
+        None, or sequences of the same length (bytes-like or None each). ``timestamps``:
+        None (now), or a sequence of ints that never decreases. All or nothing: a bad
+        element raises before anything is written.
+        """
+        if isinstance(values, (bytes, bytearray, memoryview, str)):
+            raise TypeError("values must be a sequence of bytes-likes, not a single value")
+        try:
+            values = list(values)
+        except TypeError:
+            raise TypeError(f"values must be a sequence of bytes-likes, got {type(values).__name__}") from None
+        n = len(values)
+        if n == 0:
+            raise ValueError("append_batch needs at least one value")
+        cfg = self.config
+        vjoined, vlens = self._join(values, "values", n, nullable=True)
+        kjoined, klens = (None, None) if keys is None else self._join(keys, "keys", n, nullable=True)
+        mjoined, mlens = (None, None) if metadata is None else self._join(metadata, "metadata", n, nullable=True)
+        sizes = vlens.astype(np.int64) % (1 << 32) * (vlens != fmt.NULL_LEN)
+        if klens is not None:
+            sizes += klens.astype(np.int64) * (klens != fmt.NULL_LEN)
+        if mlens is not None:
+            sizes += mlens.astype(np.int64) * (mlens != fmt.NULL_LEN)
+        big = int(sizes.max())
+        if big > cfg.max_record_bytes:
+            raise RecordTooLargeError(big, cfg.max_record_bytes)
+        ts_arr = None
+        if timestamps is not None:
+            if isinstance(timestamps, (bytes, str)):
+                raise TypeError("timestamps must be a sequence of ints")
+            try:
+                ts_arr = np.asarray(list(timestamps))
+            except TypeError:
+                raise TypeError(f"timestamps must be a sequence of ints, got {type(timestamps).__name__}") from None
+            if ts_arr.dtype.kind not in "iu" or ts_arr.ndim != 1:
+                raise TypeError("timestamps must be a sequence of ints (milliseconds since the epoch)")
+            if len(ts_arr) != n:
+                raise ValueError(f"timestamps has {len(ts_arr)} items, values has {n}")
+            ts_arr = ts_arr.astype(np.int64)
+            if int(ts_arr.min()) < 0 or int(ts_arr.max()) > fmt.MAX_TIMESTAMP_MS:
+                raise InvalidTimestampError(f"a timestamp is outside [0, {fmt.MAX_TIMESTAMP_MS}]")
+            if n > 1 and bool((np.diff(ts_arr) < 0).any()):
+                i = int(np.flatnonzero(np.diff(ts_arr) < 0)[0]) + 1
+                raise InvalidTimestampError(f"timestamps[{i}]={int(ts_arr[i])} is below timestamps[{i - 1}]: timestamps never decrease")
+        with self._lock:
+            seg = self._check_writable()
+            mx = seg.app.max_timestamp
+            if ts_arr is not None:
+                if mx is not None and int(ts_arr[0]) < mx:
+                    raise InvalidTimestampError(f"timestamps[0]={int(ts_arr[0])} is below the log's latest timestamp {mx}")
+                default_ts = 0
+            else:
+                default_ts = _now_ms()
+                if mx is not None and default_ts < mx:
+                    default_ts = mx
+            first = seg.app.next_offset
+            done = 0
+            vo = ko = mo = 0  # byte offsets into the joined buffers
+            while done < n:
+                if cfg.segment_ms is not None:
+                    seg = self._maybe_roll_by_time(seg, int(ts_arr[done]) if ts_arr is not None else default_ts)
+                app = seg.app
+                sl = slice(done, None)
+                rc, k = app.frame_batch(
+                    memoryview(vjoined)[vo:], vlens[sl],
+                    None if kjoined is None else memoryview(kjoined)[ko:], None if klens is None else klens[sl],
+                    None if mjoined is None else memoryview(mjoined)[mo:], None if mlens is None else mlens[sl],
+                    None if ts_arr is None else ts_arr[sl], default_ts,
+                )
+                if k:
+                    vo += int(sizes_of(vlens, done, done + k))
+                    if klens is not None:
+                        ko += int(sizes_of(klens, done, done + k))
+                    if mlens is not None:
+                        mo += int(sizes_of(mlens, done, done + k))
+                    done += k
+                if rc == impl.OK:
+                    break
+                if rc == impl.E_SPACE:
+                    if k == 0 and app.used == 0:
+                        one = int(sizes[done]) + fmt.FRAME_HEADER_SIZE
+                        app.reserve(max(one, app.buffer_capacity * 2))
+                    else:
+                        self._write_out(seg)
+                        if app.buffer_capacity < (1 << 20):
+                            app.reserve(min(1 << 22, impl.batch_size(vlens[done:], None if klens is None else klens[done:],
+                                                                      None if mlens is None else mlens[done:])))
+                elif rc == impl.E_SEGMENT_FULL:
+                    seg = self._roll()
+                elif rc == impl.E_INDEX_FULL:
+                    if app.index_cap < cfg.index_max_entries:
+                        app.grow_index(min(app.index_cap * 2, cfg.index_max_entries))
+                    else:
+                        seg = self._roll()
+                elif rc == impl.E_TIMESTAMP:
+                    raise InvalidTimestampError("timestamps never decrease")  # checked above; defensive
+                else:
+                    raise PylogError(f"append_batch failed: {corrupt_reason(rc)}")
+            last = seg.app.next_offset - 1
+            self._after_append(seg, n, default_ts if ts_arr is None else int(ts_arr[-1]))
+        if cfg.fsync == "always":
+            self._wait_durable(last)
+        return first
+
+    @staticmethod
+    def _join(items: Any, what: str, n: int, nullable: bool) -> tuple[bytes, np.ndarray]:
+        if isinstance(items, (bytes, bytearray, memoryview, str)):
+            raise TypeError(f"{what} must be a sequence, not a single value")
+        items = list(items)
+        if len(items) != n:
+            raise ValueError(f"{what} has {len(items)} items, values has {n}")
+        try:
+            joined = b"".join([b"" if x is None else x for x in items])
+            lens = np.fromiter((fmt.NULL_LEN if x is None else len(x) for x in items), dtype=np.uint32, count=n)
+        except TypeError:
+            joined = None  # type: ignore[assignment]
+        if joined is None or any(type(x) is str for x in items):
+            norm = [None if x is None else _as_bytes(x, f"{what}[{i}]") for i, x in enumerate(items)]
+            joined = b"".join([b"" if x is None else x for x in norm])
+            lens = np.fromiter((fmt.NULL_LEN if x is None else len(x) for x in norm), dtype=np.uint32, count=n)
+        elif any(type(x) is not bytes and x is not None for x in items):
+            # bytes-likes with itemsize > 1 must be counted in bytes
+            lens = np.fromiter((fmt.NULL_LEN if x is None else memoryview(x).nbytes for x in items),
+                               dtype=np.uint32, count=n)
+        return joined, lens
+
+    def _after_append(self, seg: ActiveSegment, count: int, ts: int) -> None:
+        """Apply the fsync policy after ``count`` records went into the write buffer."""
+        cfg = self.config
+        if cfg.fsync == "always":
+            seg.write_pending()
+            return
+        self._unflushed += count
+        if cfg.fsync == "interval":
+            if (cfg.flush_messages is not None and self._unflushed >= cfg.flush_messages) or (
+                cfg.flush_ms is not None and _now_ms() - self._last_flush_ms >= cfg.flush_ms
+            ):
+                self._flush_locked()
+
+    def _write_out(self, seg: ActiveSegment) -> None:
+        """Hand buffered bytes to the OS; a failure fences the log."""
+        try:
+            seg.write_pending()
+        except OSError as e:
+            self._fence(e)
+            raise
+
+    def _fence(self, e: BaseException) -> None:
+        self._fenced = e
+        with self._sync_cv:
+            self._sync_cv.notify_all()
+
+    def _wait_durable(self, offset: int) -> None:
+        """Group commit: return once ``offset`` is fsynced, sharing fsyncs among threads."""
+        cv = self._sync_cv
+        with cv:
+            while self._durable_next <= offset:
+                if self._fenced is not None:
+                    raise LogFencedError(f"log {self.path}: fsync failed ({self._fenced}); reopen it")
+                if not self._syncing:
+                    self._syncing = True
+                    break
+                cv.wait()
+            else:
+                return
+        ok = False
+        goal = 0
+        try:
+            with self._lock:
+                seg = self._check_writable()
+                self._write_out(seg)
+                goal = seg.written_next
+                fd = os.dup(seg.store_fd)
+            try:
+                os.fdatasync(fd)
+            except OSError as e:
+                self._fence(e)
+                raise
+            finally:
+                os.close(fd)
+            ok = True
+        finally:
+            with cv:
+                self._syncing = False
+                if ok and goal > self._durable_next:
+                    self._durable_next = goal
+                cv.notify_all()
+
+    def _flush_locked(self) -> None:
+        seg = self._active
+        self._write_out(seg)
+        try:
+            seg.sync()
+        except OSError as e:
+            self._fence(e)
+            raise
+        self._unflushed = 0
+        self._last_flush_ms = _now_ms()
+        with self._sync_cv:
+            self._durable_next = max(self._durable_next, seg.written_next)
+
+    def flush(self) -> None:
+        """Write out buffered appends and fsync them: everything appended so far is durable
+        (acknowledged) when this returns."""
+        with self._lock:
+            self._check_writable()
+            self._flush_locked()
+
+    def _timer_flush(self, now_ms: int) -> None:
+        cfg = self.config
+        if self._closed or self._fenced is not None or not self._unflushed:
+            return
+        if cfg.fsync == "interval" and cfg.flush_ms is not None and now_ms - self._last_flush_ms >= cfg.flush_ms:
+            if self._lock.acquire(blocking=False):
+                try:
+                    if not self._closed and self._fenced is None:
+                        self._flush_locked()
+                finally:
+                    self._lock.release()
+
+    def _exit_flush(self) -> None:
+        if self._closed or self._fenced is not None:
+            return
+        with self._lock:
+            if not self._closed:
+                self._active.write_pending()
+
+    # ------------------------------------------------------------------------------------
+    # rolling
+    def _maybe_roll_by_time(self, seg: ActiveSegment, ts: int) -> ActiveSegment:
+        first = seg.first_timestamp()
+        if first is not None and ts - first >= self.config.segment_ms:  # type: ignore[operator]
+            return self._roll()
+        return seg
+
+    def roll(self) -> None:
+        """Seal the active segment now and start a new one (no-op when it is empty)."""
+        with self._lock:
+            seg = self._check_writable()
+            if seg.next_offset > seg.base_offset:
+                self._roll()
+
+    def _roll(self) -> ActiveSegment:
+        """Seal the active segment (write out, fsync) and create the next one; the recovery
+        point moves to the new base once the directory entry is durable."""
+        old = self._active
+        try:
+            sealed = old.seal(self.config, self._cache)
+            new = ActiveSegment.create(self.path, sealed.next_offset, self.config)
+            fileutil.fsync_dir(self.path)
+            checkpoint.write_recovery_point(self.path, new.base_offset)
+        except OSError as e:
+            self._fence(e)
+            raise
+        self._sealed = [*self._sealed, sealed]
+        self._sealed_bases = [*self._sealed_bases, sealed.base_offset]
+        self._active = new
+        with self._sync_cv:
+            self._durable_next = max(self._durable_next, sealed.next_offset)
+        return new
+
+    # ------------------------------------------------------------------------------------
+    # reading
+    def _out_of_range(self, offset: int) -> OffsetOutOfRangeError:
+        return OffsetOutOfRangeError(offset, self.start_offset, self.next_offset)
+
+    def _sealed_for(self, offset: int) -> SealedSegment | None:
+        i = bisect.bisect_right(self._sealed_bases, offset) - 1
+        return self._sealed[i] if i >= 0 else None
+
+    def read(self, offset: int) -> Record:
+        """The record at ``offset``.
+
+        Raises
+        ------
+        OffsetOutOfRangeError
+            ``offset`` is below ``start_offset`` or at/after ``next_offset``.
+        CorruptRecordError
+            The record's frame fails its CRC (its bytes are never returned).
+        """
+        if type(offset) is not int:
+            offset = _check_offset(offset)
+        active = self._active
+        if offset >= active.base_offset or self._closed:
+            self._check_open()
+            with self._lock:
+                active = self._active
+                if offset >= active.base_offset:
+                    if offset >= active.next_offset and self.readonly:
+                        self.refresh()
+                        return self.read(offset)
+                    if offset >= active.next_offset:
+                        raise self._out_of_range(offset)
+                    return active.read(offset)
+        seg = self._sealed_for(offset)
+        if seg is None or offset < seg.base_offset:
+            raise self._out_of_range(offset)
+        try:
+            return seg.read(offset)
+        except FileNotFoundError:  # retention removed it meanwhile
+            raise self._out_of_range(offset) from None
+
+    def read_batch(self, offset: int, max_bytes: int = 1 << 20, max_records: int | None = None) -> list[Record]:
+        """Records from ``offset`` on (a fetch): at least one record when ``offset`` is below
+        ``next_offset`` (even if it alone is larger than ``max_bytes``), then as many as fit
+        in ``max_bytes`` of frames and ``max_records``. ``[]`` at ``next_offset``.
+        """
+        offset = _check_offset(offset)
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+            raise TypeError(f"max_bytes must be an int, got {type(max_bytes).__name__}")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes={max_bytes} must be >= 0")
+        if max_records is not None:
+            if isinstance(max_records, bool) or not isinstance(max_records, int):
+                raise TypeError(f"max_records must be an int or None, got {type(max_records).__name__}")
+            if max_records < 1:
+                raise ValueError(f"max_records={max_records} must be >= 1")
+        self._check_open()
+        if self.readonly and offset >= self._active.next_offset:
+            self.refresh()
+        out: list[Record] = []
+        left = max_records if max_records is not None else 1 << 62
+        budget = max_bytes
+        while left > 0:
+            recs, rc, bad, used = self._read_segment(offset, budget, left, bool(out))
+            if recs:
+                out.extend(recs)
+                offset += len(recs)
+                left -= len(recs)
+                budget -= used
+            if rc != impl.OK:
+                if not out:
+                    seg = self._sealed_for(offset)
+                    path = seg.store_path if seg is not None and offset < seg.next_offset else self._active.store_path
+                    raise corrupt_error(path, bad, offset, rc)
+                break
+            if not recs or budget <= 0 or offset >= self._active.next_offset:
+                break
+        return out
+
+    def _read_segment(self, offset: int, budget: int, left: int, have: bool) -> tuple[list[Record], int, int, int]:
+        """One segment's part of a fetch: (records, status, bad position, bytes used)."""
+        active = self._active
+        if offset >= active.base_offset:
+            with self._lock:
+                active = self._active
+                if offset >= active.base_offset:
+                    if offset > active.next_offset or (offset == active.next_offset and not have):
+                        if offset == active.next_offset:
+                            return [], impl.OK, 0, 0
+                        raise self._out_of_range(offset)
+                    if offset == active.next_offset:
+                        return [], impl.OK, 0, 0
+                    return self._segment_batch(active, offset, budget, left, have)
+        seg = self._sealed_for(offset)
+        if seg is None or offset < seg.base_offset:
+            raise self._out_of_range(offset)
+        try:
+            return self._segment_batch(seg, offset, budget, left, have)
+        except FileNotFoundError:
+            raise self._out_of_range(offset) from None
+
+    @staticmethod
+    def _segment_batch(seg: Any, offset: int, budget: int, left: int, have: bool) -> tuple[list[Record], int, int, int]:
+        m, f = seg.find(offset)
+        n = min(left, seg.next_offset - offset)
+        rc, frames, end = impl.scan(m.buf, m.length, f[0], offset, n, max(budget, 0))
+        if have and len(frames) and int(frames[0]["frame_size"]) > budget:
+            return [], impl.OK, 0, 0
+        from pylog.segment import build_records
+
+        used = int(frames["frame_size"].sum()) if len(frames) else 0
+        return build_records(m.mv, frames), rc, int(end), used
+
+    def scan(self, start: int | None = None, stop: int | None = None) -> Iterator[Record]:
+        """Iterate records from ``start`` (default ``start_offset``) up to ``stop``
+        (exclusive; default the ``next_offset`` when iteration starts)."""
+        self._check_open()
+        if start is None:
+            start = self.start_offset
+        start = _check_offset(start, "start")
+        if stop is None:
+            stop = self.next_offset
+        stop = _check_offset(stop, "stop")
+        if start > stop:
+            raise ValueError(f"start={start} is after stop={stop}")
+        if start < self.start_offset or stop > self.next_offset:
+            raise OffsetOutOfRangeError(start if start < self.start_offset else stop, self.start_offset, self.next_offset)
+        return self._scan(start, stop)
+
+    def _scan(self, offset: int, stop: int) -> Iterator[Record]:
+        while offset < stop:
+            batch = self.read_batch(offset, max_bytes=8 << 20, max_records=min(8192, stop - offset))
+            if not batch:
+                return
+            yield from batch
+            offset += len(batch)
+
+    def __iter__(self) -> Iterator[Record]:
+        return self.scan()
+
+    def offset_for_time(self, timestamp_ms: int) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp_ms``, or None if there is none."""
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
+            raise TypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
+        ts = int(timestamp_ms)
+        self._check_open()
+        with self._lock:
+            segs: list[Any] = [*self._sealed, self._active]
+            active_max = self._active.app.max_timestamp
+        lo, hi = 0, len(segs)
+        while lo < hi:  # first segment whose newest timestamp is >= ts
+            mid = (lo + hi) // 2
+            s = segs[mid]
+            last = active_max if s is segs[-1] else s.last_timestamp()
+            if last is not None and last >= ts:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == len(segs):
+            return None
+        s = segs[lo]
+        if s is segs[-1]:
+            with self._lock:
+                return s.find_time(ts)
+        return s.find_time(ts)
+
+    def refresh(self) -> None:
+        """Read-only logs: pick up the writer's new records, segments and deletions."""
+        self._check_open()
+        if not self.readonly:
+            return
+        with self._lock:
+            bases = self._list_bases()
+            tail = self._active
+            if not bases:
+                return
+            known = {s.base_offset: s for s in self._sealed}
+            cfg = self.config
+            sealed = []
+            for i, b in enumerate(bases[:-1]):
+                s = known.get(b)
+                if s is None:
+                    s = SealedSegment(self.path, b, bases[i + 1], os.path.getsize(paths(self.path, b)[0]),
+                                      cfg.index_interval_bytes, self._cache)
+                sealed.append(s)
+            from pylog.tail import TailSegment
+
+            if bases[-1] != tail.base_offset:
+                tail = TailSegment(self.path, bases[-1], cfg)
+            else:
+                tail.refresh()
+            self._sealed = sealed
+            self._sealed_bases = [s.base_offset for s in sealed]
+            self._active = tail
+
+    # ------------------------------------------------------------------------------------
+    # truncation and retention
+    def truncate(self, offset: int) -> None:
+        """Drop ``offset`` and every record after it (``next_offset`` becomes ``offset``).
+
+        Views of dropped records stay readable: a mapped file is never cut in place.
+        """
+        offset = _check_offset(offset)
+        with self._lock:
+            active = self._check_writable()
+            start, nxt = self.start_offset, active.next_offset
+            if not start <= offset <= nxt:
+                raise OffsetOutOfRangeError(offset, start, nxt)
+            if offset == nxt:
+                return
+            self._write_out(active)
+            if offset >= active.base_offset:
+                target_base = active.base_offset
+                doomed: list[SealedSegment] = []
+                doomed_files: list[int] = []
+                copy = active.tracker.any_alive()
+                _, f = active.find(offset)
+                active.close_files()
+            else:
+                seg = self._sealed_for(offset)
+                assert seg is not None
+                target_base = seg.base_offset
+                i = self._sealed.index(seg)
+                doomed = self._sealed[i + 1 :]
+                _, f = seg.find(offset)
+                self._cache.discard(seg)
+                copy = seg.tracker.any_alive()
+                active.close_files()
+                doomed_files = [active.base_offset]
+            try:
+                if offset < active.base_offset:
+                    self._delete_files([s.base_offset for s in doomed] + doomed_files)
+                fileutil.shrink_file(paths(self.path, target_base)[0], f[0], copy=copy)
+                new, _cut = ActiveSegment.recover(self.path, target_base, self.config, save_broken=False)
+                checkpoint.write_recovery_point(self.path, target_base)
+            except OSError as e:
+                self._fence(e)
+                raise
+            keep = [s for s in self._sealed if s.base_offset < target_base]
+            for s in self._sealed:
+                if s.base_offset >= target_base:
+                    self._cache.discard(s)
+            self._sealed = keep
+            self._sealed_bases = [s.base_offset for s in keep]
+            self._active = new
+            with self._sync_cv:
+                self._durable_next = min(self._durable_next, new.next_offset)
+
+    def _delete_files(self, bases: Iterable[int]) -> None:
+        """Delete segments crash-safely: rename to .deleted, fsync dir, unlink."""
+        renamed = []
+        for b in bases:
+            for p in paths(self.path, b):
+                try:
+                    os.rename(p, p + fmt.DELETED_SUFFIX)
+                    renamed.append(p + fmt.DELETED_SUFFIX)
+                except FileNotFoundError:
+                    pass
+        fileutil.fsync_dir(self.path)
+        for p in renamed:
+            os.unlink(p)
+        if renamed:
+            fileutil.fsync_dir(self.path)
+
+    def _drop_oldest(self, count: int) -> int:
+        if count <= 0:
+            return 0
+        doomed = self._sealed[:count]
+        for s in doomed:
+            self._cache.discard(s)
+        self._sealed = self._sealed[count:]
+        self._sealed_bases = self._sealed_bases[count:]
+        try:
+            self._delete_files([s.base_offset for s in doomed])
+        except OSError as e:
+            self._fence(e)
+            raise
+        return count
+
+    def remove_expired(self, max_age_ms: int) -> int:
+        """Delete sealed segments whose newest record is older than ``max_age_ms``
+        (never the active segment); returns how many were deleted."""
+        if isinstance(max_age_ms, bool) or not isinstance(max_age_ms, int):
+            raise TypeError(f"max_age_ms must be an int, got {type(max_age_ms).__name__}")
+        if max_age_ms < 0:
+            raise ValueError(f"max_age_ms={max_age_ms} must be >= 0")
+        with self._lock:
+            self._check_writable()
+            cutoff = _now_ms() - max_age_ms
+            count = 0
+            for s in self._sealed:
+                last = s.last_timestamp()
+                if last is None or last < cutoff:
+                    count += 1
+                else:
+                    break
+            return self._drop_oldest(count)
+
+    def enforce_retention(self) -> int:
+        """Apply ``retention_ms`` and ``retention_bytes`` (whole sealed segments, oldest
+        first, never the active one); returns how many segments were deleted."""
+        cfg = self.config
+        removed = 0
+        if cfg.retention_ms is not None:
+            removed += self.remove_expired(cfg.retention_ms)
+        if cfg.retention_bytes is not None:
+            with self._lock:
+                self._check_writable()
+                total = sum(s.size for s in self._sealed) + self._active.size
+                count = 0
+                for s in self._sealed:
+                    if total - s.size >= cfg.retention_bytes:
+                        total -= s.size
+                        count += 1
+                    else:
+                        break
+                removed += self._drop_oldest(count)
+        return removed
+
+    # ------------------------------------------------------------------------------------
+    # checking
+    def verify(self, progress: Any = None) -> list[CorruptRecordError]:
+        """CRC-check every frame of every segment. Returns the bad frames, one
+        CorruptRecordError each (an empty list, so falsy, when all is well). ``progress``,
+        if given, is called with the bytes checked after each segment."""
+        self._check_open()
+        with self._lock:
+            segs: list[Any] = [*self._sealed, self._active]
+        bad: list[CorruptRecordError] = []
+        for i, s in enumerate(segs):
+            expected = segs[i + 1].base_offset if i + 1 < len(segs) else None
+            if s is segs[-1]:
+                with self._lock:
+                    bad.extend(s.verify(None))
+            else:
+                try:
+                    bad.extend(s.verify(expected))
+                except FileNotFoundError:
+                    continue
+            if progress is not None:
+                progress(s.size)
+        return bad
+
+    # ------------------------------------------------------------------------------------
+    # closing
+    def close(self) -> None:
+        """Write out and fsync everything, mark a clean shutdown, release the lock.
+        Record views already handed out stay valid. Closing twice is harmless."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            flusher.unregister(self)
+            try:
+                if not self.readonly:
+                    active = self._active
+                    if self._fenced is None:
+                        active.write_pending()
+                        active.sync(indexes=True)
+                        checkpoint.write_recovery_point(self.path, active.next_offset)
+                        checkpoint.write_clean(self.path, checkpoint.CleanState(
+                            active.next_offset, active.base_offset, active.written, active.app.max_timestamp))
+                    active.close_files()
+                else:
+                    self._active.close_files()
+            finally:
+                self._cache.clear()
+                self._release_lock()
+
+    def remove(self) -> None:
+        """Close the log and delete its files (and its directory, if nothing else is in it)."""
+        if not self._closed:
+            self.close()
+        if self.readonly:
+            raise ReadOnlyLogError(f"log {self.path} was opened read-only")
+        for name in os.listdir(self.path):
+            ours = name in (fmt.CONFIG_FILE, fmt.CHECKPOINT_FILE, fmt.CLEAN_SHUTDOWN_FILE, fmt.LOCK_FILE) or any(
+                fmt.parse_segment_name(name.split(".", 1)[0] + s, s) is not None
+                for s in (fmt.STORE_SUFFIX, fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX)
+            )
+            if ours:
+                os.unlink(os.path.join(self.path, name))
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed and not self.readonly and self._fenced is None:
+                self._active.write_pending()
+        except Exception:
+            pass
+
+
+def sizes_of(lens: np.ndarray, a: int, b: int) -> int:
+    part = lens[a:b]
+    return int(part[part != fmt.NULL_LEN].sum(dtype=np.int64))
+
+
+def corrupt_reason(rc: int) -> str:
+    from pylog.segment import reason
+
+    return reason(rc)
+

@@ -1,0 +1,494 @@
+"""One segment: a store file plus its offset index and time index.
+
+* :class:`SealedSegment`: immutable. Its files are mapped read-only on first use and kept
+  in the log's LRU (:mod:`pylog.cache`); record values are memoryviews over the map.
+* :class:`ActiveSegment`: the one segment taking writes. Appends are framed by the C core
+  into a user-space write buffer and handed to the OS in whole-buffer ``pwrite`` calls;
+  its index entries live in memory (and are appended to the index files). Reads go through
+  a read-only map of the written bytes, made anew when the file has grown.
+
+This module is the one place that turns the C core's status codes into exceptions
+(:func:`corrupt_error`).
+"""
+from __future__ import annotations
+
+import os
+import struct
+from itertools import repeat
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+
+from pylog import fileutil, index
+from pylog import format as fmt
+from pylog import store as store_mod
+from pylog._backend import impl
+from pylog.errors import CorruptRecordError
+from pylog.record import Record, new_record
+
+if TYPE_CHECKING:
+    from pylog.cache import SegmentCache
+
+_REASONS = {
+    impl.E_SHORT: "torn frame: the file ends inside it",
+    impl.E_CRC: "CRC32C mismatch",
+    impl.E_LENGTH: "impossible length field",
+    impl.E_OFFSET: "unexpected offset (offsets must be consecutive)",
+    impl.E_ATTRIBUTES: "unknown attribute bits or inconsistent null flags",
+    impl.E_ARG: "bad argument",
+}
+_TIX_TS = struct.Struct("<q")
+_U64_MAX = (1 << 64) - 1
+_SCAN_CHUNK = 4096
+
+
+def reason(rc: int) -> str:
+    return _REASONS.get(rc, f"status {rc}")
+
+
+def corrupt_error(path: str, position: int, offset: int | None, rc: int) -> CorruptRecordError:
+    """The exception for a bad frame found by the C core."""
+    return CorruptRecordError(path, position, offset, reason(rc))
+
+
+def paths(dirpath: str, base: int) -> tuple[str, str, str]:
+    """(store, offset index, time index) paths of a segment."""
+    return (
+        os.path.join(dirpath, fmt.segment_name(base, fmt.STORE_SUFFIX)),
+        os.path.join(dirpath, fmt.segment_name(base, fmt.INDEX_SUFFIX)),
+        os.path.join(dirpath, fmt.segment_name(base, fmt.TIMEINDEX_SUFFIX)),
+    )
+
+
+def build_records(mv: memoryview, frames: np.ndarray) -> list[Record]:
+    """Records for scanned frames, with zero-copy slices of ``mv`` (no per-record C call)."""
+    n = len(frames)
+    if n == 0:
+        return []
+    offsets = frames["offset"].tolist()
+    stamps = frames["timestamp"].tolist()
+    attrs = frames["attributes"]
+    start = frames["position"] + fmt.FRAME_HEADER_SIZE
+    klen = frames["key_length"].astype(np.uint64)
+    mlen = frames["metadata_length"].astype(np.uint64)
+    getitem = mv.__getitem__
+    mstart = start + klen
+    vstart = mstart + mlen
+    values: Iterable = list(map(getitem, map(slice, vstart.tolist(), (vstart + frames["value_length"]).tolist())))
+    null_k = (attrs & fmt.ATTR_NULL_KEY) != 0
+    null_m = (attrs & fmt.ATTR_NULL_METADATA) != 0
+    null_v = (attrs & fmt.ATTR_NULL_VALUE) != 0
+    if null_k.all():
+        keys: Iterable = repeat(None)
+    else:
+        keys = list(map(getitem, map(slice, start.tolist(), mstart.tolist())))
+        for i in np.flatnonzero(null_k).tolist():
+            keys[i] = None
+    if null_m.all():
+        metas: Iterable = repeat(None)
+    else:
+        metas = list(map(getitem, map(slice, mstart.tolist(), vstart.tolist())))
+        for i in np.flatnonzero(null_m).tolist():
+            metas[i] = None
+    if null_v.any():
+        for i in np.flatnonzero(null_v).tolist():
+            values[i] = None  # type: ignore[index]
+    return list(map(new_record, repeat(Record, n), zip(offsets, stamps, keys, values, metas)))
+
+
+def record_at(mv: memoryview, f: tuple) -> Record:
+    """The Record of one decoded frame tuple."""
+    pos, off, ts, _size, attrs, klen, mlen, vlen, _crc = f
+    p = pos + fmt.FRAME_HEADER_SIZE
+    key = None if attrs & 1 else mv[p : p + klen]
+    p += klen
+    meta = None if attrs & 2 else mv[p : p + mlen]
+    p += mlen
+    value = None if attrs & 4 else mv[p : p + vlen]
+    return new_record(Record, (off, ts, key, value, meta))
+
+
+class _Reader:
+    """What both kinds of segment share: finding, reading and scanning frames of a map."""
+
+    __slots__ = ()
+    base_offset: int
+    store_path: str
+
+    # subclasses provide _view(): (StoreMap, index Buffer, n_index, timeindex Buffer)
+    def _view(self, upto: int | None = None):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _locate_slow(self, m, target: int) -> tuple:
+        """Find ``target`` by a CRC-checked walk from the start: the index was no help."""
+        pos = fmt.FILE_HEADER_SIZE
+        expected = self.base_offset
+        while True:
+            rc, frames, end = impl.scan(m.buf, m.length, pos, expected, _SCAN_CHUNK, _U64_MAX)
+            for f in frames:
+                if int(f["offset"]) == target:
+                    return tuple(f.tolist())
+            if rc != impl.OK:
+                raise corrupt_error(self.store_path, int(end), target, rc)
+            if not len(frames):
+                raise corrupt_error(self.store_path, int(end), target, impl.E_SHORT)
+            expected += len(frames)
+            pos = int(end)
+
+    def find(self, target: int) -> tuple[object, tuple]:
+        """(map, frame tuple) of the record at ``target`` (which must lie in this segment)."""
+        m, ibuf, n, _ = self._view(target)
+        rc, f = impl.find(m.buf, m.length, ibuf, n, self.base_offset, target)
+        if rc:
+            f = self._locate_slow(m, target)
+        return m, f
+
+    def read(self, target: int) -> Record:
+        m, ibuf, n, _ = self._view(target)
+        rc, f = impl.find(m.buf, m.length, ibuf, n, self.base_offset, target)
+        if rc:
+            f = self._locate_slow(m, target)
+        return record_at(m.mv, f)
+
+    def read_batch(self, target: int, max_bytes: int, max_records: int) -> tuple[list[Record], int, int]:
+        """Records from ``target``: ``(records, status, bad_position)``. ``status`` is OK, or
+        why the scan stopped before the budget ran out (records before it are returned)."""
+        m, f = self.find(target)
+        rc, frames, end = impl.scan(m.buf, m.length, f[0], target, max_records, max_bytes)
+        return build_records(m.mv, frames), rc, int(end)
+
+    def find_time(self, ts: int) -> int | None:
+        """First offset in this segment with timestamp >= ts, or None."""
+        m, _, n, tbuf = self._view(None)
+        rc, f = impl.find_time(m.buf, m.length, tbuf, n, ts)
+        if rc == impl.E_NOT_FOUND:
+            return None
+        if rc:
+            raise corrupt_error(self.store_path, fmt.FILE_HEADER_SIZE, None, rc)
+        return f[1]
+
+    def verify(self, expected_next: int | None) -> list[CorruptRecordError]:
+        """CRC-check every frame of the segment; the bad ones (at most one: a walk cannot
+        resync past a broken length field)."""
+        m, *_ = self._view(None)
+        a = impl.Appender(self.base_offset, next_offset=self.base_offset, position=fmt.FILE_HEADER_SIZE,
+                          max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None,
+                          index_interval=1 << 31, bytes_since_index=0, index_cap=1, buffer_bytes=0)
+        rc, _n = a.recover(m.buf, m.length)
+        if rc != impl.OK:
+            return [corrupt_error(self.store_path, a.position, a.next_offset, rc)]
+        if expected_next is not None and a.next_offset != expected_next:
+            return [CorruptRecordError(self.store_path, a.position, a.next_offset,
+                                       f"segment ends at offset {a.next_offset}, the next one starts at {expected_next}")]
+        return []
+
+
+class _SealedMaps:
+    __slots__ = ("store", "index", "timeindex")
+
+    def __init__(self, store: store_mod.StoreMap, idx: index.MappedIndex, tidx: index.MappedIndex) -> None:
+        self.store = store
+        self.index = idx
+        self.timeindex = tidx
+
+
+class SealedSegment(_Reader):
+    """An immutable segment: ``[base_offset, next_offset)`` in ``size`` bytes of store."""
+
+    __slots__ = ("dir", "base_offset", "next_offset", "size", "store_path", "index_interval",
+                 "_maps", "_cache", "tracker")
+
+    def __init__(self, dirpath: str, base_offset: int, next_offset: int, size: int,
+                 index_interval: int, cache: "SegmentCache") -> None:
+        self.dir = dirpath
+        self.base_offset = base_offset
+        self.next_offset = next_offset
+        self.size = size
+        self.store_path = paths(dirpath, base_offset)[0]
+        self.index_interval = index_interval
+        self._maps: _SealedMaps | None = None
+        self._cache = cache
+        self.tracker = store_mod.MapTracker()
+
+    def __repr__(self) -> str:
+        return f"<SealedSegment [{self.base_offset}, {self.next_offset}) {self.size} B>"
+
+    @property
+    def is_mapped(self) -> bool:
+        return self._maps is not None
+
+    def maps(self) -> _SealedMaps:
+        m = self._maps
+        if m is None:
+            return self._open()
+        self._cache.touch(self)
+        return m
+
+    def _view(self, upto: int | None = None):
+        m = self._maps
+        if m is None:
+            m = self._open()
+        else:
+            self._cache.touch(self)
+        return m.store, m.index.buf, m.index.n, m.timeindex.buf
+
+    def _open(self) -> _SealedMaps:
+        sp, ip, tp = paths(self.dir, self.base_offset)
+        fd = os.open(sp, os.O_RDONLY)
+        try:
+            st = store_mod.StoreMap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        self.tracker.add(st)
+        idx = index.open_mapped(ip, fmt.INDEX_SUFFIX, self.base_offset, st.length)
+        tidx = index.open_mapped(tp, fmt.TIMEINDEX_SUFFIX, self.base_offset, st.length)
+        if idx is None or tidx is None or idx.n != tidx.n or (st.length > fmt.FILE_HEADER_SIZE and idx.n == 0):
+            idx, tidx = self._rebuild_index(st)
+        m = _SealedMaps(st, idx, tidx)
+        self._maps = m
+        self._cache.add(self)
+        return m
+
+    def _rebuild_index(self, st: store_mod.StoreMap) -> tuple[index.MappedIndex, index.MappedIndex]:
+        """Rebuild both index files from the store (they are hints), atomically."""
+        a = impl.Appender(self.base_offset, next_offset=self.base_offset, position=fmt.FILE_HEADER_SIZE,
+                          max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None,
+                          index_interval=self.index_interval, bytes_since_index=self.index_interval,
+                          index_cap=64, buffer_bytes=0)
+        a.recover(st.buf, st.length)  # a bad frame stops it; reads past it raise later
+        n = a.index_count
+        sp, ip, tp = paths(self.dir, self.base_offset)
+        index.write(ip, fmt.INDEX_SUFFIX, self.base_offset, a.index_bytes(0, n))
+        index.write(tp, fmt.TIMEINDEX_SUFFIX, self.base_offset, a.timeindex_bytes(0, n))
+        idx = index.open_mapped(ip, fmt.INDEX_SUFFIX, self.base_offset, st.length)
+        tidx = index.open_mapped(tp, fmt.TIMEINDEX_SUFFIX, self.base_offset, st.length)
+        assert idx is not None and tidx is not None
+        return idx, tidx
+
+    def unmap(self) -> None:
+        """Drop this segment's maps. Never unmaps under a live view or a running C call:
+        the maps go when their last reference does."""
+        self._maps = None
+
+    def first_timestamp(self) -> int | None:
+        m = self.maps()
+        if m.timeindex.n == 0:
+            return None
+        return int(m.timeindex.array[0]["timestamp"])
+
+    def last_timestamp(self) -> int | None:
+        """Timestamp of the segment's last record (its largest: timestamps never decrease)."""
+        if self.next_offset == self.base_offset:
+            return None
+        _m, f = self.find(self.next_offset - 1)
+        return f[2]
+
+    def index_array(self) -> np.ndarray:
+        """The offset index as a read-only numpy structured array (a view of the map)."""
+        return self.maps().index.array
+
+    def timeindex_array(self) -> np.ndarray:
+        """The time index as a read-only numpy structured array (a view of the map)."""
+        return self.maps().timeindex.array
+
+
+class ActiveSegment(_Reader):
+    """The segment taking appends.
+
+    ``written`` bytes of the store file are with the OS; the appender's write buffer holds
+    framed records after them. ``app.next_offset`` counts both; ``written_next`` only the
+    written ones.
+    """
+
+    __slots__ = ("dir", "base_offset", "store_path", "index_path", "timeindex_path", "app",
+                 "store_fd", "index_fd", "timeindex_fd", "written", "written_next",
+                 "index_written", "_map", "tracker", "preallocated")
+
+    def __init__(self, dirpath: str, base_offset: int, app, written: int, index_written: int,
+                 preallocated: bool = False) -> None:
+        self.dir = dirpath
+        self.base_offset = base_offset
+        self.store_path, self.index_path, self.timeindex_path = paths(dirpath, base_offset)
+        self.app = app
+        self.written = written
+        self.written_next = app.next_offset
+        self.index_written = index_written
+        self.preallocated = preallocated
+        self._map: store_mod.StoreMap | None = None
+        self.tracker = store_mod.MapTracker()
+        self.store_fd = os.open(self.store_path, os.O_RDWR)
+        try:
+            self.index_fd = os.open(self.index_path, os.O_RDWR)
+            self.timeindex_fd = os.open(self.timeindex_path, os.O_RDWR)
+        except BaseException:
+            os.close(self.store_fd)
+            raise
+
+    def __repr__(self) -> str:
+        return f"<ActiveSegment [{self.base_offset}, {self.app.next_offset}) {self.app.position} B>"
+
+    # -- construction ----------------------------------------------------------------------
+    @staticmethod
+    def _appender(base: int, config, *, next_offset: int, position: int, max_ts: int | None,
+                  bytes_since: int):
+        return impl.Appender(
+            base, next_offset=next_offset, position=position, max_position=config.segment_bytes,
+            max_timestamp=max_ts, index_interval=config.index_interval_bytes,
+            bytes_since_index=bytes_since, index_cap=64, buffer_bytes=config.write_buffer_bytes,
+        )
+
+    @classmethod
+    def create(cls, dirpath: str, base: int, config) -> "ActiveSegment":
+        """New, empty segment files (the caller fsyncs the directory)."""
+        sp, ip, tp = paths(dirpath, base)
+        for p, suffix in ((ip, fmt.INDEX_SUFFIX), (tp, fmt.TIMEINDEX_SUFFIX)):
+            os.close(index.create(p, suffix, base))
+        fd = store_mod.create(sp, base, config.segment_bytes if config.preallocate else 0)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        app = cls._appender(base, config, next_offset=base, position=fmt.FILE_HEADER_SIZE,
+                            max_ts=None, bytes_since=config.index_interval_bytes)
+        return cls(dirpath, base, app, fmt.FILE_HEADER_SIZE, 0, preallocated=config.preallocate)
+
+    @classmethod
+    def open_clean(cls, dirpath: str, base: int, config, *, next_offset: int, size: int,
+                   max_timestamp: int | None) -> "ActiveSegment | None":
+        """Reopen after a clean shutdown from the index files alone (no record data read).
+        None when the index files do not fit the recorded state (the caller recovers)."""
+        sp, ip, tp = paths(dirpath, base)
+        ib = index.read_entries(ip, fmt.INDEX_SUFFIX, base)
+        tb = index.read_entries(tp, fmt.TIMEINDEX_SUFFIX, base)
+        if ib is None or tb is None:
+            return None
+        n = len(ib) // fmt.INDEX_ENTRY_SIZE
+        if len(tb) // fmt.TIMEINDEX_ENTRY_SIZE != n or (n == 0) != (next_offset == base):
+            return None
+        if n and not (index.check(fmt.INDEX_SUFFIX, impl.Buffer(ib), n, size)
+                      and index.check(fmt.TIMEINDEX_SUFFIX, impl.Buffer(tb), n, size)):
+            return None
+        last_pos = struct.unpack_from("<I", ib, len(ib) - 4)[0] if n else None
+        app = cls._appender(
+            base, config, next_offset=next_offset, position=size, max_ts=max_timestamp,
+            bytes_since=(size - last_pos) if last_pos is not None else config.index_interval_bytes,
+        )
+        app.load_index(ib, tb)
+        return cls(dirpath, base, app, size, n)
+
+    @classmethod
+    def recover(cls, dirpath: str, base: int, config, *, save_broken: bool = True) -> tuple["ActiveSegment", int]:
+        """Reopen by walking every frame (CRC-checked): cut the store at the first torn or
+        bad frame (after saving the cut bytes to ``.broken``), rebuild both indexes.
+        Returns (segment, bytes cut)."""
+        sp, ip, tp = paths(dirpath, base)
+        fd = os.open(sp, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, fmt.FILE_HEADER_SIZE, 0)
+            rc, hbase = impl.header_check(head, fmt.STORE_MAGIC)
+            if rc != impl.OK or hbase != base:
+                # torn at creation (or a bad header): the name is the truth
+                fileutil.pwrite_all(fd, impl.header_encode(fmt.STORE_MAGIC, base), 0)
+                size = max(size, fmt.FILE_HEADER_SIZE)
+            st = store_mod.StoreMap(fd, size)
+        finally:
+            os.close(fd)
+        app = cls._appender(base, config, next_offset=base, position=fmt.FILE_HEADER_SIZE,
+                            max_ts=None, bytes_since=config.index_interval_bytes)
+        app.recover(st.buf, st.length)
+        end = app.position
+        cut = size - end
+        if cut:
+            if save_broken:
+                with open(sp + fmt.BROKEN_SUFFIX, "wb") as f:
+                    f.write(st.mv[end : end + min(cut, 16 << 20)])
+            del st
+            fileutil.shrink_file(sp, end, copy=False)
+        else:
+            del st
+        n = app.index_count
+        index.write(ip, fmt.INDEX_SUFFIX, base, app.index_bytes(0, n))
+        index.write(tp, fmt.TIMEINDEX_SUFFIX, base, app.timeindex_bytes(0, n))
+        if config.preallocate and hasattr(os, "posix_fallocate"):
+            pfd = os.open(sp, os.O_RDWR)
+            try:
+                os.posix_fallocate(pfd, 0, max(config.segment_bytes, end))
+            finally:
+                os.close(pfd)
+        seg = cls(dirpath, base, app, end, n, preallocated=config.preallocate)
+        return seg, cut
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def next_offset(self) -> int:
+        return self.app.next_offset
+
+    @property
+    def size(self) -> int:
+        return self.app.position
+
+    def first_timestamp(self) -> int | None:
+        if self.app.index_count == 0:
+            return None
+        return _TIX_TS.unpack(self.app.timeindex_bytes(0, 1)[:8])[0]
+
+    # -- writing --------------------------------------------------------------------------
+    def write_pending(self) -> None:
+        """Hand the write buffer and new index entries to the OS (no fsync)."""
+        app = self.app
+        if app.used:
+            fileutil.pwrite_all(self.store_fd, app.pending(), self.written)
+            self.written += app.used
+            app.drain()
+        self.written_next = app.next_offset
+        c = app.index_count
+        if c > self.index_written:
+            h = fmt.FILE_HEADER_SIZE
+            fileutil.pwrite_all(self.index_fd, app.index_bytes(self.index_written, c),
+                                h + self.index_written * fmt.INDEX_ENTRY_SIZE)
+            fileutil.pwrite_all(self.timeindex_fd, app.timeindex_bytes(self.index_written, c),
+                                h + self.index_written * fmt.TIMEINDEX_ENTRY_SIZE)
+            self.index_written = c
+
+    def write_direct(self, data) -> None:
+        """Write framed bytes that did not go through the write buffer (a huge record)."""
+        fileutil.pwrite_all(self.store_fd, data, self.written)
+        self.written += len(data)
+
+    def sync(self, *, indexes: bool = False) -> None:
+        """fdatasync the store (and the index files)."""
+        os.fdatasync(self.store_fd)
+        if indexes:
+            os.fdatasync(self.index_fd)
+            os.fdatasync(self.timeindex_fd)
+
+    def seal(self, config, cache: "SegmentCache") -> SealedSegment:
+        """Write out, fsync and close: the segment becomes a SealedSegment."""
+        self.write_pending()
+        if self.preallocated and os.fstat(self.store_fd).st_size != self.written:
+            os.ftruncate(self.store_fd, self.written)
+        self.sync(indexes=True)
+        self.close_files()
+        return SealedSegment(self.dir, self.base_offset, self.app.next_offset, self.written,
+                             config.index_interval_bytes, cache)
+
+    def close_files(self) -> None:
+        for fd in (self.store_fd, self.index_fd, self.timeindex_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.store_fd = self.index_fd = self.timeindex_fd = -1
+        self._map = None
+
+    # -- reading ---------------------------------------------------------------------------
+    def _view(self, upto: int | None = None):
+        if upto is None or upto >= self.written_next:
+            self.write_pending()
+        m = self._map
+        if m is None or m.length < self.written:
+            m = self._map = store_mod.StoreMap(self.store_fd, self.written)
+            self.tracker.add(m)
+        app = self.app
+        return m, app.index_view(), app.index_count, app.timeindex_view()

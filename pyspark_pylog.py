@@ -1,0 +1,1 @@
+from pylog.spark import PylogDataSource as DefaultSource  # noqa: F401
