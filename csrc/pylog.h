@@ -28,6 +28,8 @@
 #define PLOG_ATTR_NULL_VALUE 4
 #define PLOG_ATTR_KNOWN 7
 #define PLOG_NULL_LEN 4294967295
+#define PLOG_HEADER_COMPACTED 1
+#define PLOG_GAPS 1
 
 enum plog_status {
     PLOG_OK = 0,
@@ -81,6 +83,7 @@ typedef struct {
     uint8_t *timeindex;       /* time index entries, 16 bytes each */
     uint64_t timeindex_count;
     uint64_t timeindex_cap;
+    uint32_t flags;           /* PLOG_GAPS: offsets may skip (a compacted segment) */
 } plog_appender;
 
 /* CRC32C (Castagnoli). crc is the running value, 0 to start. */
@@ -117,7 +120,7 @@ int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_
 
 /* Decode up to max_out valid frames from start, stopping after max_bytes of frames. */
 int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset,
-              plog_frame *out, size_t max_out, uint64_t max_bytes,
+              int gaps, plog_frame *out, size_t max_out, uint64_t max_bytes,
               size_t *n_out, uint64_t *end_position);
 
 /* Index search: largest entry with relative offset <= rel (returns slot), or NOT_FOUND. */
@@ -128,16 +131,17 @@ int plog_timeindex_lookup(const uint8_t *tindex, size_t n, int64_t ts, size_t *s
 int plog_index_check(const uint8_t *index, size_t n, uint64_t store_len, size_t *bad_slot);
 int plog_timeindex_check(const uint8_t *tindex, size_t n, uint64_t store_len, size_t *bad_slot);
 
-/* Find the frame of offset target (CRC verified) using the index as a hint. */
+/* Find the first frame with offset >= target (CRC verified) using the index as a hint. */
 int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_index,
-              uint64_t base_offset, uint64_t target, plog_frame *out);
+              uint64_t base_offset, uint64_t target, int gaps, plog_frame *out);
 /* Find the first frame with timestamp >= ts (CRC verified). */
 int plog_find_time(const uint8_t *buf, size_t len, const uint8_t *tindex, size_t n_tindex,
                    int64_t ts, plog_frame *out);
 
 /* Encode / check a 32-byte file header. */
-int plog_header_encode(uint8_t *dst, const uint8_t *magic, uint64_t base_offset);
-int plog_header_check(const uint8_t *src, size_t len, const uint8_t *magic, uint64_t *base_offset);
+int plog_header_encode(uint8_t *dst, const uint8_t *magic, uint64_t base_offset, uint32_t flags);
+int plog_header_check(const uint8_t *src, size_t len, const uint8_t *magic, uint64_t *base_offset,
+                      uint32_t *flags);
 /* CDEF END */
 
 #endif

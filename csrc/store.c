@@ -53,26 +53,29 @@ static inline void st64(uint8_t *p, uint64_t v) {
 
 /* ---- file headers ----------------------------------------------------------------------- */
 
-int plog_header_encode(uint8_t *dst, const uint8_t *magic, uint64_t base_offset) {
+int plog_header_encode(uint8_t *dst, const uint8_t *magic, uint64_t base_offset, uint32_t flags) {
     memcpy(dst, magic, 8);
     dst[8] = PLOG_VERSION & 0xff;
     dst[9] = (PLOG_VERSION >> 8) & 0xff;
     dst[10] = PLOG_FILE_HEADER_SIZE;
     dst[11] = 0;
-    st32(dst + 12, 0);
+    st32(dst + 12, flags);
     st64(dst + 16, base_offset);
     st32(dst + 24, 0);
     st32(dst + 28, plog_crc32c(0, dst, 28));
     return PLOG_OK;
 }
 
-int plog_header_check(const uint8_t *src, size_t len, const uint8_t *magic, uint64_t *base_offset) {
+int plog_header_check(const uint8_t *src, size_t len, const uint8_t *magic, uint64_t *base_offset,
+                      uint32_t *flags) {
     if (len < PLOG_FILE_HEADER_SIZE) return PLOG_E_SHORT;
     if (memcmp(src, magic, 8) != 0) return PLOG_E_ARG;
     if (ld32(src + 28) != plog_crc32c(0, src, 28)) return PLOG_E_CRC;
     if ((src[8] | (src[9] << 8)) != PLOG_VERSION) return PLOG_E_ATTRIBUTES;
     if ((src[10] | (src[11] << 8)) != PLOG_FILE_HEADER_SIZE) return PLOG_E_LENGTH;
+    if (ld32(src + 12) & ~(uint32_t)PLOG_HEADER_COMPACTED) return PLOG_E_ATTRIBUTES;
     *base_offset = ld64(src + 16);
+    *flags = ld32(src + 12);
     return PLOG_OK;
 }
 
@@ -273,7 +276,11 @@ int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_
     while (st->position < len) {
         int rc = frame_decode(buf, len, st->position, 1, &f);
         if (rc) return rc;
-        if (f.offset != st->next_offset) return PLOG_E_OFFSET;
+        if (f.offset != st->next_offset &&
+            !((st->flags & PLOG_GAPS) && f.offset > st->next_offset &&
+              f.offset - st->base_offset < 0xffffffffu))
+            return PLOG_E_OFFSET;
+        st->next_offset = f.offset;
         int need_index = st->bytes_since_index >= st->index_interval;
         if (need_index) {
             if (st->index && st->index_count >= st->index_cap) return PLOG_E_INDEX_FULL;
@@ -290,7 +297,7 @@ int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_
     return PLOG_OK;
 }
 
-int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset,
+int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset, int gaps,
               plog_frame *out, size_t max_out, uint64_t max_bytes, size_t *n_out,
               uint64_t *end_position) {
     uint64_t pos = start, used = 0;
@@ -301,11 +308,13 @@ int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_of
         plog_frame *f = &out[n];
         int rc = frame_decode(buf, len, pos, 1, f);
         if (rc) return rc;
-        if (expected_offset != UINT64_MAX && f->offset != expected_offset) return PLOG_E_OFFSET;
+        if (expected_offset != UINT64_MAX && f->offset != expected_offset &&
+            !(gaps && f->offset > expected_offset))
+            return PLOG_E_OFFSET;
         if (n > 0 && used + f->frame_size > max_bytes) break;
         used += f->frame_size;
         pos += f->frame_size;
-        if (expected_offset != UINT64_MAX) expected_offset++;
+        if (expected_offset != UINT64_MAX) expected_offset = f->offset + 1;
         *n_out = ++n;
         *end_position = pos;
     }
@@ -313,7 +322,7 @@ int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_of
 }
 
 int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_index,
-              uint64_t base_offset, uint64_t target, plog_frame *out) {
+              uint64_t base_offset, uint64_t target, int gaps, plog_frame *out) {
     if (target < base_offset || target - base_offset > 0xffffffffu) return PLOG_E_NOT_FOUND;
     uint64_t pos = PLOG_FILE_HEADER_SIZE;
     size_t slot;
@@ -328,11 +337,8 @@ int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_ind
         uint32_t body = ld32(p);
         uint64_t off = ld64(p + 8);
         if (body < BODY_FIXED || body > MAX_BODY) return PLOG_E_LENGTH;
-        if (!first && off != prev + 1) return PLOG_E_OFFSET;
-        if (off == target) {
-            int rc = frame_decode(buf, len, pos, 1, out);
-            return rc;
-        }
+        if (!first && (gaps ? off <= prev : off != prev + 1)) return PLOG_E_OFFSET;
+        if (off == target || (gaps && off > target)) return frame_decode(buf, len, pos, 1, out);
         if (off > target) return PLOG_E_OFFSET;
         prev = off;
         first = 0;

@@ -21,6 +21,7 @@ from pylog.errors import (
     LogFencedError,
     LogLockedError,
     OffsetMismatchError,
+    OffsetRemovedError,
     OffsetOutOfRangeError,
     PylogError,
     ReadOnlyLogError,
@@ -51,7 +52,7 @@ def crc32c(data: bytes, value: int = 0) -> int:
 __all__ = [
     "Log", "LogConfig", "Record", "crc32c", "backend", "backend_features", "__version__",
     "PylogError", "OffsetOutOfRangeError", "CorruptRecordError", "CorruptIndexError",
-    "RecordTooLargeError", "OffsetMismatchError", "InvalidTimestampError", "LogLockedError",
+    "RecordTooLargeError", "OffsetMismatchError", "OffsetRemovedError", "InvalidTimestampError", "LogLockedError",
     "LogClosedError", "LogFencedError", "ReadOnlyLogError", "InvalidNameError", "ConfigError",
     "TopicExistsError", "UnknownTopicError",
 ]

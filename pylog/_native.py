@@ -141,11 +141,13 @@ def _out():
         return o
 
 
-def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int, target: int):
-    """(status, frame tuple or None) of the frame at offset ``target``, CRC verified."""
+def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int,
+         target: int, gaps: bool = False):
+    """(status, frame tuple or None) of the frame at offset ``target`` (with ``gaps``: the
+    first frame at or after it), CRC verified."""
     raw, p = _out()
     rc = lib.plog_find(store.ptr, store_len, index.ptr if index is not None else ffi.NULL,
-                       n_index, base_offset, target, p)
+                       n_index, base_offset, target, gaps, p)
     if rc:
         return rc, None
     return OK, _FRAME.unpack(raw)
@@ -162,7 +164,7 @@ def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: in
 
 
 def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None,
-         max_out: int, max_bytes: int):
+         max_out: int, max_bytes: int, gaps: bool = False):
     """Decode up to ``max_out`` CRC-valid frames from ``start``.
 
     Returns ``(status, frames, end_position)``: ``frames`` a FRAME_DTYPE array of the good
@@ -172,7 +174,7 @@ def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None,
     n = ffi.new("size_t *")
     end = ffi.new("uint64_t *")
     rc = lib.plog_scan(store.ptr, store_len, start,
-                       0xFFFFFFFFFFFFFFFF if expected_offset is None else expected_offset,
+                       0xFFFFFFFFFFFFFFFF if expected_offset is None else expected_offset, gaps,
                        ffi.from_buffer("plog_frame[]", out, require_writable=True), max_out,
                        max_bytes, n, end)
     return rc, out[: n[0]], end[0]
@@ -202,19 +204,20 @@ def timeindex_check(tindex: Buffer, n: int, store_len: int) -> int:
     return -1 if lib.plog_timeindex_check(tindex.ptr, n, store_len, slot) == OK else slot[0]
 
 
-def header_encode(magic: bytes, base_offset: int) -> bytes:
+def header_encode(magic: bytes, base_offset: int, flags: int = 0) -> bytes:
     """The 32-byte file header."""
     out = bytearray(fmt.FILE_HEADER_SIZE)
-    lib.plog_header_encode(ffi.from_buffer("uint8_t[]", out, require_writable=True), magic, base_offset)
+    lib.plog_header_encode(ffi.from_buffer("uint8_t[]", out, require_writable=True), magic, base_offset, flags)
     return bytes(out)
 
 
 def header_check(data, magic: bytes):
-    """(status, base_offset) of a file header."""
+    """(status, base_offset, flags) of a file header."""
     mv = memoryview(data).cast("B")
     base = ffi.new("uint64_t *")
-    rc = lib.plog_header_check(ffi.from_buffer("uint8_t[]", mv), len(mv), magic, base)
-    return rc, (base[0] if rc == OK else None)
+    flags = ffi.new("uint32_t *")
+    rc = lib.plog_header_check(ffi.from_buffer("uint8_t[]", mv), len(mv), magic, base, flags)
+    return (rc, base[0], flags[0]) if rc == OK else (rc, None, None)
 
 
 class Appender:
@@ -245,6 +248,21 @@ class Appender:
     @property
     def next_offset(self) -> int:
         return self._st.next_offset
+
+    @next_offset.setter
+    def next_offset(self, value: int) -> None:
+        """Skip ahead (compacted segments only: the frame after gets this offset)."""
+        if value < self._st.next_offset:
+            raise ValueError("next_offset cannot go back")
+        self._st.next_offset = value
+
+    @property
+    def gaps(self) -> bool:
+        return bool(self._st.flags & lib.PLOG_GAPS)
+
+    @gaps.setter
+    def gaps(self, value: bool) -> None:
+        self._st.flags = lib.PLOG_GAPS if value else 0
 
     @property
     def position(self) -> int:

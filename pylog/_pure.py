@@ -167,7 +167,8 @@ def timeindex_check(tindex: Buffer, n: int, store_len: int) -> int:
     return -1
 
 
-def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int, target: int):
+def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int,
+         target: int, gaps: bool = False):
     if target < base_offset or target - base_offset > 0xFFFFFFFF:
         return E_NOT_FOUND, None
     pos = fmt.FILE_HEADER_SIZE
@@ -183,9 +184,9 @@ def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base
         body, _, off = struct.unpack_from("<IIQ", mv, pos)
         if body < _BODY_FIXED or body > fmt.MAX_FRAME_BODY:
             return E_LENGTH, None
-        if prev is not None and off != prev + 1:
+        if prev is not None and (off <= prev if gaps else off != prev + 1):
             return E_OFFSET, None
-        if off == target:
+        if off == target or (gaps and off > target):
             return _decode(mv, store_len, pos)
         if off > target:
             return E_OFFSET, None
@@ -213,7 +214,8 @@ def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: in
     return E_NOT_FOUND, None
 
 
-def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None, max_out: int, max_bytes: int):
+def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None, max_out: int,
+         max_bytes: int, gaps: bool = False):
     frames = []
     pos = start
     used = 0
@@ -223,7 +225,7 @@ def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None,
         rc, f = _decode(mv, store_len, pos)
         if rc:
             break
-        if expected_offset is not None and f[1] != expected_offset:
+        if expected_offset is not None and f[1] != expected_offset and not (gaps and f[1] > expected_offset):
             rc = E_OFFSET
             break
         if frames and used + f[3] > max_bytes:
@@ -232,30 +234,32 @@ def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None,
         used += f[3]
         pos += f[3]
         if expected_offset is not None:
-            expected_offset += 1
+            expected_offset = f[1] + 1
     out = np.array(frames, dtype=fmt.FRAME_DTYPE) if frames else np.empty(0, dtype=fmt.FRAME_DTYPE)
     return rc, out, pos
 
 
-def header_encode(magic: bytes, base_offset: int) -> bytes:
-    head = struct.pack("<8sHHIQI", magic, fmt.FORMAT_VERSION, fmt.FILE_HEADER_SIZE, 0, base_offset, 0)
+def header_encode(magic: bytes, base_offset: int, flags: int = 0) -> bytes:
+    head = struct.pack("<8sHHIQI", magic, fmt.FORMAT_VERSION, fmt.FILE_HEADER_SIZE, flags, base_offset, 0)
     return head + struct.pack("<I", crc32c(head))
 
 
 def header_check(data, magic: bytes):
     mv = memoryview(data).cast("B")
     if len(mv) < fmt.FILE_HEADER_SIZE:
-        return E_SHORT, None
-    m, version, hsize, _flags, base, _res, crc = struct.unpack_from("<8sHHIQII", mv)
+        return E_SHORT, None, None
+    m, version, hsize, flags, base, _res, crc = struct.unpack_from("<8sHHIQII", mv)
     if m != magic:
-        return E_ARG, None
+        return E_ARG, None, None
     if crc32c(mv[:28]) != crc:
-        return E_CRC, None
+        return E_CRC, None, None
     if version != fmt.FORMAT_VERSION:
-        return E_ATTRIBUTES, None
+        return E_ATTRIBUTES, None, None
     if hsize != fmt.FILE_HEADER_SIZE:
-        return E_LENGTH, None
-    return OK, base
+        return E_LENGTH, None, None
+    if flags & ~fmt.HEADER_COMPACTED:
+        return E_ATTRIBUTES, None, None
+    return OK, base, flags
 
 
 def _real(lens, i) -> int:
@@ -277,7 +281,7 @@ def batch_size(value_lens, key_lens, meta_lens) -> int:
 class Appender:
     """Pure-Python twin of :class:`pylog._native.Appender`."""
 
-    __slots__ = ("base_offset", "next_offset", "position", "max_position", "_max_ts",
+    __slots__ = ("base_offset", "next_offset", "position", "max_position", "_max_ts", "gaps",
                  "index_interval", "bytes_since_index", "index_cap", "_index", "_tindex",
                  "_wbuf", "_wcap", "used", "__weakref__")
 
@@ -291,6 +295,7 @@ class Appender:
         self._max_ts = _INT64_MIN if max_timestamp is None else max_timestamp
         self.index_interval = index_interval
         self.bytes_since_index = bytes_since_index
+        self.gaps = False
         self.index_cap = max(index_cap, 1)
         self._index = bytearray()
         self._tindex = bytearray()
@@ -455,8 +460,11 @@ class Appender:
             rc, f = _decode(mv, store_len, self.position)
             if rc:
                 return rc, n
-            if f[1] != self.next_offset:
+            if f[1] != self.next_offset and not (
+                self.gaps and f[1] > self.next_offset and f[1] - self.base_offset < 0xFFFFFFFF
+            ):
                 return E_OFFSET, n
+            self.next_offset = f[1]
             if self.bytes_since_index >= self.index_interval:
                 if self.index_count >= self.index_cap:
                     self.grow_index(self.index_cap * 2)

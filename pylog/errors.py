@@ -14,6 +14,7 @@ __all__ = [
     "CorruptIndexError",
     "RecordTooLargeError",
     "OffsetMismatchError",
+    "OffsetRemovedError",
     "InvalidTimestampError",
     "LogLockedError",
     "LogClosedError",
@@ -87,6 +88,21 @@ class OffsetMismatchError(PylogError, ValueError):
         self.expected = expected
         self.actual = actual
         super().__init__(f"expected_offset={expected} but the log's next_offset is {actual}")
+
+
+class OffsetRemovedError(PylogError, KeyError):
+    """The offset lies inside the log but compaction removed its record (a later record
+    with the same key superseded it). ``read_batch``/``scan`` skip such offsets.
+
+    Attribute: ``offset``.
+    """
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        super().__init__(offset)
+
+    def __str__(self) -> str:
+        return f"offset {self.offset} was removed by compaction"
 
 
 class InvalidTimestampError(PylogError, ValueError):

@@ -8,7 +8,7 @@ File header (32 bytes, every file)::
     0  8s  magic            b"PYLOGSTO" (.log), b"PYLOGIDX" (.index), b"PYLOGTIX" (.timeindex)
     8  u16 version          1
     10 u16 header_size      32
-    12 u32 flags            0
+    12 u32 flags            bit 0: compacted (offsets may skip); other bits 0
     16 u64 base_offset
     24 u32 reserved         0
     28 u32 crc32c           of bytes 0..27
@@ -46,6 +46,8 @@ ATTR_NULL_METADATA = 2
 ATTR_NULL_VALUE = 4
 ATTR_KNOWN = 7
 NULL_LEN = 0xFFFFFFFF
+#: store header flag: a compacted segment, whose offsets may skip
+HEADER_COMPACTED = 1
 
 #: Largest frame body a length field may claim (fits an i32).
 MAX_FRAME_BODY = 0x7FFFFFFF

@@ -49,7 +49,7 @@ def read_entries(path: str, suffix: str, base_offset: int) -> bytes | None:
             data = f.read()
     except FileNotFoundError:
         return None
-    rc, base = impl.header_check(data[: fmt.FILE_HEADER_SIZE], magic)
+    rc, base, _flags = impl.header_check(data[: fmt.FILE_HEADER_SIZE], magic)
     if rc != impl.OK or base != base_offset:
         return None
     body = data[fmt.FILE_HEADER_SIZE :]
@@ -92,7 +92,7 @@ def open_mapped(path: str, suffix: str, base_offset: int, store_len: int) -> Map
         if size < fmt.FILE_HEADER_SIZE or (size - fmt.FILE_HEADER_SIZE) % esize:
             return None
         head = os.pread(fd, fmt.FILE_HEADER_SIZE, 0)
-        rc, base = impl.header_check(head, magic)
+        rc, base, _flags = impl.header_check(head, magic)
         if rc != impl.OK or base != base_offset:
             return None
         n = (size - fmt.FILE_HEADER_SIZE) // esize

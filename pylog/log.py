@@ -826,7 +826,7 @@ class Log:
     def _segment_batch(seg: Any, offset: int, budget: int, left: int, have: bool) -> tuple[list[Record], int, int, int]:
         m, f = seg.find(offset)
         n = min(left, seg.next_offset - offset)
-        rc, frames, end = impl.scan(m.buf, m.length, f[0], offset, n, max(budget, 0))
+        rc, frames, end = impl.scan(m.buf, m.length, f[0], f[1], n, max(budget, 0), seg.gaps)
         if have and len(frames) and int(frames[0]["frame_size"]) > budget:
             return [], impl.OK, 0, 0
         from pylog.segment import build_records

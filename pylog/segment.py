@@ -23,7 +23,7 @@ from pylog import fileutil, index
 from pylog import format as fmt
 from pylog import store as store_mod
 from pylog._backend import impl
-from pylog.errors import CorruptRecordError
+from pylog.errors import CorruptRecordError, OffsetRemovedError
 from pylog.record import Record, new_record
 
 if TYPE_CHECKING:
@@ -114,6 +114,7 @@ class _Reader:
     __slots__ = ()
     base_offset: int
     store_path: str
+    gaps: bool = False  # a compacted segment: offsets may skip
 
     # subclasses provide _view(): (StoreMap, index Buffer, n_index, timeindex Buffer)
     def _view(self, upto: int | None = None):  # pragma: no cover - abstract
@@ -123,38 +124,42 @@ class _Reader:
         """Find ``target`` by a CRC-checked walk from the start: the index was no help."""
         pos = fmt.FILE_HEADER_SIZE
         expected = self.base_offset
+        gaps = self.gaps
         while True:
-            rc, frames, end = impl.scan(m.buf, m.length, pos, expected, _SCAN_CHUNK, _U64_MAX)
+            rc, frames, end = impl.scan(m.buf, m.length, pos, expected, _SCAN_CHUNK, _U64_MAX, gaps)
             for f in frames:
-                if int(f["offset"]) == target:
+                if int(f["offset"]) == target or (gaps and int(f["offset"]) > target):
                     return tuple(f.tolist())
             if rc != impl.OK:
                 raise corrupt_error(self.store_path, int(end), target, rc)
             if not len(frames):
                 raise corrupt_error(self.store_path, int(end), target, impl.E_SHORT)
-            expected += len(frames)
+            expected = int(frames[-1]["offset"]) + 1
             pos = int(end)
 
     def find(self, target: int) -> tuple[object, tuple]:
-        """(map, frame tuple) of the record at ``target`` (which must lie in this segment)."""
+        """(map, frame tuple) of the record at ``target`` (which must lie in this segment;
+        in a compacted segment, the first record at or after it)."""
         m, ibuf, n, _ = self._view(target)
-        rc, f = impl.find(m.buf, m.length, ibuf, n, self.base_offset, target)
+        rc, f = impl.find(m.buf, m.length, ibuf, n, self.base_offset, target, self.gaps)
         if rc:
             f = self._locate_slow(m, target)
         return m, f
 
     def read(self, target: int) -> Record:
         m, ibuf, n, _ = self._view(target)
-        rc, f = impl.find(m.buf, m.length, ibuf, n, self.base_offset, target)
+        rc, f = impl.find(m.buf, m.length, ibuf, n, self.base_offset, target, self.gaps)
         if rc:
             f = self._locate_slow(m, target)
+        if f[1] != target:
+            raise OffsetRemovedError(target)
         return record_at(m.mv, f)
 
     def read_batch(self, target: int, max_bytes: int, max_records: int) -> tuple[list[Record], int, int]:
         """Records from ``target``: ``(records, status, bad_position)``. ``status`` is OK, or
         why the scan stopped before the budget ran out (records before it are returned)."""
         m, f = self.find(target)
-        rc, frames, end = impl.scan(m.buf, m.length, f[0], target, max_records, max_bytes)
+        rc, frames, end = impl.scan(m.buf, m.length, f[0], f[1], max_records, max_bytes, self.gaps)
         return build_records(m.mv, frames), rc, int(end)
 
     def find_time(self, ts: int) -> int | None:
@@ -174,10 +179,11 @@ class _Reader:
         a = impl.Appender(self.base_offset, next_offset=self.base_offset, position=fmt.FILE_HEADER_SIZE,
                           max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None,
                           index_interval=1 << 31, bytes_since_index=0, index_cap=1, buffer_bytes=0)
+        a.gaps = self.gaps
         rc, _n = a.recover(m.buf, m.length)
         if rc != impl.OK:
             return [corrupt_error(self.store_path, a.position, a.next_offset, rc)]
-        if expected_next is not None and a.next_offset != expected_next:
+        if expected_next is not None and (a.next_offset > expected_next or (not self.gaps and a.next_offset != expected_next)):
             return [CorruptRecordError(self.store_path, a.position, a.next_offset,
                                        f"segment ends at offset {a.next_offset}, the next one starts at {expected_next}")]
         return []
@@ -196,7 +202,7 @@ class SealedSegment(_Reader):
     """An immutable segment: ``[base_offset, next_offset)`` in ``size`` bytes of store."""
 
     __slots__ = ("dir", "base_offset", "next_offset", "size", "store_path", "index_interval",
-                 "_maps", "_cache", "tracker")
+                 "_maps", "_cache", "tracker", "gaps")
 
     def __init__(self, dirpath: str, base_offset: int, next_offset: int, size: int,
                  index_interval: int, cache: "SegmentCache") -> None:
@@ -209,6 +215,7 @@ class SealedSegment(_Reader):
         self._maps: _SealedMaps | None = None
         self._cache = cache
         self.tracker = store_mod.MapTracker()
+        self.gaps = False  # learnt from the store header when mapped
 
     def __repr__(self) -> str:
         return f"<SealedSegment [{self.base_offset}, {self.next_offset}) {self.size} B>"
@@ -240,6 +247,8 @@ class SealedSegment(_Reader):
         finally:
             os.close(fd)
         self.tracker.add(st)
+        rc, _base, flags = impl.header_check(st.mv[: fmt.FILE_HEADER_SIZE], fmt.STORE_MAGIC)
+        self.gaps = bool(rc == impl.OK and flags & fmt.HEADER_COMPACTED)
         idx = index.open_mapped(ip, fmt.INDEX_SUFFIX, self.base_offset, st.length)
         tidx = index.open_mapped(tp, fmt.TIMEINDEX_SUFFIX, self.base_offset, st.length)
         if idx is None or tidx is None or idx.n != tidx.n or (st.length > fmt.FILE_HEADER_SIZE and idx.n == 0):
@@ -255,6 +264,7 @@ class SealedSegment(_Reader):
                           max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None,
                           index_interval=self.index_interval, bytes_since_index=self.index_interval,
                           index_cap=64, buffer_bytes=0)
+        a.gaps = self.gaps
         a.recover(st.buf, st.length)  # a bad frame stops it; reads past it raise later
         n = a.index_count
         sp, ip, tp = paths(self.dir, self.base_offset)
@@ -386,7 +396,7 @@ class ActiveSegment(_Reader):
         try:
             size = os.fstat(fd).st_size
             head = os.pread(fd, fmt.FILE_HEADER_SIZE, 0)
-            rc, hbase = impl.header_check(head, fmt.STORE_MAGIC)
+            rc, hbase, hflags = impl.header_check(head, fmt.STORE_MAGIC)
             if rc != impl.OK or hbase != base:
                 # torn at creation (or a bad header): the name is the truth
                 fileutil.pwrite_all(fd, impl.header_encode(fmt.STORE_MAGIC, base), 0)
