@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from pylog import fileutil
 from pylog import format as fmt
+from pylog import vfs
 from pylog._backend import impl
 
 _CKP = struct.Struct("<8sHHIQ")
@@ -81,7 +82,7 @@ def take_clean(dirpath: str, *, remove: bool = True) -> CleanState | None:
     if data is None:
         return None
     if remove:
-        os.unlink(path)
+        vfs.unlink(path)
         fileutil.fsync_dir(dirpath)
     fields = _open(data, _CLN, CLN_MAGIC)
     if not fields:

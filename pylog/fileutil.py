@@ -8,29 +8,30 @@ from __future__ import annotations
 import os
 
 from pylog import format as fmt
+from pylog import vfs
 
 
 def fsync_dir(path: str) -> None:
     """fsync a directory, so entries created, renamed or deleted in it are durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    fd = vfs.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        os.fsync(fd)
+        vfs.fsync(fd)
     finally:
-        os.close(fd)
+        vfs.close(fd)
 
 
 def write_all(fd: int, data) -> None:
     """os.write until every byte is written (a short write is not an error)."""
     mv = memoryview(data).cast("B")
     while mv:
-        n = os.write(fd, mv)
+        n = vfs.write(fd, mv)
         mv = mv[n:]
 
 
 def pwrite_all(fd: int, data, position: int) -> None:
     mv = memoryview(data).cast("B")
     while mv:
-        n = os.pwrite(fd, mv, position)
+        n = vfs.pwrite(fd, mv, position)
         mv = mv[n:]
         position += n
 
@@ -38,14 +39,14 @@ def pwrite_all(fd: int, data, position: int) -> None:
 def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically and durably."""
     tmp = path + fmt.TEMP_SUFFIX
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = vfs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, data)
         if sync:
-            os.fsync(fd)
+            vfs.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        vfs.close(fd)
+    vfs.replace(tmp, path)
     if sync:
         fsync_dir(os.path.dirname(path) or ".")
 
@@ -59,17 +60,17 @@ def shrink_file(path: str, size: int, *, copy: bool) -> None:
     SIGBUS). Without ``copy`` the file is cut in place.
     """
     if not copy:
-        fd = os.open(path, os.O_RDWR)
+        fd = vfs.open(path, os.O_RDWR)
         try:
-            os.ftruncate(fd, size)
-            os.fsync(fd)
+            vfs.ftruncate(fd, size)
+            vfs.fsync(fd)
         finally:
-            os.close(fd)
+            vfs.close(fd)
         return
     tmp = path + fmt.TEMP_SUFFIX
-    src = os.open(path, os.O_RDONLY)
+    src = vfs.open(path, os.O_RDONLY)
     try:
-        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        dst = vfs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             done = 0
             while done < size:
@@ -81,10 +82,10 @@ def shrink_file(path: str, size: int, *, copy: bool) -> None:
                     pwrite_all(dst, chunk, done)
                     n = len(chunk)
                 done += n
-            os.fsync(dst)
+            vfs.fsync(dst)
         finally:
-            os.close(dst)
+            vfs.close(dst)
     finally:
-        os.close(src)
-    os.replace(tmp, path)
+        vfs.close(src)
+    vfs.replace(tmp, path)
     fsync_dir(os.path.dirname(path) or ".")

@@ -14,6 +14,7 @@ import numpy as np
 
 from pylog import fileutil
 from pylog import format as fmt
+from pylog import vfs
 from pylog._backend import impl
 
 KINDS = {
@@ -25,11 +26,11 @@ KINDS = {
 def create(path: str, suffix: str, base_offset: int) -> int:
     """Create an empty index file (header only); returns an O_RDWR fd."""
     magic = KINDS[suffix][0]
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = vfs.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         fileutil.pwrite_all(fd, impl.header_encode(magic, base_offset), 0)
     except BaseException:
-        os.close(fd)
+        vfs.close(fd)
         raise
     return fd
 
@@ -84,7 +85,7 @@ def open_mapped(path: str, suffix: str, base_offset: int, store_len: int) -> Map
     """Map a sealed index file and check it; None when it must be rebuilt."""
     magic, esize, dtype = KINDS[suffix]
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = vfs.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
@@ -98,7 +99,7 @@ def open_mapped(path: str, suffix: str, base_offset: int, store_len: int) -> Map
         n = (size - fmt.FILE_HEADER_SIZE) // esize
         mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if n else None
     finally:
-        os.close(fd)
+        vfs.close(fd)
     idx = MappedIndex(mm, n, dtype)
     if n and not check(suffix, idx.buf, n, store_len):
         return None

@@ -24,6 +24,7 @@ import numpy as np
 
 from pylog import checkpoint, fileutil, flusher
 from pylog import format as fmt
+from pylog import vfs
 from pylog._backend import impl
 from pylog.cache import SegmentCache
 from pylog.config import LogConfig, merge
@@ -133,7 +134,7 @@ class Log:
             if not os.path.isdir(self.path):
                 raise FileNotFoundError(errno.ENOENT, "no such log directory", self.path)
         else:
-            os.makedirs(self.path, exist_ok=True)
+            vfs.makedirs(self.path)
             self._take_lock()
         try:
             passed: dict[str, Any] = config.to_dict() if config is not None else {}
@@ -157,21 +158,21 @@ class Log:
     # ------------------------------------------------------------------------------------
     # opening
     def _take_lock(self) -> None:
-        fd = os.open(os.path.join(self.path, fmt.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = vfs.open(os.path.join(self.path, fmt.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
+            vfs.close(fd)
             raise LogLockedError(f"{self.path} is locked by another writer") from None
         except BaseException:
-            os.close(fd)
+            vfs.close(fd)
             raise
         self._lock_fd = fd
 
     def _release_lock(self) -> None:
         if self._lock_fd >= 0:
             try:
-                os.close(self._lock_fd)  # closing the fd drops the flock
+                vfs.close(self._lock_fd)  # closing the fd drops the flock
             finally:
                 self._lock_fd = -1
 
@@ -196,7 +197,7 @@ class Log:
                     orphan = True
             if name.endswith((fmt.TEMP_SUFFIX, fmt.DELETED_SUFFIX)) or orphan:
                 try:
-                    os.unlink(p)
+                    vfs.unlink(p)
                     removed = True
                 except IsADirectoryError:
                     pass
@@ -632,14 +633,14 @@ class Log:
                 seg = self._check_writable()
                 self._write_out(seg)
                 goal = seg.written_next
-                fd = os.dup(seg.store_fd)
+                fd = vfs.dup(seg.store_fd)
             try:
-                os.fdatasync(fd)
+                vfs.fdatasync(fd)
             except OSError as e:
                 self._fence(e)
                 raise
             finally:
-                os.close(fd)
+                vfs.close(fd)
             ok = True
         finally:
             with cv:
@@ -975,13 +976,13 @@ class Log:
         for b in bases:
             for p in paths(self.path, b):
                 try:
-                    os.rename(p, p + fmt.DELETED_SUFFIX)
+                    vfs.rename(p, p + fmt.DELETED_SUFFIX)
                     renamed.append(p + fmt.DELETED_SUFFIX)
                 except FileNotFoundError:
                     pass
         fileutil.fsync_dir(self.path)
         for p in renamed:
-            os.unlink(p)
+            vfs.unlink(p)
         if renamed:
             fileutil.fsync_dir(self.path)
 
@@ -1102,9 +1103,9 @@ class Log:
                 for s in (fmt.STORE_SUFFIX, fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX)
             )
             if ours:
-                os.unlink(os.path.join(self.path, name))
+                vfs.unlink(os.path.join(self.path, name))
         try:
-            os.rmdir(self.path)
+            vfs.rmdir(self.path)
         except OSError:
             pass
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from pylog import fileutil, index
 from pylog import format as fmt
+from pylog import vfs
 from pylog import store as store_mod
 from pylog._backend import impl
 from pylog.errors import CorruptRecordError, OffsetRemovedError
@@ -241,11 +242,11 @@ class SealedSegment(_Reader):
 
     def _open(self) -> _SealedMaps:
         sp, ip, tp = paths(self.dir, self.base_offset)
-        fd = os.open(sp, os.O_RDONLY)
+        fd = vfs.open(sp, os.O_RDONLY)
         try:
             st = store_mod.StoreMap(fd, os.fstat(fd).st_size)
         finally:
-            os.close(fd)
+            vfs.close(fd)
         self.tracker.add(st)
         rc, _base, flags = impl.header_check(st.mv[: fmt.FILE_HEADER_SIZE], fmt.STORE_MAGIC)
         self.gaps = bool(rc == impl.OK and flags & fmt.HEADER_COMPACTED)
@@ -326,12 +327,12 @@ class ActiveSegment(_Reader):
         self.preallocated = preallocated
         self._map: store_mod.StoreMap | None = None
         self.tracker = store_mod.MapTracker()
-        self.store_fd = os.open(self.store_path, os.O_RDWR)
+        self.store_fd = vfs.open(self.store_path, os.O_RDWR)
         try:
-            self.index_fd = os.open(self.index_path, os.O_RDWR)
-            self.timeindex_fd = os.open(self.timeindex_path, os.O_RDWR)
+            self.index_fd = vfs.open(self.index_path, os.O_RDWR)
+            self.timeindex_fd = vfs.open(self.timeindex_path, os.O_RDWR)
         except BaseException:
-            os.close(self.store_fd)
+            vfs.close(self.store_fd)
             raise
 
     def __repr__(self) -> str:
@@ -352,12 +353,12 @@ class ActiveSegment(_Reader):
         """New, empty segment files (the caller fsyncs the directory)."""
         sp, ip, tp = paths(dirpath, base)
         for p, suffix in ((ip, fmt.INDEX_SUFFIX), (tp, fmt.TIMEINDEX_SUFFIX)):
-            os.close(index.create(p, suffix, base))
+            vfs.close(index.create(p, suffix, base))
         fd = store_mod.create(sp, base, config.segment_bytes if config.preallocate else 0)
         try:
-            os.fsync(fd)
+            vfs.fsync(fd)
         finally:
-            os.close(fd)
+            vfs.close(fd)
         app = cls._appender(base, config, next_offset=base, position=fmt.FILE_HEADER_SIZE,
                             max_ts=None, bytes_since=config.index_interval_bytes)
         return cls(dirpath, base, app, fmt.FILE_HEADER_SIZE, 0, preallocated=config.preallocate)
@@ -392,7 +393,7 @@ class ActiveSegment(_Reader):
         bad frame (after saving the cut bytes to ``.broken``), rebuild both indexes.
         Returns (segment, bytes cut)."""
         sp, ip, tp = paths(dirpath, base)
-        fd = os.open(sp, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = vfs.open(sp, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
             head = os.pread(fd, fmt.FILE_HEADER_SIZE, 0)
@@ -403,7 +404,7 @@ class ActiveSegment(_Reader):
                 size = max(size, fmt.FILE_HEADER_SIZE)
             st = store_mod.StoreMap(fd, size)
         finally:
-            os.close(fd)
+            vfs.close(fd)
         app = cls._appender(base, config, next_offset=base, position=fmt.FILE_HEADER_SIZE,
                             max_ts=None, bytes_since=config.index_interval_bytes)
         app.recover(st.buf, st.length)
@@ -420,12 +421,12 @@ class ActiveSegment(_Reader):
         n = app.index_count
         index.write(ip, fmt.INDEX_SUFFIX, base, app.index_bytes(0, n))
         index.write(tp, fmt.TIMEINDEX_SUFFIX, base, app.timeindex_bytes(0, n))
-        if config.preallocate and hasattr(os, "posix_fallocate"):
-            pfd = os.open(sp, os.O_RDWR)
+        if config.preallocate and vfs.posix_fallocate is not None:
+            pfd = vfs.open(sp, os.O_RDWR)
             try:
-                os.posix_fallocate(pfd, 0, max(config.segment_bytes, end))
+                vfs.posix_fallocate(pfd, 0, max(config.segment_bytes, end))
             finally:
-                os.close(pfd)
+                vfs.close(pfd)
         seg = cls(dirpath, base, app, end, n, preallocated=config.preallocate)
         return seg, cut
 
@@ -468,16 +469,16 @@ class ActiveSegment(_Reader):
 
     def sync(self, *, indexes: bool = False) -> None:
         """fdatasync the store (and the index files)."""
-        os.fdatasync(self.store_fd)
+        vfs.fdatasync(self.store_fd)
         if indexes:
-            os.fdatasync(self.index_fd)
-            os.fdatasync(self.timeindex_fd)
+            vfs.fdatasync(self.index_fd)
+            vfs.fdatasync(self.timeindex_fd)
 
     def seal(self, config, cache: "SegmentCache") -> SealedSegment:
         """Write out, fsync and close: the segment becomes a SealedSegment."""
         self.write_pending()
         if self.preallocated and os.fstat(self.store_fd).st_size != self.written:
-            os.ftruncate(self.store_fd, self.written)
+            vfs.ftruncate(self.store_fd, self.written)
         self.sync(indexes=True)
         self.close_files()
         return SealedSegment(self.dir, self.base_offset, self.app.next_offset, self.written,
@@ -486,7 +487,7 @@ class ActiveSegment(_Reader):
     def close_files(self) -> None:
         for fd in (self.store_fd, self.index_fd, self.timeindex_fd):
             try:
-                os.close(fd)
+                vfs.close(fd)
             except OSError:
                 pass
         self.store_fd = self.index_fd = self.timeindex_fd = -1

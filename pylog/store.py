@@ -11,19 +11,20 @@ import os
 import weakref
 
 from pylog import format as fmt
+from pylog import vfs
 from pylog import fileutil
 from pylog._backend import impl
 
 
 def create(path: str, base_offset: int, preallocate: int = 0) -> int:
     """Create a store file with its header; returns an O_RDWR fd. Replaces a stale file."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = vfs.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         fileutil.pwrite_all(fd, impl.header_encode(fmt.STORE_MAGIC, base_offset), 0)
-        if preallocate > fmt.FILE_HEADER_SIZE and hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, preallocate)
+        if preallocate > fmt.FILE_HEADER_SIZE and vfs.posix_fallocate is not None:
+            vfs.posix_fallocate(fd, 0, preallocate)
     except BaseException:
-        os.close(fd)
+        vfs.close(fd)
         raise
     return fd
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from pylog import format as fmt
+from pylog import vfs
 from pylog import store as store_mod
 from pylog._backend import impl
 from pylog.segment import _Reader, paths
@@ -50,7 +51,7 @@ class TailSegment(_Reader):
     def refresh(self) -> None:
         """Walk the frames the writer added since the last refresh."""
         try:
-            fd = os.open(self.store_path, os.O_RDONLY)
+            fd = vfs.open(self.store_path, os.O_RDONLY)
         except FileNotFoundError:
             return
         try:
@@ -63,7 +64,7 @@ class TailSegment(_Reader):
                 m = self._map = store_mod.StoreMap(fd, st.st_size)
                 self.tracker.add(m)
         finally:
-            os.close(fd)
+            vfs.close(fd)
         self.app.recover(m.buf, m.length)
 
     def first_timestamp(self) -> int | None:
