@@ -1113,7 +1113,7 @@ class Log:
         try:
             if not self._closed and not self.readonly and self._fenced is None:
                 self._active.write_pending()
-        except Exception:
+        except BaseException:  # never raise from a finalizer (a test's PowerCut included)
             pass
 
 
