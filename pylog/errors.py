@@ -24,6 +24,8 @@ __all__ = [
     "ConfigError",
     "TopicExistsError",
     "UnknownTopicError",
+    "UnknownPartitionError",
+    "NotAssignedError",
 ]
 
 
@@ -146,3 +148,11 @@ class UnknownTopicError(PylogError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else "unknown topic"
+
+
+class UnknownPartitionError(PylogError, IndexError):
+    """A topic has no partition of that number."""
+
+
+class NotAssignedError(PylogError, ValueError):
+    """A consumer was asked about a partition it does not own (not assigned to it)."""
