@@ -53,6 +53,9 @@ class LogConfig:
         Reserve ``segment_bytes`` of disk for the active store file when it is created.
     cleanup_policy
         ``"delete"`` (retention) or ``"compact"`` (keep the latest record per key).
+    delete_retention_ms
+        Compacted logs: how long a tombstone (a record whose value is None) is kept after
+        its timestamp before compaction may remove it (Kafka's ``delete.retention.ms``).
     """
 
     segment_bytes: int = 1 << 30
@@ -70,6 +73,7 @@ class LogConfig:
     initial_offset: int = 0
     preallocate: bool = False
     cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86_400_000
 
     def __post_init__(self) -> None:
         def integer(name: str, lo: int, hi: int, optional: bool = False) -> None:
@@ -93,6 +97,7 @@ class LogConfig:
         integer("retention_bytes", 0, 1 << 62, optional=True)
         integer("cached_segments", 0, 1 << 20, optional=True)
         integer("initial_offset", 0, (1 << 63) - 1)
+        integer("delete_retention_ms", 0, 1 << 62)
         if self.fsync not in FSYNC_POLICIES:
             raise ConfigError(f"fsync={self.fsync!r} is not one of {', '.join(FSYNC_POLICIES)}")
         if not isinstance(self.preallocate, bool):
