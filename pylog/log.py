@@ -35,6 +35,7 @@ from pylog.errors import (
     LogFencedError,
     LogLockedError,
     OffsetMismatchError,
+    OffsetRemovedError,
     OffsetOutOfRangeError,
     PylogError,
     ReadOnlyLogError,
@@ -46,6 +47,73 @@ from pylog.segment import ActiveSegment, SealedSegment, corrupt_error, paths
 __all__ = ["Log"]
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+
+#: Compaction's crash-safe swap (pylog.compaction): new files are written as ``.cleaned``,
+#: renamed to ``.swap`` (the store's rename commits), then renamed over the originals.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+
+def finish_swaps(dirpath: str) -> bool:
+    """Finish or roll back a compaction swap a crash interrupted; True if files changed.
+
+    ``.cleaned`` files are deleted (the originals are whole). For each ``B.log.swap`` (the
+    swap committed) the index ``.swap`` files, then the store, are renamed over the
+    originals. Index ``.swap`` files without a store ``.swap`` are deleted (not committed)."""
+    names = os.listdir(dirpath)
+    changed = False
+    for name in names:
+        if name.endswith(CLEANED_SUFFIX):
+            vfs.unlink(os.path.join(dirpath, name))
+            changed = True
+    swaps = set(n for n in names if n.endswith(SWAP_SUFFIX))
+    for name in sorted(swaps):
+        if fmt.parse_segment_name(name[: -len(SWAP_SUFFIX)], fmt.STORE_SUFFIX) is None:
+            continue
+        stem = name[: -len(SWAP_SUFFIX) - len(fmt.STORE_SUFFIX)]
+        for suffix in (fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX, fmt.STORE_SUFFIX):
+            swap = stem + suffix + SWAP_SUFFIX
+            if swap in swaps:
+                vfs.replace(os.path.join(dirpath, swap), os.path.join(dirpath, stem + suffix))
+                swaps.discard(swap)
+                changed = True
+    for name in swaps:  # index swaps of a swap that never committed
+        vfs.unlink(os.path.join(dirpath, name))
+        changed = True
+    if changed:
+        fileutil.fsync_dir(dirpath)
+    return changed
+
+
+#: _segment_batch status: a compacted segment holds nothing at or after the offset asked
+#: for; the fetch continues at the segment's next_offset.
+_GAP_END = -1000
+
+
+def _past_last(seg: Any, offset: int) -> bool:
+    """Whether ``offset`` lies after the last record kept in compacted segment ``seg``."""
+    if not seg.gaps:
+        return False
+    m, ibuf, n, _ = seg._view(offset)
+    rc, _f = impl.find(m.buf, m.length, ibuf, n, seg.base_offset, offset, True)
+    return rc == impl.E_NOT_FOUND
+
+
+def _last_timestamp(seg: SealedSegment) -> int | None:
+    """A sealed segment's newest timestamp (None when empty), compacted segments too."""
+    seg.maps()  # learns seg.gaps
+    if not seg.gaps:
+        return seg.last_timestamp()
+    m = seg.maps()
+    t = m.timeindex
+    pos = int(t.array[-1]["position"]) if t.n else fmt.FILE_HEADER_SIZE
+    last = None
+    while True:
+        _rc, frames, end = impl.scan(m.store.buf, m.store.length, pos, None, 4096, (1 << 64) - 1, True)
+        if not len(frames):
+            return last
+        last = int(frames[-1]["timestamp"])
+        pos = int(end)
 
 
 def _as_bytes(x: Any, what: str) -> Any:
@@ -185,7 +253,9 @@ class Log:
         return sorted(bases)
 
     def _clean_stray_files(self, bases: list[int]) -> None:
-        """Delete temp files, half-deleted segments and index files with no store."""
+        """Delete temp files, half-deleted segments and index files with no store; finish
+        or roll back an interrupted compaction swap (:func:`finish_swaps`)."""
+        finish_swaps(self.path)
         have = set(bases)
         removed = False
         for name in os.listdir(self.path):
@@ -762,6 +832,10 @@ class Log:
             return seg.read(offset)
         except FileNotFoundError:  # retention removed it meanwhile
             raise self._out_of_range(offset) from None
+        except CorruptRecordError:
+            if _past_last(seg, offset):  # compaction removed the segment's last records
+                raise OffsetRemovedError(offset) from None
+            raise
 
     def read_batch(self, offset: int, max_bytes: int = 1 << 20, max_records: int | None = None) -> list[Record]:
         """Records from ``offset`` on (a fetch): at least one record when ``offset`` is below
@@ -786,9 +860,14 @@ class Log:
         budget = max_bytes
         while left > 0:
             recs, rc, bad, used = self._read_segment(offset, budget, left, bool(out))
+            if rc == _GAP_END:  # nothing left in a compacted segment: on to the next one
+                offset = bad
+                if offset >= self._active.next_offset:
+                    break
+                continue
             if recs:
                 out.extend(recs)
-                offset += len(recs)
+                offset = recs[-1][0] + 1  # compacted segments skip offsets
                 left -= len(recs)
                 budget -= used
             if rc != impl.OK:
@@ -825,7 +904,12 @@ class Log:
 
     @staticmethod
     def _segment_batch(seg: Any, offset: int, budget: int, left: int, have: bool) -> tuple[list[Record], int, int, int]:
-        m, f = seg.find(offset)
+        try:
+            m, f = seg.find(offset)
+        except CorruptRecordError:
+            if _past_last(seg, offset):
+                return [], _GAP_END, seg.next_offset, 0
+            raise
         n = min(left, seg.next_offset - offset)
         rc, frames, end = impl.scan(m.buf, m.length, f[0], f[1], n, max(budget, 0), seg.gaps)
         if have and len(frames) and int(frames[0]["frame_size"]) > budget:
@@ -856,8 +940,11 @@ class Log:
             batch = self.read_batch(offset, max_bytes=8 << 20, max_records=min(8192, stop - offset))
             if not batch:
                 return
+            if batch[-1][0] >= stop:  # compacted segments skip offsets
+                yield from (r for r in batch if r[0] < stop)
+                return
             yield from batch
-            offset += len(batch)
+            offset = batch[-1][0] + 1
 
     def __iter__(self) -> Iterator[Record]:
         return self.scan()
@@ -875,7 +962,7 @@ class Log:
         while lo < hi:  # first segment whose newest timestamp is >= ts
             mid = (lo + hi) // 2
             s = segs[mid]
-            last = active_max if s is segs[-1] else s.last_timestamp()
+            last = active_max if s is segs[-1] else _last_timestamp(s)
             if last is not None and last >= ts:
                 hi = mid
             else:
@@ -932,6 +1019,12 @@ class Log:
                 raise OffsetOutOfRangeError(offset, start, nxt)
             if offset == nxt:
                 return
+            tseg = self._sealed_for(offset) if offset < active.base_offset else None
+            if tseg is not None:
+                tseg.maps()  # learns tseg.gaps
+                if tseg.gaps:  # the active segment cannot be a compacted one
+                    raise PylogError(f"cannot truncate at offset {offset}: it lies in a compacted segment "
+                                     f"({tseg.store_path}); truncate at or after {tseg.next_offset}")
             self._write_out(active)
             if offset >= active.base_offset:
                 target_base = active.base_offset
@@ -1013,7 +1106,7 @@ class Log:
             cutoff = _now_ms() - max_age_ms
             count = 0
             for s in self._sealed:
-                last = s.last_timestamp()
+                last = _last_timestamp(s)
                 if last is None or last < cutoff:
                     count += 1
                 else:
@@ -1043,6 +1136,14 @@ class Log:
 
     # ------------------------------------------------------------------------------------
     # checking
+    def compact(self, **options: Any) -> Any:
+        """Compact the sealed segments: keep the latest record of each key (see
+        :func:`pylog.compaction.compact`, which takes the same options); returns its
+        CompactionReport."""
+        from pylog.compaction import compact  # the layer above Log; imported on use
+
+        return compact(self, **options)
+
     def verify(self, progress: Any = None) -> list[CorruptRecordError]:
         """CRC-check every frame of every segment. Returns the bad frames, one
         CorruptRecordError each (an empty list, so falsy, when all is well). ``progress``,
