@@ -28,9 +28,13 @@ from pylog.errors import (
     RecordTooLargeError,
     TopicExistsError,
     UnknownTopicError,
+    UnknownPartitionError,
+    NotAssignedError,
 )
 from pylog.log import Log
 from pylog.record import Record
+from pylog.topics import LogStore, Topic  # noqa: E402  (above Log in the layers)
+from pylog.consumer import Consumer  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -54,5 +58,6 @@ __all__ = [
     "PylogError", "OffsetOutOfRangeError", "CorruptRecordError", "CorruptIndexError",
     "RecordTooLargeError", "OffsetMismatchError", "OffsetRemovedError", "InvalidTimestampError", "LogLockedError",
     "LogClosedError", "LogFencedError", "ReadOnlyLogError", "InvalidNameError", "ConfigError",
-    "TopicExistsError", "UnknownTopicError",
+    "TopicExistsError", "UnknownTopicError", "UnknownPartitionError", "NotAssignedError",
+    "LogStore", "Topic", "Consumer",
 ]
