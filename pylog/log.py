@@ -642,6 +642,8 @@ class Log:
         items = list(items)
         if len(items) != n:
             raise ValueError(f"{what} has {len(items)} items, values has {n}")
+        if set(map(type, items)) == {bytes}:  # the common case, without a Python-level loop
+            return b"".join(items), np.fromiter(map(len, items), dtype=np.uint32, count=n)
         try:
             joined = b"".join([b"" if x is None else x for x in items])
             lens = np.fromiter((fmt.NULL_LEN if x is None else len(x) for x in items), dtype=np.uint32, count=n)
