@@ -1,0 +1,1141 @@
+"""The PySpark data source ``pylog``: batch and streaming reads and writes of topics.
+
+Spark finds it by name once pylog is installed (the top-level ``pyspark_pylog`` module
+exposes :class:`PylogDataSource` as ``DefaultSource``), or after :func:`register`::
+
+    df = spark.read.format("pylog").option("path", root).option("topic", "events").load()
+    df.write.format("pylog").mode("append").option("path", root).option("topic", "out").save()
+
+Needs PySpark >= 4.2 and pyarrow; ``import pylog`` never imports either (this module does).
+The user guide is docs/spark.md. How it works:
+
+* **Reads** plan one input partition per segment slice of each topic partition (more with
+  ``minPartitions``), with the end offsets fixed at planning time. A task maps the segment's
+  store file and decodes its frames with one C scan per batch (CRC-checked), then builds
+  Arrow arrays with numpy gathers: no Python object per record.
+* **Writes** are transactional. Each task stages its rows, grouped by target partition, in
+  Arrow IPC files under ``TOPIC/.spark/staging/``. The driver's ``commit()`` takes the
+  topic's commit lock, writes a journal (``TOPIC/.spark/txn.json``: every partition's
+  next_offset before the commit), appends the staged rows to the partitions, fsyncs them and
+  deletes the journal. A failure rolls every partition back to the journal's offsets; a
+  crash mid-commit leaves the journal, and the next commit on the topic rolls back (or,
+  when another producer appended after a half-done commit, rolls forward) before anything
+  else. Spark readers take the lock shared and never read past a journal's offsets, so
+  they see a commit entirely or not at all.
+* **Streams** keep offsets ``{topic: {partition: next_offset}}`` (string keys, sorted: Spark
+  compares offsets as JSON text). The sink records the last committed batch id per sink in
+  ``TOPIC/.spark/sinks.json`` in the same commit, so a replayed batch is skipped.
+
+The one place that reaches into pylog's internals is :func:`_plan_partition` (segment
+positions from the log's segment objects) and :func:`_read_slice` (a C scan of a mapped
+store file); everything else goes through the public :class:`pylog.Log` API.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import mmap
+import os
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.ipc as ipc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    ShortType,
+    ByteType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+import pylog
+from pylog import fileutil
+from pylog import format as fmt
+from pylog._backend import impl
+from pylog.errors import ConfigError, CorruptRecordError, InvalidNameError, PylogError, UnknownTopicError
+
+__all__ = ["PylogDataSource", "register", "SCHEMA"]
+
+#: The columns of a read (Spark's Kafka source, plus ``metadata``).
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset bigint, "
+    "timestamp timestamp, timestampType int, metadata binary"
+)
+_ARROW_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ("metadata", pa.binary()),
+])
+#: What a write task stages per target partition (one Arrow IPC stream file).
+_STAGED_SCHEMA = pa.schema([
+    ("value", pa.binary()), ("key", pa.binary()), ("metadata", pa.binary()), ("timestamp", pa.int64()),
+])
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_PARTITION_RE = re.compile(r"^partition-(0|[1-9][0-9]*)$")
+_SPARK_DIR = ".spark"
+_LOCK_FILE = "lock"
+_JOURNAL_FILE = "txn.json"
+_SINKS_FILE = "sinks.json"
+_STAGING_DIR = "staging"
+_BATCH_ROWS = 1 << 16
+_BATCH_BYTES = 64 << 20
+_U64_MAX = (1 << 64) - 1
+_EARLIEST, _LATEST = -2, -1
+
+
+def register(spark: Any) -> None:
+    """Register the ``pylog`` format in ``spark`` (a SparkSession)."""
+    spark.dataSource.register(PylogDataSource)
+
+
+# ----------------------------------------------------------------------------------------
+# options
+def _err(option: str, msg: str) -> ConfigError:
+    return ConfigError(f"pylog option {option}: {msg}")
+
+
+def _bool_opt(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    v = str(raw).strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise _err(name, f"expected true or false, got {raw!r}")
+
+
+def _int_opt(options: Mapping[str, str], name: str, default: int | None, lo: int = 0) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        v = int(str(raw).strip())
+    except ValueError:
+        raise _err(name, f"expected an integer, got {raw!r}") from None
+    if v < lo:
+        raise _err(name, f"must be >= {lo}, got {v}")
+    return v
+
+
+def _root_opt(options: Mapping[str, str], *, must_exist: bool = True) -> str:
+    root = options.get("path")
+    if not root:
+        raise _err("path", "required: the pylog data root (a directory of topics)")
+    root = os.path.abspath(str(root))
+    if must_exist and not os.path.isdir(root):
+        raise _err("path", f"no such directory: {root}")
+    return root
+
+
+def _check_topic_name(name: str, option: str) -> str:
+    if not _TOPIC_RE.match(name) or name in (".", ".."):
+        raise InvalidNameError(f"pylog option {option}: invalid topic name {name!r} "
+                               "(allowed: [A-Za-z0-9._-]{1,249}, not . or ..)")
+    return name
+
+
+def _topics_opt(options: Mapping[str, str]) -> list[str]:
+    raw = options.get("topic") if options.get("topic") is not None else options.get("topics")
+    if raw is None:
+        raw = options.get("subscribe")
+    if raw is None or not str(raw).strip():
+        raise _err("topic", "required: the topic to read (or topics=a,b,c)")
+    names = [t.strip() for t in str(raw).split(",") if t.strip()]
+    return sorted(dict.fromkeys(_check_topic_name(t, "topic") for t in names))
+
+
+def _offsets_spec(options: Mapping[str, str], name: str, default: str, *,
+                  allow_latest: bool = True, allow_earliest: bool = True) -> Any:
+    """"earliest" | "latest" | {topic: {partition: offset (-2 earliest, -1 latest)}}."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    s = str(raw).strip()
+    if s.lower() in ("earliest", "latest"):
+        s = s.lower()
+        if (s == "latest" and not allow_latest) or (s == "earliest" and not allow_earliest):
+            raise _err(name, f"{s!r} is not allowed here")
+        return s
+    try:
+        data = json.loads(s)
+    except ValueError:
+        raise _err(name, f"expected earliest, latest or JSON like {{\"topic\": {{\"0\": 42}}}}, got {s!r}") from None
+    if not isinstance(data, dict):
+        raise _err(name, f"expected a JSON object of topics, got {s!r}")
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in data.items():
+        if not isinstance(parts, dict):
+            raise _err(name, f"topic {topic!r}: expected an object of partition: offset")
+        m = out.setdefault(str(topic), {})
+        for p, off in parts.items():
+            try:
+                pi = int(p)
+            except ValueError:
+                raise _err(name, f"topic {topic!r}: partition {p!r} is not an integer") from None
+            if isinstance(off, bool) or not isinstance(off, int) or off < -2:
+                raise _err(name, f"topic {topic!r} partition {p}: offset {off!r} is not an integer >= -2")
+            if off == _LATEST and not allow_latest:
+                raise _err(name, f"topic {topic!r} partition {p}: -1 (latest) is not allowed here")
+            if off == _EARLIEST and not allow_earliest:
+                raise _err(name, f"topic {topic!r} partition {p}: -2 (earliest) is not allowed here")
+            m[pi] = off
+    return out
+
+
+def _options_dict(options: Any) -> dict[str, str]:
+    """Case-insensitive options as a plain lower-case dict (picklable, no pyspark type)."""
+    return {str(k).lower(): v for k, v in dict(options).items()}
+
+
+# ----------------------------------------------------------------------------------------
+# topics on disk: ROOT/TOPIC/partition-N/
+def _topic_dir(root: str, topic: str) -> str:
+    return os.path.join(root, topic)
+
+
+def _partition_dir(root: str, topic: str, p: int) -> str:
+    return os.path.join(root, topic, f"partition-{p}")
+
+
+def _partitions_of(root: str, topic: str) -> list[int]:
+    """The partition numbers of a topic; UnknownTopicError when there is no such topic."""
+    d = _topic_dir(root, topic)
+    try:
+        names = os.listdir(d)
+    except (FileNotFoundError, NotADirectoryError):
+        raise UnknownTopicError(f"pylog option topic: no topic {topic!r} under {root}") from None
+    parts = sorted(int(m.group(1)) for n in names if (m := _PARTITION_RE.match(n)))
+    return parts
+
+
+def _spark_dir(root: str, topic: str) -> str:
+    return os.path.join(root, topic, _SPARK_DIR)
+
+
+@contextlib.contextmanager
+def _topic_lock(root: str, topic: str, exclusive: bool) -> Iterator[None]:
+    """The topic's commit lock: committers hold it exclusively, Spark readers shared (so a
+    reader's snapshot never falls in the middle of a commit). Readers that cannot create the
+    lock file (a read-only directory) go without it."""
+    d = _spark_dir(root, topic)
+    path = os.path.join(d, _LOCK_FILE)
+    try:
+        if exclusive:
+            os.makedirs(d, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        if exclusive:
+            raise
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return None
+
+
+def _journal_caps(root: str, topic: str) -> dict[int, int]:
+    """Partitions of a commit left half-done by a crash: {partition: next_offset before it}.
+    Readers never read past these offsets (the commit will be rolled back or finished)."""
+    j = _read_json(os.path.join(_spark_dir(root, topic), _JOURNAL_FILE))
+    if not j:
+        return {}
+    return {int(p): int(v[0]) for p, v in j.get("partitions", {}).items()}
+
+
+# ----------------------------------------------------------------------------------------
+# reading
+@dataclass
+class _Slice(InputPartition):
+    """One task's work: records [start_offset, end_offset) of one segment, which lie at
+    store positions [start_position, end_position)."""
+
+    topic: str
+    partition: int
+    store_path: str
+    start_offset: int
+    start_position: int
+    end_offset: int
+    end_position: int
+    fail_on_data_loss: bool = True
+
+    def __init__(self, topic: str, partition: int, store_path: str, start_offset: int, start_position: int,
+                 end_offset: int, end_position: int, fail_on_data_loss: bool = True) -> None:
+        self.value = None
+        self.topic = topic
+        self.partition = partition
+        self.store_path = store_path
+        self.start_offset = start_offset
+        self.start_position = start_position
+        self.end_offset = end_offset
+        self.end_position = end_position
+        self.fail_on_data_loss = fail_on_data_loss
+
+
+def _open_reader(root: str, topic: str, p: int) -> pylog.Log | None:
+    try:
+        return pylog.Log(_partition_dir(root, topic, p), readonly=True)
+    except FileNotFoundError:
+        return None  # a partition directory with no segment yet: empty
+
+
+def _bounds(root: str, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
+    """{topic: {partition: (start_offset, committed next_offset)}}, one consistent snapshot."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for t in topics:
+        parts = _partitions_of(root, t)
+        with _topic_lock(root, t, exclusive=False):
+            caps = _journal_caps(root, t)
+            m: dict[int, tuple[int, int]] = {}
+            for p in parts:
+                log = _open_reader(root, t, p)
+                if log is None:
+                    m[p] = (0, 0)
+                    continue
+                try:
+                    lo, hi = log.start_offset, log.next_offset
+                finally:
+                    log.close()
+                if p in caps:
+                    hi = max(lo, min(hi, caps[p]))
+                m[p] = (lo, hi)
+        out[t] = m
+    return out
+
+
+def _resolve(spec: Any, name: str, bounds: dict[str, dict[int, tuple[int, int]]], default: int) -> dict[str, dict[int, int]]:
+    """Absolute offsets per partition from an offsets spec (-2/-1 resolved)."""
+    out: dict[str, dict[int, int]] = {}
+    if isinstance(spec, dict):
+        for t in spec:
+            if t not in bounds:
+                raise _err(name, f"topic {t!r} is not one of the topics read ({', '.join(bounds)})")
+            for p in spec[t]:
+                if p not in bounds[t]:
+                    raise _err(name, f"topic {t!r} has no partition {p}")
+    for t, parts in bounds.items():
+        m = out.setdefault(t, {})
+        for p, (lo, hi) in parts.items():
+            v = default
+            if isinstance(spec, str):
+                v = _EARLIEST if spec == "earliest" else _LATEST
+            elif isinstance(spec, dict) and p in spec.get(t, {}):
+                v = spec[t][p]
+            m[p] = lo if v == _EARLIEST else hi if v == _LATEST else v
+    return out
+
+
+def _by_timestamp(root: str, bounds: dict[str, dict[int, tuple[int, int]]], ts: int) -> dict[str, dict[int, int]]:
+    """Per partition, the first offset with timestamp >= ts (the latest offset if none)."""
+    out: dict[str, dict[int, int]] = {}
+    for t, parts in bounds.items():
+        m = out.setdefault(t, {})
+        for p, (lo, hi) in parts.items():
+            log = _open_reader(root, t, p)
+            off = None
+            if log is not None:
+                try:
+                    off = log.offset_for_time(ts)
+                finally:
+                    log.close()
+            m[p] = hi if off is None else max(lo, min(off, hi))
+    return out
+
+
+def _plan_partition(root: str, topic: str, p: int, start: int, end: int, fail: bool) -> list[_Slice]:
+    """Segment slices covering [start, end) of one partition (pylog internals: segment
+    objects and their positions)."""
+    if start >= end:
+        return []
+    log = _open_reader(root, topic, p)
+    if log is None:
+        return []
+    try:
+        if start < log.start_offset:
+            if fail:
+                raise _data_loss(topic, p, start, log.start_offset)
+            start = log.start_offset
+        segs: list[Any] = [*log._sealed, log._active]  # noqa: SLF001 (internals, see module doc)
+        out = []
+        for s in segs:
+            a, b = max(start, s.base_offset), min(end, s.next_offset)
+            if a >= b:
+                continue
+            _m, f = s.find(a)
+            a_pos, a_off = int(f[0]), int(f[1])
+            if b < s.next_offset:
+                _m, g = s.find(b)
+                b_pos = int(g[0])
+            else:
+                b_pos = int(s.size)
+            if a_pos < b_pos:
+                out.append(_Slice(topic, p, s.store_path, a_off, a_pos, b, b_pos, fail))
+        return out
+    finally:
+        log.close()
+
+
+def _split(sl: _Slice) -> tuple[_Slice, _Slice] | None:
+    """Split a slice in two at its middle offset (a find in the segment)."""
+    n = sl.end_offset - sl.start_offset
+    if n < 2:
+        return None
+    mid = sl.start_offset + n // 2
+    d = os.path.dirname(sl.store_path)
+    log = pylog.Log(d, readonly=True)
+    try:
+        segs: list[Any] = [*log._sealed, log._active]  # noqa: SLF001
+        seg = next((s for s in segs if s.store_path == sl.store_path), None)
+        if seg is None:
+            return None
+        _m, f = seg.find(mid)
+        pos, off = int(f[0]), int(f[1])
+    finally:
+        log.close()
+    if not sl.start_position < pos < sl.end_position:
+        return None
+    left = _Slice(sl.topic, sl.partition, sl.store_path, sl.start_offset, sl.start_position, off, pos,
+                  sl.fail_on_data_loss)
+    right = _Slice(sl.topic, sl.partition, sl.store_path, off, pos, sl.end_offset, sl.end_position,
+                   sl.fail_on_data_loss)
+    return left, right
+
+
+def _plan(root: str, starts: dict[str, dict[int, int]], ends: dict[str, dict[int, int]],
+          fail: bool, min_partitions: int | None) -> list[_Slice]:
+    slices: list[_Slice] = []
+    for t in sorted(ends):
+        for p in sorted(ends[t]):
+            slices.extend(_plan_partition(root, t, p, starts[t][p], ends[t][p], fail))
+    if min_partitions and len(slices) < min_partitions:
+        while len(slices) < min_partitions:
+            i = max(range(len(slices)), key=lambda k: slices[k].end_offset - slices[k].start_offset, default=None)
+            if i is None:
+                break
+            parts = _split(slices[i])
+            if parts is None:
+                break
+            slices[i : i + 1] = list(parts)
+    return slices
+
+
+def _data_loss(topic: str, p: int, offset: int, start: int) -> PylogError:
+    return PylogError(
+        f"pylog: offset {offset} of topic {topic!r} partition {p} is no longer in the log (it starts at "
+        f"{start}; retention removed it). Set option failOnDataLoss=false to skip to the earliest offset"
+    )
+
+
+def _binary(region: np.ndarray, starts: np.ndarray, lens: np.ndarray, nulls: np.ndarray | None,
+            base: int) -> pa.Array:
+    """An Arrow binary array of the byte ranges [starts, starts + lens) of ``region`` (whose
+    first byte is at position ``base``): int32 offsets and one gathered data buffer."""
+    n = len(starts)
+    if nulls is not None and nulls.all():
+        return pa.nulls(n, pa.binary())
+    offsets = np.empty(n + 1, np.int32)
+    offsets[0] = 0
+    np.cumsum(lens, out=offsets[1:])
+    total = int(offsets[-1])
+    if total == 0:
+        data = pa.py_buffer(b"")
+    else:
+        # mark the wanted bytes (+1 at each start, -1 at each end, running sum) and compress
+        lo = int(starts[0]) - base
+        hi = int(starts[-1] + lens[-1]) - base
+        s = starts - (base + lo)
+        d = np.zeros(hi - lo + 1, np.int8)
+        d[s] += 1
+        d[s + lens] -= 1
+        mask = np.cumsum(d[:-1], dtype=np.int8).view(np.bool_)
+        data = pa.py_buffer(region[lo:hi][mask])
+    validity = None
+    null_count = 0
+    if nulls is not None and nulls.any():
+        validity = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+        null_count = int(nulls.sum())
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), data], null_count)
+
+
+def _constant_string(s: str, n: int) -> pa.Array:
+    b = s.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(b)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
+
+
+def _batch(region: np.ndarray, base: int, frames: np.ndarray, topic: str, partition: int) -> pa.RecordBatch:
+    n = len(frames)
+    attrs = frames["attributes"]
+    kstart = (frames["position"] + fmt.FRAME_HEADER_SIZE).astype(np.int64)
+    klen = frames["key_length"].astype(np.int64)
+    mlen = frames["metadata_length"].astype(np.int64)
+    vlen = frames["value_length"].astype(np.int64)
+    null_k = (attrs & fmt.ATTR_NULL_KEY) != 0
+    null_m = (attrs & fmt.ATTR_NULL_METADATA) != 0
+    null_v = (attrs & fmt.ATTR_NULL_VALUE) != 0
+    klen[null_k] = 0
+    mlen[null_m] = 0
+    vlen[null_v] = 0
+    mstart = kstart + klen
+    vstart = mstart + mlen
+    ts = frames["timestamp"].astype(np.int64) * 1000
+    cols = [
+        _binary(region, kstart, klen, null_k, base),
+        _binary(region, vstart, vlen, null_v, base),
+        _constant_string(topic, n),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, partition, np.int32))]),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(frames["offset"].astype(np.int64))]),
+        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(ts)]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.zeros(n, np.int32))]),
+        _binary(region, mstart, mlen, null_m, base),
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=_ARROW_SCHEMA)
+
+
+def _read_slice(sl: _Slice) -> Iterator[pa.RecordBatch]:
+    """Arrow record batches of one slice: a C scan (CRC-checked) of the mapped store file."""
+    if not isinstance(sl, _Slice):  # Spark's placeholder when there is nothing to read
+        return
+    try:
+        fd = os.open(sl.store_path, os.O_RDONLY)
+    except FileNotFoundError:
+        if sl.fail_on_data_loss:
+            raise _data_loss(sl.topic, sl.partition, sl.start_offset, -1) from None
+        return
+    try:
+        size = os.fstat(fd).st_size
+        if size < sl.end_position:
+            if sl.fail_on_data_loss:
+                raise PylogError(f"pylog: {sl.store_path} is shorter than when the query was planned "
+                                 f"({size} < {sl.end_position} bytes): the log was truncated meanwhile")
+            return
+        mm = mmap.mmap(fd, sl.end_position, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    buf = impl.Buffer(mm)
+    rc, _b, flags = impl.header_check(memoryview(mm)[: fmt.FILE_HEADER_SIZE], fmt.STORE_MAGIC)
+    gaps = bool(rc == impl.OK and flags & fmt.HEADER_COMPACTED)
+    region = np.frombuffer(mm, np.uint8)
+    pos, expected = sl.start_position, sl.start_offset
+    while expected < sl.end_offset and pos < sl.end_position:
+        want = min(_BATCH_ROWS, sl.end_offset - expected)
+        rc, frames, end = impl.scan(buf, sl.end_position, pos, expected, want, _BATCH_BYTES, gaps)
+        if len(frames):
+            yield _batch(region, 0, frames, sl.topic, sl.partition)
+            expected = int(frames[-1]["offset"]) + 1
+            pos = int(end)
+        if rc != impl.OK:
+            raise CorruptRecordError(sl.store_path, int(end), expected, _reason(rc))
+        if not len(frames):
+            break
+    if expected < sl.end_offset and not gaps and sl.fail_on_data_loss:
+        raise PylogError(f"pylog: {sl.store_path} ended at offset {expected}, expected records up to "
+                         f"{sl.end_offset}: the log changed since the query was planned")
+
+
+def _reason(rc: int) -> str:
+    from pylog.segment import reason
+
+    return reason(rc)
+
+
+class PylogReader(DataSourceReader):
+    """Batch reader: the snapshot (offsets per partition) is fixed when it is created."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.root = _root_opt(options)
+        self.topics = _topics_opt(options)
+        self.fail = _bool_opt(options, "failondataloss", True)
+        self.min_partitions = _int_opt(options, "minpartitions", None, lo=1)
+        start_spec = _offsets_spec(options, "startingoffsets", "earliest", allow_latest=True)
+        end_spec = _offsets_spec(options, "endingoffsets", "latest", allow_earliest=False)
+        ts = _int_opt(options, "startingtimestamp", None, lo=0)
+        bounds = _bounds(self.root, self.topics)
+        self.starts = (_by_timestamp(self.root, bounds, ts) if ts is not None
+                       else _resolve(start_spec, "startingOffsets", bounds, _EARLIEST))
+        self.ends = _resolve(end_spec, "endingOffsets", bounds, _LATEST)
+        end_ts = _int_opt(options, "endingtimestamp", None, lo=0)
+        if end_ts is not None:
+            self.ends = _by_timestamp(self.root, bounds, end_ts)
+        for t, parts in self.ends.items():
+            for p, e in parts.items():
+                lo, hi = bounds[t][p]
+                s = self.starts[t][p]
+                if e > hi:
+                    raise _err("endingOffsets", f"topic {t!r} partition {p}: {e} is past the latest offset {hi}")
+                if s > hi:
+                    raise _err("startingOffsets", f"topic {t!r} partition {p}: {s} is past the latest offset {hi}")
+                if s > e:
+                    raise _err("startingOffsets", f"topic {t!r} partition {p}: {s} is after the ending offset {e}")
+                if s < lo:
+                    if self.fail:
+                        raise _data_loss(t, p, s, lo)
+                    self.starts[t][p] = lo
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return _plan(self.root, self.starts, self.ends, self.fail, self.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_slice(partition)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------------------
+# streaming read
+def _canonical(offsets: Mapping[str, Mapping[Any, int]]) -> dict[str, dict[str, int]]:
+    """{topic: {partition: next_offset}} with string keys in sorted order (Spark compares
+    offsets as JSON text, so the key order must never change)."""
+    return {t: {str(p): int(offsets[t][p]) for p in sorted(offsets[t], key=int)} for t in sorted(offsets)}
+
+
+def _split_limit(backlog: dict[tuple[str, int], int], limit: int) -> dict[tuple[str, int], int]:
+    """Share ``limit`` records among partitions in proportion to their backlog."""
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(backlog)
+    take = {k: (v * limit) // total for k, v in backlog.items()}
+    left = limit - sum(take.values())
+    for k in sorted(backlog, key=lambda k: (-(backlog[k] - take[k]), k)):
+        if left <= 0:
+            break
+        if take[k] < backlog[k]:
+            take[k] += 1
+            left -= 1
+    return take
+
+
+class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader. Offsets: ``{topic: {partition: next_offset}}``."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.root = _root_opt(options)
+        self.topics = _topics_opt(options)
+        self.fail = _bool_opt(options, "failondataloss", True)
+        self.max_per_trigger = _int_opt(options, "maxoffsetspertrigger", None, lo=1)
+        self.min_partitions = _int_opt(options, "minpartitions", None, lo=1)
+        self.start_spec = _offsets_spec(options, "startingoffsets", "latest")
+        self.start_ts = _int_opt(options, "startingtimestamp", None, lo=0)
+        for t in self.topics:
+            _partitions_of(self.root, t)  # fail at once on a missing topic
+        self.frozen: dict[str, dict[str, int]] | None = None
+
+    def initialOffset(self) -> dict:
+        bounds = _bounds(self.root, self.topics)
+        if self.start_ts is not None:
+            start = _by_timestamp(self.root, bounds, self.start_ts)
+        else:
+            start = _resolve(self.start_spec, "startingOffsets", bounds, _EARLIEST)
+        return _canonical(start)
+
+    def _latest(self) -> dict[str, dict[str, int]]:
+        bounds = _bounds(self.root, self.topics)
+        return _canonical({t: {p: hi for p, (_lo, hi) in parts.items()} for t, parts in bounds.items()})
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.frozen = self._latest()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_per_trigger is not None:
+            return ReadMaxRows(self.max_per_trigger)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest = self.frozen if self.frozen is not None else self._latest()
+        begin: dict[tuple[str, int], int] = {}
+        backlog: dict[tuple[str, int], int] = {}
+        for t, parts in latest.items():
+            for p, hi in parts.items():
+                s = start.get(t, {}).get(p)
+                if s is None:
+                    s = 0  # a new partition: from its earliest offset (planning clamps)
+                begin[(t, p)] = int(s)
+                backlog[(t, p)] = max(0, int(hi) - int(s))
+        if isinstance(limit, ReadMaxRows):
+            take = _split_limit(backlog, int(limit.max_rows))
+        else:
+            take = backlog
+        end: dict[str, dict[str, int]] = {}
+        for (t, p), s in begin.items():
+            end.setdefault(t, {})[p] = s + take[(t, p)]
+        for t, parts in start.items():  # never move backwards, never drop a partition
+            for p, s in parts.items():
+                e = end.setdefault(t, {})
+                e[p] = max(int(e.get(p, s)), int(s))
+        return _canonical(end)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        starts: dict[str, dict[int, int]] = {}
+        ends: dict[str, dict[int, int]] = {}
+        for t, parts in end.items():
+            for p, e in parts.items():
+                s = start.get(t, {}).get(p, 0)
+                if int(e) > int(s):
+                    starts.setdefault(t, {})[int(p)] = int(s)
+                    ends.setdefault(t, {})[int(p)] = int(e)
+        if not ends:
+            return []
+        return _plan(self.root, starts, ends, self.fail, self.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_slice(partition)  # type: ignore[arg-type]
+
+    def commit(self, end: dict) -> None:
+        pass  # Spark's checkpoint is the source of truth; nothing to do
+
+    def stop(self) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------------------------
+# writing
+@dataclass
+class _Staged(WriterCommitMessage):
+    """What one write task staged: ``files`` = [(partition, path, rows)]."""
+
+    files: list[tuple[int, str, int]] = field(default_factory=list)
+
+
+def _partitioner(key: bytes, n: int) -> int:
+    return pylog.crc32c(key) % n
+
+
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
+    i = batch.schema.get_field_index(name)
+    return None if i < 0 else batch.column(i)
+
+
+def _as_binary(col: pa.Array | None, n: int) -> pa.Array:
+    if col is None:
+        return pa.nulls(n, pa.binary())
+    if pa.types.is_binary(col.type):
+        return col
+    return col.cast(pa.binary())  # string / large types
+
+
+def _check_write_schema(schema: StructType) -> None:
+    names = {f.name.lower(): f for f in schema.fields}
+    if "value" not in names:
+        raise _err("(columns)", "a write needs a value column (binary or string)")
+    for col, ok in (("value", (BinaryType, StringType)), ("key", (BinaryType, StringType)),
+                    ("metadata", (BinaryType, StringType)), ("partition", (IntegerType, LongType, ShortType, ByteType)),
+                    ("timestamp", (TimestampType, TimestampNTZType, LongType))):
+        f = names.get(col)
+        if f is not None and not isinstance(f.dataType, ok):
+            raise _err("(columns)", f"column {col} has type {f.dataType.simpleString()}, expected one of "
+                       + ", ".join(t().simpleString() for t in ok))
+
+
+def _timestamps_ms(col: pa.Array | None, n: int) -> pa.Array:
+    if col is None:
+        return pa.nulls(n, pa.int64())
+    if pa.types.is_timestamp(col.type):
+        unit = col.type.unit
+        div = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
+        raw = col.cast(pa.int64())
+        if div is None:
+            return pa.compute.multiply(raw, 1000)
+        return pa.compute.divide(raw, div) if div != 1 else raw
+    return col.cast(pa.int64())
+
+
+class _StagingWriter:
+    """Task side of a write: rows grouped by target partition into staged Arrow files."""
+
+    def __init__(self, staging: str, n_partitions: int, options: dict[str, str]) -> None:
+        self.staging = staging
+        self.n = n_partitions
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> _Staged:
+        os.makedirs(self.staging, exist_ok=True)
+        tag = uuid.uuid4().hex
+        writers: dict[int, tuple[ipc.RecordBatchStreamWriter, Any, str]] = {}
+        rows: dict[int, int] = {}
+        rr = int.from_bytes(os.urandom(2), "little")  # round-robin start for keyless rows
+        try:
+            for batch in batches:
+                n = batch.num_rows
+                if n == 0:
+                    continue
+                batch = pa.RecordBatch.from_arrays([batch.column(i) for i in range(batch.num_columns)],
+                                                   names=[nm.lower() for nm in batch.schema.names])
+                value = _as_binary(_column(batch, "value"), n)
+                key = _as_binary(_column(batch, "key"), n)
+                meta = _as_binary(_column(batch, "metadata"), n)
+                ts = _timestamps_ms(_column(batch, "timestamp"), n)
+                pcol = _column(batch, "partition")
+                parts = np.empty(n, np.int64)
+                have = np.zeros(n, np.bool_)
+                if pcol is not None:
+                    pv = pcol.cast(pa.int64())
+                    valid = np.asarray(pv.is_valid())
+                    vals = np.asarray(pv.fill_null(0))
+                    bad = valid & ((vals < 0) | (vals >= self.n))
+                    if bad.any():
+                        raise _err("(columns)", f"partition {int(vals[bad][0])} is out of range: the topic "
+                                   f"has {self.n} partitions")
+                    parts[valid] = vals[valid]
+                    have |= valid
+                if key.null_count < n:
+                    kvalid = np.asarray(key.is_valid()) & ~have
+                    if kvalid.any():
+                        idx = np.flatnonzero(kvalid)
+                        keys = key.take(pa.array(idx)).to_pylist()
+                        parts[idx] = [_partitioner(k, self.n) for k in keys]
+                        have[idx] = True
+                rest = np.flatnonzero(~have)
+                if len(rest):
+                    parts[rest] = (np.arange(len(rest)) + rr) % self.n
+                    rr += len(rest)
+                table = pa.RecordBatch.from_arrays([value, key, meta, ts], schema=_STAGED_SCHEMA)
+                if self.n == 1:
+                    groups = [(0, table)]
+                else:
+                    order = np.argsort(parts, kind="stable")
+                    sp = parts[order]
+                    cuts = np.flatnonzero(np.diff(sp)) + 1
+                    bounds = np.concatenate([[0], cuts, [n]])
+                    taken = table.take(pa.array(order))
+                    groups = [(int(sp[a]), taken.slice(a, b - a)) for a, b in zip(bounds[:-1], bounds[1:])]
+                for p, g in groups:
+                    w = writers.get(p)
+                    if w is None:
+                        path = os.path.join(self.staging, f"{tag}-p{p}.arrow")
+                        sink = pa.OSFile(path, "wb")
+                        w = writers[p] = (ipc.new_stream(sink, _STAGED_SCHEMA), sink, path)
+                    w[0].write_batch(g)
+                    rows[p] = rows.get(p, 0) + g.num_rows
+        finally:
+            for w, sink, _path in writers.values():
+                w.close()
+                sink.close()
+        return _Staged([(p, writers[p][2], rows[p]) for p in sorted(writers)])
+
+
+def _staged_files(messages: Iterable[Any]) -> list[tuple[int, str, int]]:
+    out = []
+    for m in messages:
+        if isinstance(m, _Staged):
+            out.extend(m.files)
+    return out
+
+
+def _load_staged(paths: list[str]) -> pa.Table:
+    tables = []
+    for p in paths:
+        with pa.memory_map(p) as src:
+            tables.append(ipc.open_stream(src).read_all())
+    return pa.concat_tables(tables) if len(tables) != 1 else tables[0]
+
+
+def _values(col: pa.ChunkedArray) -> list[Any]:
+    return col.to_pylist()
+
+
+def _append_table(log: pylog.Log, table: pa.Table, late: str, topic: str, p: int) -> None:
+    """Append staged rows to one partition (timestamps sorted, never below the log's)."""
+    n = table.num_rows
+    if n == 0:
+        return
+    ts_col = table.column("timestamp")
+    timestamps = None
+    if ts_col.null_count < n:
+        now = time.time_ns() // 1_000_000
+        ts = np.asarray(ts_col.fill_null(now).to_numpy(), dtype=np.int64)
+        order = np.argsort(ts, kind="stable")
+        if (np.diff(ts) < 0).any():
+            table = table.take(pa.array(order))
+            ts = ts[order]
+        last = log._active.app.max_timestamp if not log.readonly else None  # noqa: SLF001
+        if last is not None and int(ts[0]) < last:
+            if late == "error":
+                raise _err("lateTimestamps", f"topic {topic!r} partition {p}: timestamp {int(ts[0])} is below the "
+                           f"partition's latest timestamp {last} (pylog timestamps never decrease); "
+                           "set lateTimestamps=clamp to raise such timestamps to the latest one")
+            ts = np.maximum(ts, last)
+        if int(ts.min()) < 0:
+            raise _err("(columns)", f"timestamp {int(ts.min())} is before 1970")
+        timestamps = ts
+    values = _values(table.column("value"))
+    keys = table.column("key")
+    meta = table.column("metadata")
+    for a in range(0, n, 1 << 18):
+        b = min(n, a + (1 << 18))
+        log.append_batch(
+            values[a:b],
+            keys=None if keys.null_count == n else _values(keys.slice(a, b - a)),
+            timestamps=None if timestamps is None else timestamps[a:b],
+            metadata=None if meta.null_count == n else _values(meta.slice(a, b - a)),
+        )
+
+
+class _Committer:
+    """Driver side of a write: the transactional commit into one topic."""
+
+    def __init__(self, root: str, topic: str, options: dict[str, str]) -> None:
+        self.root = root
+        self.topic = topic
+        self.create = _bool_opt(options, "createtopic", True)
+        self.new_partitions = _int_opt(options, "partitions", 1, lo=1) or 1
+        self.late = str(options.get("latetimestamps", "error")).lower()
+        if self.late not in ("error", "clamp"):
+            raise _err("lateTimestamps", f"expected error or clamp, got {options.get('latetimestamps')!r}")
+        self.txn = uuid.uuid4().hex
+        self.staging = os.path.join(_spark_dir(root, topic), _STAGING_DIR, self.txn)
+
+    def partition_count(self) -> int:
+        try:
+            parts = _partitions_of(self.root, self.topic)
+        except UnknownTopicError:
+            if not self.create:
+                raise UnknownTopicError(f"pylog option topic: no topic {self.topic!r} under {self.root} "
+                                        "(set createTopic=true to create it)") from None
+            return self.new_partitions
+        if not parts:
+            return self.new_partitions
+        if parts != list(range(len(parts))):
+            raise PylogError(f"pylog: topic {self.topic!r} has partitions {parts}, expected 0..{len(parts) - 1}")
+        return len(parts)
+
+    def commit(self, messages: Iterable[Any], n_partitions: int, sink: tuple[str, int] | None = None) -> None:
+        files = _staged_files(messages)
+        try:
+            with _topic_lock(self.root, self.topic, exclusive=True):
+                _recover(self.root, self.topic)
+                if sink is not None:
+                    state = _read_json(os.path.join(_spark_dir(self.root, self.topic), _SINKS_FILE)) or {}
+                    done = state.get(sink[0])
+                    if done is not None and int(done) >= sink[1]:
+                        return  # a replayed batch: already committed
+                if not files and sink is None:
+                    return
+                for p in range(n_partitions):
+                    os.makedirs(_partition_dir(self.root, self.topic, p), exist_ok=True)
+                _transact(self.root, self.topic, self.txn, files, n_partitions, self.late, sink)
+        finally:
+            self.cleanup()
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def _transact(root: str, topic: str, txn: str, files: list[tuple[int, str, int]], n_partitions: int,
+              late: str, sink: tuple[str, int] | None) -> None:
+    """Append staged files to their partitions: all of them, or (after a failure) none."""
+    by_part: dict[int, list[str]] = {}
+    counts: dict[int, int] = {}
+    for p, path, rows in files:
+        if not 0 <= p < n_partitions:
+            raise PylogError(f"pylog: staged rows for partition {p}, but topic {topic!r} has {n_partitions}")
+        by_part.setdefault(p, []).append(path)
+        counts[p] = counts.get(p, 0) + rows
+    logs: dict[int, pylog.Log] = {}
+    sdir = _spark_dir(root, topic)
+    jpath = os.path.join(sdir, _JOURNAL_FILE)
+    try:
+        for p in sorted(by_part):
+            logs[p] = pylog.Log(_partition_dir(root, topic, p))
+        journal = {
+            "txn": txn, "topic": topic,
+            "partitions": {str(p): [logs[p].next_offset, logs[p].next_offset + counts[p]] for p in sorted(logs)},
+            "files": {str(p): by_part[p] for p in sorted(by_part)},
+            "sink": list(sink) if sink is not None else None,
+        }
+        fileutil.atomic_write(jpath, json.dumps(journal, sort_keys=True).encode())
+        try:
+            for p in sorted(by_part):
+                _append_table(logs[p], _load_staged(by_part[p]), late, topic, p)
+                logs[p].flush()
+            if sink is not None:
+                state = _read_json(os.path.join(sdir, _SINKS_FILE)) or {}
+                state[sink[0]] = sink[1]
+                fileutil.atomic_write(os.path.join(sdir, _SINKS_FILE), json.dumps(state, sort_keys=True).encode())
+        except BaseException:
+            _rollback(logs, journal, jpath)
+            raise
+        _remove_journal(jpath)
+    finally:
+        for log in logs.values():
+            try:
+                log.close()
+            except Exception:
+                pass
+
+
+def _rollback(logs: dict[int, pylog.Log], journal: dict[str, Any], jpath: str) -> None:
+    """Truncate every partition back to its offset before the commit, then drop the
+    journal. If that fails too, the journal stays and the next commit recovers."""
+    for p, (pre, _post) in journal["partitions"].items():
+        log = logs[int(p)]
+        if log.next_offset > pre:
+            log.truncate(pre)
+        log.flush()
+    _remove_journal(jpath)
+
+
+def _remove_journal(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    fileutil.fsync_dir(os.path.dirname(path))
+
+
+def _recover(root: str, topic: str) -> None:
+    """Finish a commit a crash left half-done (the caller holds the topic lock).
+
+    Roll back (truncate each partition to its offset before the commit) unless a partition
+    grew past what the commit would have made it (another producer appended after it): then
+    roll forward, appending the staged rows the commit had not appended yet. A sink commit
+    whose batch id is already recorded is complete: its journal is just dropped.
+    """
+    sdir = _spark_dir(root, topic)
+    jpath = os.path.join(sdir, _JOURNAL_FILE)
+    journal = _read_json(jpath)
+    if not journal:
+        return
+    sink = journal.get("sink")
+    if sink is not None:
+        state = _read_json(os.path.join(sdir, _SINKS_FILE)) or {}
+        if state.get(sink[0]) is not None and int(state[sink[0]]) >= int(sink[1]):
+            _remove_journal(jpath)
+            return
+    logs = {int(p): pylog.Log(_partition_dir(root, topic, int(p))) for p in journal["partitions"]}
+    try:
+        forward = any(logs[int(p)].next_offset > post for p, (_pre, post) in journal["partitions"].items())
+        if not forward:
+            _rollback(logs, journal, jpath)
+        else:
+            for p, (pre, post) in journal["partitions"].items():
+                log = logs[int(p)]
+                if log.next_offset == pre:
+                    _append_table(log, _load_staged(journal["files"][p]), "clamp", topic, int(p))
+                    log.flush()
+                elif log.next_offset < post:
+                    raise PylogError(f"pylog: cannot finish the half-done commit {journal['txn']} of topic "
+                                     f"{topic!r}: partition {p} holds part of it; see {jpath}")
+            if sink is not None:
+                state = _read_json(os.path.join(sdir, _SINKS_FILE)) or {}
+                state[sink[0]] = sink[1]
+                fileutil.atomic_write(os.path.join(sdir, _SINKS_FILE), json.dumps(state, sort_keys=True).encode())
+            _remove_journal(jpath)
+    finally:
+        for log in logs.values():
+            log.close()
+    shutil.rmtree(os.path.join(sdir, _STAGING_DIR, journal["txn"]), ignore_errors=True)
+
+
+class PylogWriter(DataSourceArrowWriter):
+    """Batch writer (mode "append"): nothing is visible unless the job commits."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        _check_write_schema(schema)
+        root = _root_opt(options)
+        topic = options.get("topic")
+        if not topic:
+            raise _err("topic", "required: the topic to write")
+        self.committer = _Committer(root, _check_topic_name(str(topic), "topic"), options)
+        self.n_partitions = self.committer.partition_count()
+        self.stager = _StagingWriter(self.committer.staging, self.n_partitions, options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self.stager.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.committer.commit(messages, self.n_partitions)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.committer.cleanup()
+
+
+class PylogStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming sink: exactly once per batch id (replays are skipped)."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        _check_write_schema(schema)
+        root = _root_opt(options)
+        topic = options.get("topic")
+        if not topic:
+            raise _err("topic", "required: the topic to write")
+        self.committer = _Committer(root, _check_topic_name(str(topic), "topic"), options)
+        self.n_partitions = self.committer.partition_count()
+        self.stager = _StagingWriter(self.committer.staging, self.n_partitions, options)
+        sink_id = options.get("sinkid")
+        if not sink_id:
+            where = options.get("checkpointlocation") or options.get("path")
+            sink_id = "q-" + hashlib.sha256(str(where).encode()).hexdigest()[:16]
+        self.sink_id = str(sink_id)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self.stager.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.committer.commit(messages, self.n_partitions, sink=(self.sink_id, int(batchId)))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.committer.cleanup()
+
+
+# ----------------------------------------------------------------------------------------
+class PylogDataSource(DataSource):
+    """The ``pylog`` format: topics of a pylog data root, read and written by Spark."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pylog"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return PylogReader(_options_dict(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return PylogStreamReader(_options_dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> PylogWriter:
+        if overwrite:
+            raise _err("mode", "pylog topics are append-only: use mode(\"append\")")
+        return PylogWriter(_options_dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> PylogStreamWriter:
+        if overwrite:
+            raise _err("outputMode", "pylog topics are append-only: use outputMode(\"append\")")
+        return PylogStreamWriter(_options_dict(self.options), schema)
