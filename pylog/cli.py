@@ -1,0 +1,780 @@
+"""The ``pylog`` command: topics, producing, consuming, checking and inspecting a data root.
+
+The data root is ``--root``, else ``$PYLOG_ROOT``, else ``./pylog-data``. Every error is one
+line on stderr (``pylog: error: ...``) and a non-zero exit status: 1 for a failure, 2 for
+a bad command line; never a traceback (``PYLOG_DEBUG=1`` shows one). See docs/cli.md.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import time
+from typing import Any, BinaryIO, Iterator
+
+import click
+
+from pylog.errors import PylogError, UnknownTopicError
+
+DEFAULT_ROOT = "pylog-data"
+CHUNK = 4 << 20
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class CliError(Exception):
+    """An error already worded for the user (exit status ``code``)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ----------------------------------------------------------------------------------------
+# helpers
+def _store(ctx: click.Context, *, create: bool = False) -> Any:
+    """The LogStore of the data root; ``create`` makes the root if it is missing."""
+    from pylog.topics import LogStore
+
+    root = ctx.obj["root"]
+    if not create and not os.path.isdir(root):
+        raise CliError(f"data root {root!r} does not exist (create a topic first, or pass --root)")
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise CliError(f"data root {root!r} is not a directory")
+    if os.path.isdir(root) and not os.access(root, os.R_OK | os.X_OK):
+        raise CliError(f"data root {root!r} is not readable")
+    store = LogStore(root)
+    ctx.call_on_close(store.close)
+    return store
+
+
+def _parse_value(text: str) -> Any:
+    low = text.strip().lower()
+    if low in ("none", "null", ""):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        return text
+
+
+def _parse_configs(items: tuple[str, ...]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--config")
+        out[name.strip().replace("-", "_").replace(".", "_")] = _parse_value(value)
+    return out
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _topics_arg(store: Any, topic: str | None) -> list[str]:
+    if topic is None:
+        return store.topics()
+    store.topic(topic)  # raises InvalidNameError / UnknownTopicError
+    return [topic]
+
+
+# ----------------------------------------------------------------------------------------
+@click.group(context_settings=CONTEXT)
+@click.option("--root", envvar="PYLOG_ROOT", default=DEFAULT_ROOT, show_default=True, metavar="DIR",
+              help="Data root (also $PYLOG_ROOT).")
+@click.version_option(package_name="pylog", prog_name="pylog")
+@click.pass_context
+def cli(ctx: click.Context, root: str) -> None:
+    """pylog: a segmented, append-only commit log (topics, partitions, consumer groups).
+
+    \b
+    Examples:
+      pylog topic create orders --partitions 3
+      seq 10 | pylog produce orders
+      pylog consume orders --from-beginning
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["root"] = root
+
+
+# -- topics --------------------------------------------------------------------------------
+@cli.group(context_settings=CONTEXT)
+def topic() -> None:
+    """Create, list, describe, alter and delete topics."""
+
+
+@topic.command("create", context_settings=CONTEXT)
+@click.argument("name")
+@click.option("-p", "--partitions", type=click.IntRange(1, 1 << 16), default=1, show_default=True,
+              help="Number of partitions.")
+@click.option("-c", "--config", "configs", multiple=True, metavar="NAME=VALUE",
+              help="A LogConfig setting, e.g. retention_ms=86400000 or cleanup_policy=compact (repeatable).")
+@click.option("--if-not-exists", is_flag=True, help="Succeed quietly if the topic exists.")
+@click.pass_context
+def topic_create(ctx: click.Context, name: str, partitions: int, configs: tuple[str, ...],
+                 if_not_exists: bool) -> None:
+    """Create topic NAME."""
+    from pylog.errors import TopicExistsError
+    from pylog.topics import check_name
+
+    check_name(name)
+    options = _parse_configs(configs)
+    store = _store(ctx, create=True)
+    try:
+        store.create_topic(name, partitions, **options)
+    except TopicExistsError:
+        if not if_not_exists:
+            raise
+        return
+    click.echo(f"created topic {name} with {partitions} partition{'s' if partitions != 1 else ''}")
+
+
+@topic.command("list", context_settings=CONTEXT)
+@click.pass_context
+def topic_list(ctx: click.Context) -> None:
+    """List the topics, one per line."""
+    root = ctx.obj["root"]
+    if not os.path.isdir(root):
+        if os.path.exists(root):
+            raise CliError(f"data root {root!r} is not a directory")
+        return
+    for name in _store(ctx).topics():
+        click.echo(name)
+
+
+@topic.command("describe", context_settings=CONTEXT)
+@click.argument("name", required=False)
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--segments", is_flag=True, help="List every segment too.")
+@click.pass_context
+def topic_describe(ctx: click.Context, name: str | None, fmt_: str, segments: bool) -> None:
+    """Partitions, offsets, segments and sizes of topic NAME (default: every topic)."""
+    store = _store(ctx)
+    infos = [store.topic(n).describe() for n in _topics_arg(store, name)]
+    if fmt_ == "json":
+        click.echo(json.dumps(infos if name is None else infos[0], indent=1))
+        return
+    for info in infos:
+        cfg = info["config"]
+        changed = {k: v for k, v in cfg.items() if v != _defaults().get(k)}
+        click.echo(f"Topic: {info['name']}\tPartitions: {info['partitions']}\t"
+                   f"Config: {', '.join(f'{k}={v}' for k, v in sorted(changed.items())) or '(defaults)'}")
+        for p in info["partition_info"]:
+            click.echo(f"\tPartition: {p['partition']}\tStartOffset: {p['start_offset']}\t"
+                       f"NextOffset: {p['next_offset']}\tRecords: {p['next_offset'] - p['start_offset']}\t"
+                       f"Segments: {p['segments']}\tSize: {_human(p['size_bytes'])}")
+            if segments:
+                for s in p["segment_list"]:
+                    click.echo(f"\t\tSegment: {s['base_offset']:020d}\tOffsets: [{s['base_offset']}, "
+                               f"{s['next_offset']})\tSize: {s['size_bytes']}\t"
+                               f"{'sealed' if s['sealed'] else 'active'}")
+
+
+def _defaults() -> dict[str, Any]:
+    from pylog.config import LogConfig
+
+    return LogConfig().to_dict()
+
+
+@topic.command("alter", context_settings=CONTEXT)
+@click.argument("name")
+@click.option("-p", "--partitions", type=click.IntRange(1, 1 << 16), default=None,
+              help="New (larger) number of partitions.")
+@click.option("-c", "--config", "configs", multiple=True, metavar="NAME=VALUE",
+              help="A LogConfig setting to change (repeatable).")
+@click.pass_context
+def topic_alter(ctx: click.Context, name: str, partitions: int | None, configs: tuple[str, ...]) -> None:
+    """Add partitions to topic NAME or change its config."""
+    options = _parse_configs(configs)
+    if partitions is None and not options:
+        raise click.UsageError("nothing to change: give --partitions or --config")
+    store = _store(ctx)
+    t = store.topic(name)
+    if options:
+        store.alter_topic(name, **options)
+    if partitions is not None:
+        if partitions < t.partitions:
+            raise CliError(f"topic {name} has {t.partitions} partitions; partitions can only be added")
+        if partitions > t.partitions:
+            store.add_partitions(name, partitions - t.partitions)
+    click.echo(f"altered topic {name}")
+
+
+@topic.command("delete", context_settings=CONTEXT)
+@click.argument("name")
+@click.option("--if-exists", is_flag=True, help="Succeed quietly if there is no such topic.")
+@click.pass_context
+def topic_delete(ctx: click.Context, name: str, if_exists: bool) -> None:
+    """Delete topic NAME, its data and its consumer groups' offsets."""
+    from pylog.topics import check_name
+
+    check_name(name)
+    if if_exists and not os.path.isdir(ctx.obj["root"]):
+        return
+    store = _store(ctx)
+    try:
+        store.delete_topic(name)
+    except UnknownTopicError:
+        if not if_exists:
+            raise
+        return
+    click.echo(f"deleted topic {name}")
+
+
+# -- produce -------------------------------------------------------------------------------
+def _lines(streams: list[BinaryIO]) -> Iterator[list[bytes]]:
+    """Lists of lines (without their newline), a few MiB at a time."""
+    for f in streams:
+        rest = b""
+        while True:
+            data = f.read(CHUNK)
+            if not data:
+                break
+            if rest:
+                data = rest + data
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            if lines:
+                yield lines
+        if rest:
+            yield [rest]
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("topic_name", metavar="TOPIC")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("-k", "--key-separator", default=None, metavar="SEP",
+              help="Split each line at the first SEP into key and value.")
+@click.option("-p", "--partition", type=click.IntRange(0), default=None,
+              help="Write every record to this partition (default: by key hash, or spread).")
+@click.pass_context
+def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_separator: str | None,
+            partition: int | None) -> None:
+    """Append one record per line of FILES (default: stdin) to TOPIC.
+
+    A line's trailing newline is not part of the record. With --key-separator, the text
+    before the first separator is the key. Records with a key go to the partition Kafka's
+    partitioner would choose; records without one are spread over the partitions.
+    """
+    if key_separator == "":
+        raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    store = _store(ctx)
+    t = store.topic(topic_name)
+    if partition is not None:
+        t._check_partition(partition)
+    streams: list[BinaryIO] = []
+    try:
+        for name in files or ("-",):
+            if name == "-":
+                streams.append(sys.stdin.buffer)
+            else:
+                try:
+                    streams.append(open(name, "rb"))
+                except OSError as e:
+                    raise CliError(f"cannot read {name}: {e.strerror}") from None
+        sep = key_separator.encode() if key_separator is not None else None
+        count = 0
+        for lines in _lines(streams):
+            if sep is None:
+                t.append_batch(lines, partition=partition)
+            else:
+                keys, values = [], []
+                for i, line in enumerate(lines):
+                    k, found, v = line.partition(sep)
+                    if not found:
+                        raise CliError(f"line {count + i + 1} has no key separator {key_separator!r}"
+                                       f" ({count} records were produced before it)")
+                    keys.append(k)
+                    values.append(v)
+                t.append_batch(values, keys=keys, partition=partition)
+            count += len(lines)
+        ctx.obj["produced"] = count
+    finally:
+        for f in streams:
+            if f is not sys.stdin.buffer:
+                f.close()
+
+
+# -- consume -------------------------------------------------------------------------------
+def _json_field(out: dict[str, Any], name: str, value: Any) -> None:
+    if value is None:
+        out[name] = None
+        return
+    b = bytes(value)
+    try:
+        out[name] = b.decode("utf-8")
+    except UnicodeDecodeError:
+        out[name] = None
+        out[name + "_base64"] = base64.b64encode(b).decode("ascii")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--from-beginning", is_flag=True,
+              help="Start at the earliest offset (with --group: when the group has committed nothing).")
+@click.option("--offset", default=None, metavar="N|earliest|latest",
+              help="Start at this offset of --partition.")
+@click.option("-p", "--partition", type=click.IntRange(0), default=None, help="Read only this partition.")
+@click.option("-g", "--group", default=None, help="Consumer group: start at its committed offsets and commit.")
+@click.option("-f", "--follow", is_flag=True, help="Keep waiting for new records (Ctrl-C to stop).")
+@click.option("-n", "--max-records", type=click.IntRange(1), default=None, help="Stop after this many records.")
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: each value as it is, one per line; json: one object per record.")
+@click.option("--print-key", is_flag=True, help="text format: print KEY<separator>VALUE.")
+@click.option("--key-separator", default="\t", show_default=repr("\t"), metavar="SEP",
+              help="Separator for --print-key.")
+@click.pass_context
+def consume(ctx: click.Context, topic_name: str, from_beginning: bool, offset: str | None,
+            partition: int | None, group: str | None, follow: bool, max_records: int | None, fmt_: str,
+            print_key: bool, key_separator: str) -> None:
+    """Print the records of TOPIC.
+
+    Without --group and --from-beginning, only records appended from now on are printed
+    (as Kafka's console consumer does). Without --follow, stops at the end of the log.
+    """
+    start: int | str | None = None
+    if offset is not None:
+        if partition is None:
+            raise click.UsageError("--offset needs --partition")
+        if offset in ("earliest", "latest"):
+            start = offset
+        else:
+            try:
+                start = int(offset)
+            except ValueError:
+                raise click.BadParameter(f"{offset!r} is not an offset, 'earliest' or 'latest'",
+                                         param_hint="--offset") from None
+            if start < 0:
+                raise click.BadParameter(f"{offset!r} is negative", param_hint="--offset")
+    if group is not None:
+        from pylog.topics import check_name
+
+        check_name(group, "group")
+    store = _store(ctx)
+    t = store.topic(topic_name)
+    if partition is not None:
+        t._check_partition(partition)
+    reset = "earliest" if (from_beginning or start is not None) else "latest"
+    consumer = store.consumer(topic_name, group=group, auto_offset_reset=reset,
+                              partitions=None if partition is None else [partition])
+    if start is not None:
+        assert partition is not None
+        if start == "earliest":
+            consumer.seek_to_beginning()
+        elif start == "latest":
+            consumer.seek_to_end()
+        else:
+            log = t.reader(partition)
+            if log.readonly:
+                log.refresh()
+            if not log.start_offset <= start <= log.next_offset:  # type: ignore[operator]
+                raise CliError(f"offset {start} is out of range: partition {partition} of {topic_name} "
+                               f"holds [{log.start_offset}, {log.next_offset})")
+            consumer.seek(partition, start)  # type: ignore[arg-type]
+    elif group is None and from_beginning:
+        consumer.seek_to_beginning()
+    elif group is None:
+        consumer.seek_to_end()
+    out = sys.stdout.buffer
+    left = max_records if max_records is not None else 1 << 62
+    text = fmt_ == "text"
+    ksep = key_separator.encode()
+    while left > 0:
+        batch = consumer.poll_partitions(min(left, 20000), timeout_ms=1000 if follow else 0)
+        if not batch:
+            if follow:
+                continue
+            break
+        for p, recs in batch.items():
+            if len(recs) > left:
+                recs = recs[:left]
+            if text and not print_key:
+                vals = [b"null" if r[3] is None else r[3] for r in recs]
+                vals.append(b"")
+                out.write(b"\n".join(vals))
+            elif text:
+                parts = []
+                for r in recs:
+                    parts.append(b"null" if r[2] is None else r[2])
+                    parts.append(ksep)
+                    parts.append(b"null" if r[3] is None else r[3])
+                    parts.append(b"\n")
+                out.write(b"".join(parts))
+            else:
+                lines = []
+                for r in recs:
+                    obj: dict[str, Any] = {"topic": topic_name, "partition": p, "offset": r[0], "timestamp": r[1]}
+                    _json_field(obj, "key", r[2])
+                    _json_field(obj, "value", r[3])
+                    _json_field(obj, "metadata", r[4])
+                    lines.append(json.dumps(obj))
+                lines.append("")
+                out.write("\n".join(lines).encode())
+            left -= len(recs)
+            if len(recs) < len(batch[p]):
+                consumer.seek(p, recs[-1][0] + 1)
+            if left <= 0:
+                break
+        if follow:
+            out.flush()
+        if group is not None:
+            out.flush()
+            consumer.commit()
+    out.flush()
+
+
+# -- checking ------------------------------------------------------------------------------
+def _progress(total: int, label: str) -> Any:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    prog = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                    transient=True, console=_err_console(), disable=not sys.stderr.isatty())
+    return prog
+
+
+def _err_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("topic_name", metavar="[TOPIC]", required=False)
+@click.pass_context
+def verify(ctx: click.Context, topic_name: str | None) -> None:
+    """CRC-check every record of TOPIC (default: every topic). Exit status 1, and one
+    line per bad record, when anything is corrupt. Changes nothing."""
+    store = _store(ctx)
+    logs = []
+    for name in _topics_arg(store, topic_name):
+        t = store.topic(name)
+        for p in range(t.partitions):
+            log = t.reader(p)
+            if log.readonly:
+                log.refresh()
+            logs.append((name, p, log))
+    total = sum(log.size_bytes for _n, _p, log in logs)
+    bad = []
+    records = 0
+    with _progress(total, "verifying") as prog:
+        task = prog.add_task("verify", total=total)
+        for name, p, log in logs:
+            for err in log.verify(progress=lambda n: prog.advance(task, n)):
+                bad.append((name, p, err))
+            records += log.next_offset - log.start_offset
+    for name, p, err in bad:
+        click.echo(f"{name}/partition-{p}: {err}")
+    if bad:
+        raise CliError(f"{len(bad)} corrupt record{'s' if len(bad) != 1 else ''} found", code=1)
+    click.echo(f"ok: {len(logs)} partition{'s' if len(logs) != 1 else ''}, {_human(total)} checked")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("topic_name", metavar="[TOPIC]", required=False)
+@click.pass_context
+def recover(ctx: click.Context, topic_name: str | None) -> None:
+    """Open every partition of TOPIC (default: every topic) for writing, which recovers
+    it after a crash (torn tails cut, indexes rebuilt), and report what was done."""
+    store = _store(ctx)
+    problems = 0
+    for name in _topics_arg(store, topic_name):
+        t = store.topic(name)
+        for p in range(t.partitions):
+            log = t.partition(p)
+            what = []
+            if log.truncated_bytes:
+                what.append(f"cut {log.truncated_bytes} torn bytes")
+            for err in log.recovery_report:
+                what.append(f"corrupt: {err}")
+                problems += 1
+            click.echo(f"{name}/partition-{p}: [{log.start_offset}, {log.next_offset}) "
+                       f"{'; '.join(what) if what else 'ok'}")
+    if problems:
+        raise CliError(f"{problems} corrupt record{'s' if problems != 1 else ''} in sealed segments "
+                       f"(kept; see 'pylog verify')")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("topic_name", metavar="[TOPIC]", required=False)
+@click.pass_context
+def retention(ctx: click.Context, topic_name: str | None) -> None:
+    """Apply retention_ms / retention_bytes to TOPIC (default: every topic whose
+    cleanup_policy is delete): delete whole old segments."""
+    store = _store(ctx)
+    names = _topics_arg(store, topic_name)
+    total = 0
+    for name in names:
+        for (_n, p), k in store.enforce_retention(name).items():
+            total += k
+            if k:
+                click.echo(f"{name}/partition-{p}: deleted {k} segment{'s' if k != 1 else ''}")
+    click.echo(f"retention: {total} segment{'s' if total != 1 else ''} deleted")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("topic_name", metavar="[TOPIC]", required=False)
+@click.pass_context
+def compact(ctx: click.Context, topic_name: str | None) -> None:
+    """Compact TOPIC (default: every topic whose cleanup_policy is compact): keep the
+    latest record of each key in sealed segments."""
+    store = _store(ctx)
+    if topic_name is not None and store.topic(topic_name).config.cleanup_policy != "compact":
+        raise CliError(f"topic {topic_name} has cleanup_policy=delete; "
+                       f"set it with: pylog topic alter {topic_name} -c cleanup_policy=compact")
+    removed = 0
+    for name in _topics_arg(store, topic_name):
+        for (_n, p), rep in store.compact(name).items():
+            removed += rep.records_removed
+            if rep:
+                click.echo(f"{name}/partition-{p}: {rep.segments_cleaned} segments cleaned, "
+                           f"{rep.records_removed} records removed, "
+                           f"{_human(rep.bytes_before)} -> {_human(rep.bytes_after)}")
+    click.echo(f"compaction: {removed} record{'s' if removed != 1 else ''} removed")
+
+
+# -- dump ----------------------------------------------------------------------------------
+def _show_bytes(b: Any, limit: int) -> str:
+    if b is None:
+        return "null"
+    raw = bytes(b[:limit])
+    s = raw.decode("utf-8", "backslashreplace")
+    return json.dumps(s, ensure_ascii=False) + ("..." if len(b) > limit else "")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--print-data", "-d", is_flag=True, help="Print keys, values and metadata too.")
+@click.option("--max-bytes", type=click.IntRange(0), default=100, show_default=True,
+              help="With --print-data: show at most this many bytes of each field.")
+@click.option("--max-records", type=click.IntRange(1), default=None, help="Stop after this many records.")
+def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -> None:
+    """Decode a segment file (.log), an offset index (.index), a time index (.timeindex) or
+    a committed-offset file (.offset), like kafka-dump-log. Exit 1 at a bad frame."""
+    import mmap
+    import struct
+
+    from pylog import format as fmt
+    from pylog._backend import impl
+
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror}") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if path.endswith(".offset"):
+            from pylog.consumer import decode_offset
+
+            off = decode_offset(f.read(1024))
+            if off is None:
+                raise CliError(f"{path}: not a valid committed-offset file")
+            click.echo(f"Dumping {path}\ncommitted offset: {off}")
+            return
+        kinds = {fmt.STORE_SUFFIX: fmt.STORE_MAGIC, fmt.INDEX_SUFFIX: fmt.INDEX_MAGIC,
+                 fmt.TIMEINDEX_SUFFIX: fmt.TIMEINDEX_MAGIC}
+        suffix = next((s for s in kinds if path.endswith(s)), None)
+        if suffix is None:
+            raise CliError(f"{path}: unknown file kind (expected .log, .index, .timeindex or .offset)")
+        head = f.read(fmt.FILE_HEADER_SIZE)
+        rc, base, flags = impl.header_check(head, kinds[suffix])
+        if rc != impl.OK:
+            raise CliError(f"{path}: bad file header (not a pylog {suffix} file, or damaged)")
+        version = struct.unpack_from("<H", head, 8)[0]
+        out = sys.stdout.buffer
+        out.write(f"Dumping {path}\nbase offset: {base} version: {version} flags: {flags}"
+                  f"{' (compacted)' if flags & fmt.HEADER_COMPACTED else ''} size: {size}\n".encode())
+        if suffix != fmt.STORE_SUFFIX:
+            esize = fmt.INDEX_ENTRY_SIZE if suffix == fmt.INDEX_SUFFIX else fmt.TIMEINDEX_ENTRY_SIZE
+            body = f.read()
+            if len(body) % esize:
+                raise CliError(f"{path}: {len(body)} bytes of entries is not a multiple of {esize}")
+            lines = []
+            for i in range(len(body) // esize):
+                if suffix == fmt.INDEX_SUFFIX:
+                    rel, pos = struct.unpack_from("<II", body, i * esize)
+                    lines.append(f"offset: {base + rel} position: {pos}")
+                else:
+                    ts, rel, pos = struct.unpack_from("<qII", body, i * esize)
+                    lines.append(f"timestamp: {ts} offset: {base + rel} position: {pos}")
+                if max_records is not None and len(lines) >= max_records:
+                    break
+            if lines:
+                out.write(("\n".join(lines) + "\n").encode())
+            return
+        if size <= fmt.FILE_HEADER_SIZE:
+            return
+        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        buf = impl.Buffer(mm)
+        mv = memoryview(mm)
+        pos = fmt.FILE_HEADER_SIZE
+        shown = 0
+        gaps = bool(flags & fmt.HEADER_COMPACTED)
+        expected = base
+        try:
+            while pos < size:
+                rc, frames, end = impl.scan(buf, size, pos, expected, 4096, (1 << 64) - 1, gaps)
+                lines = []
+                for fr in frames.tolist():
+                    fpos, off, ts, fsize, attrs, klen, mlen, vlen, crc = fr
+                    line = (f"offset: {off} position: {fpos} timestamp: {ts} size: {fsize} crc: {crc} "
+                            f"isvalid: true keysize: {-1 if attrs & 1 else klen} "
+                            f"metadatasize: {-1 if attrs & 2 else mlen} valuesize: {-1 if attrs & 4 else vlen}")
+                    if print_data:
+                        p = fpos + fmt.FRAME_HEADER_SIZE
+                        key = None if attrs & 1 else mv[p : p + klen]
+                        meta = None if attrs & 2 else mv[p + klen : p + klen + mlen]
+                        val = None if attrs & 4 else mv[p + klen + mlen : p + klen + mlen + vlen]
+                        line += (f" key: {_show_bytes(key, max_bytes)} metadata: {_show_bytes(meta, max_bytes)}"
+                                 f" payload: {_show_bytes(val, max_bytes)}")
+                        del key, meta, val
+                    lines.append(line)
+                    shown += 1
+                    if max_records is not None and shown >= max_records:
+                        break
+                if lines:
+                    out.write(("\n".join(lines) + "\n").encode())
+                if max_records is not None and shown >= max_records:
+                    return
+                if len(frames):
+                    expected = int(frames[-1]["offset"]) + 1
+                    pos = int(end)
+                if rc != impl.OK:
+                    from pylog.segment import reason
+
+                    out.flush()
+                    raise CliError(f"{path}: bad frame at position {int(end)} (expected offset {expected}): "
+                                   f"{reason(rc)}")
+                if not len(frames):
+                    break
+        finally:
+            del mv
+            del buf
+            try:
+                mm.close()
+            except BufferError:
+                pass
+
+
+# -- bench ---------------------------------------------------------------------------------
+@cli.command(context_settings={**CONTEXT, "ignore_unknown_options": True})
+@click.option("-n", "--records", type=click.IntRange(1), default=200_000, show_default=True)
+@click.option("-s", "--size", "value_size", type=click.IntRange(0), default=100, show_default=True,
+              help="Value size in bytes.")
+@click.option("-p", "--partitions", type=click.IntRange(1, 1024), default=1, show_default=True)
+@click.option("--keys", type=click.IntRange(0), default=0, show_default=True,
+              help="Number of distinct keys (0: records without keys).")
+@click.option("--compare", is_flag=True,
+              help="Run the comparison with other stores (benchmarks/compare.py, in a source checkout).")
+@click.argument("compare_args", nargs=-1, type=click.UNPROCESSED)
+def bench(records: int, value_size: int, partitions: int, keys: int, compare: bool,
+          compare_args: tuple[str, ...]) -> None:
+    """A quick produce/consume benchmark in a temporary directory (records/s, MB/s)."""
+    if compare:
+        import importlib.util
+        import subprocess
+
+        try:
+            spec = importlib.util.find_spec("benchmarks.compare")
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            raise CliError("--compare needs benchmarks/compare.py, which is not available here "
+                           "(run pylog bench --compare from a source checkout of pylog)")
+        sys.exit(subprocess.call([sys.executable, "-m", "benchmarks.compare", *compare_args]))
+    if compare_args:
+        raise click.UsageError(f"unexpected arguments: {' '.join(compare_args)}")
+    import tempfile
+
+    from pylog.topics import LogStore
+
+    value = os.urandom(value_size)
+    batch = 10_000
+    with tempfile.TemporaryDirectory(prefix="pylog-bench-") as root:
+        with LogStore(root) as store:
+            t = store.create_topic("bench", partitions, segment_bytes=64 << 20)
+            key_list = [b"key-%d" % (i % keys) for i in range(batch)] if keys else None
+            t0 = time.perf_counter()
+            done = 0
+            while done < records:
+                n = min(batch, records - done)
+                t.append_batch([value] * n, keys=None if key_list is None else key_list[:n])
+                done += n
+            store.flush()
+            t1 = time.perf_counter()
+            c = store.consumer("bench", group=None, auto_offset_reset="earliest")
+            got = 0
+            while got < records:
+                r = c.poll(10_000)
+                if not r:
+                    break
+                got += len(r)
+            t2 = time.perf_counter()
+        mb = records * value_size / 1e6
+        click.echo(f"produce: {records} records of {value_size} B in {t1 - t0:.3f} s: "
+                   f"{records / (t1 - t0):,.0f} records/s, {mb / (t1 - t0):,.1f} MB/s")
+        click.echo(f"consume: {got} records in {t2 - t1:.3f} s: "
+                   f"{got / (t2 - t1):,.0f} records/s, {mb / (t2 - t1):,.1f} MB/s")
+
+
+# ----------------------------------------------------------------------------------------
+def _fail(message: str, code: int) -> int:
+    message = " ".join(str(message).split()) or "unknown error"
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    sys.stderr.write(f"pylog: error: {message}\n")
+    sys.stderr.flush()
+    return code
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        where = f": {e.filename}" if e.filename else ""
+        return f"{e.strerror}{where}"
+    if isinstance(e, KeyError) and not isinstance(e, PylogError):
+        return f"missing {e}"
+    return str(e) or type(e).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``pylog`` console script; returns (and exits with) the status."""
+    try:
+        rv = cli.main(args=argv, prog_name="pylog", standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+    except click.exceptions.Abort:
+        code = _fail("interrupted", 130)
+    except click.ClickException as e:
+        code = _fail(e.format_message(), e.exit_code if e.exit_code else 2)
+    except CliError as e:
+        code = _fail(str(e), e.code)
+    except BrokenPipeError:
+        # the reader went away (pylog consume | head): not an error
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        code = 0
+    except KeyboardInterrupt:
+        code = _fail("interrupted", 130)
+    except (PylogError, OSError, ValueError, TypeError, KeyError, IndexError) as e:
+        if os.environ.get("PYLOG_DEBUG"):
+            raise
+        code = _fail(_describe(e), 1)
+    except Exception as e:  # never a traceback
+        if os.environ.get("PYLOG_DEBUG"):
+            raise
+        code = _fail(f"internal error: {type(e).__name__}: {e}", 1)
+    sys.exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
