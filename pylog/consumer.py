@@ -426,7 +426,7 @@ class Consumer:
         if self.dir is None:
             raise NotAssignedError("a consumer without a group cannot commit offsets")
         if offsets is None:
-            todo = {p: self._pos[p] for p in self._pos if self._pos[p] is not None}
+            todo = {p: self._resolve(p) for p in list(self._pos)}
         else:
             todo = {}
             for p, off in offsets.items():
