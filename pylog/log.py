@@ -296,7 +296,8 @@ class Log:
         last = bases[-1]
         active = None
         if clean is not None and clean.active_base == last and clean.next_offset >= last:
-            if os.path.getsize(paths(self.path, last)[0]) == clean.active_size:
+            st = os.stat(paths(self.path, last)[0])
+            if st.st_size == clean.active_size and st.st_mtime_ns == clean.active_mtime_ns:
                 active = ActiveSegment.open_clean(self.path, last, cfg, next_offset=clean.next_offset,
                                                   size=clean.active_size, max_timestamp=clean.max_timestamp)
         if active is None:
@@ -960,22 +961,33 @@ class Log:
         with self._lock:
             segs: list[Any] = [*self._sealed, self._active]
             active_max = self._active.app.max_timestamp
+        def newest(i: int) -> int | None:
+            # newest timestamp of segment i, or of the first non-empty one after it (compaction
+            # can empty a segment): non-decreasing in i, so it can be bisected
+            while i < len(segs):
+                seg = segs[i]
+                last = active_max if seg is segs[-1] else _last_timestamp(seg)
+                if last is not None:
+                    return last
+                i += 1
+            return None
+
         lo, hi = 0, len(segs)
         while lo < hi:  # first segment whose newest timestamp is >= ts
             mid = (lo + hi) // 2
-            s = segs[mid]
-            last = active_max if s is segs[-1] else _last_timestamp(s)
+            last = newest(mid)
             if last is not None and last >= ts:
                 hi = mid
             else:
                 lo = mid + 1
-        if lo == len(segs):
-            return None
-        s = segs[lo]
-        if s is segs[-1]:
-            with self._lock:
-                return s.find_time(ts)
-        return s.find_time(ts)
+        for s in segs[lo:]:
+            if s is segs[-1]:
+                with self._lock:
+                    return s.find_time(ts)
+            off = s.find_time(ts)
+            if off is not None:
+                return off
+        return None
 
     def refresh(self) -> None:
         """Read-only logs: pick up the writer's new records, segments and deletions."""
@@ -1186,7 +1198,8 @@ class Log:
                         active.sync(indexes=True)
                         checkpoint.write_recovery_point(self.path, active.next_offset)
                         checkpoint.write_clean(self.path, checkpoint.CleanState(
-                            active.next_offset, active.base_offset, active.written, active.app.max_timestamp))
+                            active.next_offset, active.base_offset, active.written, active.app.max_timestamp,
+                            os.fstat(active.store_fd).st_mtime_ns))
                     active.close_files()
                 else:
                     self._active.close_files()
