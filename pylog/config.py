@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Any, Literal, Mapping
 
 from pylog import format as fmt
@@ -15,6 +16,16 @@ CLEANUP_POLICIES = ("delete", "compact")
 #: Fields that may not change once a log holds data.
 FIXED_ONCE_WRITTEN = ("initial_offset",)
 
+#: A 32-bit Python (armhf: Raspberry Pi OS 32-bit) has 2-3 GiB of address space for the
+#: interpreter, its libraries and every map, and pylog maps whole store files. There the
+#: default segment is 64 MiB, no segment may pass 256 MiB, and the maps of the LRU plus the
+#: active segment, ``(cached_segments + 1) * segment_bytes``, stay within 1.5 GiB
+#: (docs/arm.md). 64-bit Pythons are unaffected.
+IS_32BIT = sys.maxsize < 2**32
+MAX_SEGMENT_BYTES_32BIT = 256 << 20
+MAX_MAPPED_BYTES_32BIT = 3 << 29
+DEFAULT_SEGMENT_BYTES = (64 << 20) if IS_32BIT else (1 << 30)
+
 
 @dataclasses.dataclass(frozen=True)
 class LogConfig:
@@ -24,7 +35,8 @@ class LogConfig:
     ----------
     segment_bytes
         Roll to a new segment when the active store file would pass this size.
-        Between 4 KiB and 4 GiB - 1 (index positions are u32).
+        Between 4 KiB and 4 GiB - 1 (index positions are u32). Default 1 GiB; on 32-bit
+        Python 64 MiB, at most 256 MiB (see ``IS_32BIT``).
     segment_ms
         Roll when the active segment's first and newest record timestamps are this far
         apart. None: never roll by time.
@@ -58,7 +70,7 @@ class LogConfig:
         its timestamp before compaction may remove it (Kafka's ``delete.retention.ms``).
     """
 
-    segment_bytes: int = 1 << 30
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
     segment_ms: int | None = None
     index_interval_bytes: int = 4096
     index_max_bytes: int = 10 << 20
@@ -96,6 +108,8 @@ class LogConfig:
         integer("retention_ms", 0, 1 << 62, optional=True)
         integer("retention_bytes", 0, 1 << 62, optional=True)
         integer("cached_segments", 0, 1 << 20, optional=True)
+        if IS_32BIT:
+            self._check_32bit()
         integer("initial_offset", 0, (1 << 63) - 1)
         integer("delete_retention_ms", 0, 1 << 62)
         if self.fsync not in FSYNC_POLICIES:
@@ -106,6 +120,21 @@ class LogConfig:
             raise ConfigError(
                 f"cleanup_policy={self.cleanup_policy!r} is not one of {', '.join(CLEANUP_POLICIES)}"
             )
+
+    def _check_32bit(self) -> None:
+        mib = 1 << 20
+        if self.segment_bytes > MAX_SEGMENT_BYTES_32BIT:
+            raise ConfigError(
+                f"segment_bytes={self.segment_bytes} is over {MAX_SEGMENT_BYTES_32BIT // mib} MiB, "
+                "the limit on 32-bit Python, where every segment is mapped into one small "
+                "address space (docs/arm.md)")
+        if self.cached_segments is not None:
+            mapped = (self.cached_segments + 1) * self.segment_bytes
+            if mapped > MAX_MAPPED_BYTES_32BIT:
+                raise ConfigError(
+                    f"(cached_segments + 1) * segment_bytes = {mapped // mib} MiB could be mapped at "
+                    f"once; on 32-bit Python keep it within {MAX_MAPPED_BYTES_32BIT // mib} MiB "
+                    "(fewer cached_segments or smaller segments; docs/arm.md)")
 
     @property
     def index_max_entries(self) -> int:

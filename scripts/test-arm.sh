@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# The whole test suite on Raspberry Pi CPUs, from an x86-64 Debian 12 machine (docs/arm.md).
+#
+#   bash scripts/test-arm.sh            # what CI runs
+#
+# 1. installs what is missing: Debian's cross gcc for aarch64 and armhf, qemu-user
+# 2. C checks: scripts/c-selftest.c under UBSan on x86-64, and cross-built under qemu on
+#    several aarch64 and armhf CPU models (hardware CRC and portable paths, odd addresses)
+# 3. a sysroot per arch with Debian's own CPython 3.11 (private apt + dpkg -x), test
+#    dependencies, and the cffi extension cross-built with the target's own cffi
+# 4. the project's pytest suite (-m "not spark") under qemu-user, one run per target:
+#      aarch64 on cortex-a53 / a72 / a76 (Pi 3 / 4 / 5) and with the portable CRC forced,
+#      armhf on cortex-a7 (Pi 2: no CRC instructions) and on max (ARMv8 AArch32, with CRC)
+#    Each run prints one line: "arm: <target> (<crc impl>, <secs> s): N passed, N failed, N skipped"
+# 5. scripts/build-arm-wheels.sh: aarch64 and armv7l wheels, auditwheel, emulated smoke test
+# Exits non-zero if any step or target fails.
+#
+# Environment knobs (all optional):
+#   CI_WORK / ARM_WORK      work dir (default $CI_WORK/arm, else .ci-work/arm in the repo)
+#   ARM_TARGETS             space-separated subset of target names (default: all)
+#   ARM_JOBS                targets run at once (default 2: qemu-user runs one thread each)
+#   ARM_TARGET_TIMEOUT      seconds per pytest run (default 900)
+#   ARM_MARKERS             pytest -m expression (default "not spark")
+#   ARM_PYTEST_ARGS         extra pytest arguments (e.g. "-x -k crc")
+#   ARM_HYPOTHESIS_PROFILE  hypothesis profile under emulation (default "default")
+#   ARM_SKIP_WHEELS=1       skip step 5
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/arm-common.sh
+source scripts/arm-common.sh
+T_START=$SECONDS
+# qemu runs are slow to compile: let them keep the bytecode they write
+unset PYTHONDONTWRITEBYTECODE
+
+# name arch qemu-cpu expected-crc-impl force-portable
+ALL_TARGETS="
+aarch64-cortex-a53 aarch64 cortex-a53 armv8-crc 0
+aarch64-cortex-a72 aarch64 cortex-a72 armv8-crc 0
+aarch64-cortex-a76 aarch64 cortex-a76 armv8-crc 0
+aarch64-portable aarch64 cortex-a72 portable 1
+armhf-cortex-a7 armhf cortex-a7 portable 0
+armhf-armv8 armhf max armv8-crc 0
+"
+ARM_JOBS=${ARM_JOBS:-2}
+ARM_TARGET_TIMEOUT=${ARM_TARGET_TIMEOUT:-900}
+ARM_MARKERS=${ARM_MARKERS:-not spark}
+RESULTS=$ARM_WORK/results
+failed=()
+
+# ---- 1. host tools ------------------------------------------------------------------------
+ensure_host_tools
+
+# ---- 2. C-level checks ---------------------------------------------------------------------
+c_checks() {
+  local d=$ARM_WORK/c F=(-O2 -g -std=c11 -Wall -Wextra -Werror -Icsrc) SRC=(scripts/c-selftest.c csrc/crc32c.c csrc/store.c csrc/index.c)
+  local ok=0 f
+  mkdir -p "$d"
+  # _FILE_OFFSET_BITS=64 must be in force in every C file, before any system header.
+  for f in csrc/*.c; do
+    arm-linux-gnueabihf-gcc -E -dM -Icsrc "$f" | grep -q '__USE_FILE_OFFSET64' ||
+      { echo "arm: $f is not built with 64-bit off_t on armhf"; ok=1; }
+  done
+  gcc "${F[@]}" -fsanitize=alignment,undefined -fno-sanitize-recover=all "${SRC[@]}" -o "$d/selftest-ubsan" &&
+    "$d/selftest-ubsan" && PYLOG_CRC32C_FORCE_PORTABLE=1 PYLOG_EXPECT_CRC_IMPL=portable "$d/selftest-ubsan" || ok=1
+  aarch64-linux-gnu-gcc "${F[@]}" "${SRC[@]}" -o "$d/selftest-aarch64" || ok=1
+  arm-linux-gnueabihf-gcc "${F[@]}" "${SRC[@]}" -o "$d/selftest-armhf" || ok=1
+  local cpu
+  for cpu in cortex-a53 cortex-a72 cortex-a76 max; do
+    PYLOG_EXPECT_CRC_IMPL=armv8-crc qemu-aarch64 -cpu $cpu -L /usr/aarch64-linux-gnu "$d/selftest-aarch64" || ok=1
+  done
+  PYLOG_CRC32C_FORCE_PORTABLE=1 PYLOG_EXPECT_CRC_IMPL=portable \
+    qemu-aarch64 -cpu cortex-a53 -L /usr/aarch64-linux-gnu "$d/selftest-aarch64" || ok=1
+  for cpu in cortex-a7 cortex-a15; do
+    PYLOG_EXPECT_CRC_IMPL=portable qemu-arm -cpu $cpu -L /usr/arm-linux-gnueabihf "$d/selftest-armhf" || ok=1
+  done
+  PYLOG_EXPECT_CRC_IMPL=armv8-crc qemu-arm -cpu max -L /usr/arm-linux-gnueabihf "$d/selftest-armhf" || ok=1
+  return $ok
+}
+if c_checks; then echo "arm: C checks passed"; else echo "arm: C checks FAILED"; failed+=(c-checks); fi
+
+# ---- 3. sysroots, test dependencies, extension builds (both arches at once) ----------------
+# Test dependencies: aarch64 gets everything as PyPI wheels; armhf has no cffi / numpy /
+# psutil wheels on PyPI, so those come from Debian (as on Raspberry Pi OS) and only
+# pure-Python ones from PyPI.
+PURE_TEST_DEPS=(pytest hypothesis click rich)
+prepare() {  # prepare ARCH (in a subshell: `die` ends only this arch)
+  local arch=$1
+  case $arch in
+    aarch64)
+      ensure_sysroot aarch64 python3 libpython3.11-dev libstdc++6
+      ensure_site aarch64 "$ARM_WORK/site-aarch64" "cffi==$ARM_CFFI_PIN" numpy psutil crc32c "${PURE_TEST_DEPS[@]}" ;;
+    armhf)
+      ensure_sysroot armhf python3 libpython3.11-dev python3-distutils python3-cffi python3-numpy python3-psutil
+      ensure_site armhf "$ARM_WORK/site-armhf" "${PURE_TEST_DEPS[@]}" ;;
+  esac
+  copy_tree "$ARM_WORK/tree-$arch"
+  cross_build_ext "$arch" "$ARM_WORK/tree-$arch"
+}
+mkdir -p "$RESULTS"
+T_PREP=$SECONDS
+declare -A prep_pid
+for arch in aarch64 armhf; do
+  (prepare "$arch") >"$ARM_WORK/prepare-$arch.log" 2>&1 &
+  prep_pid[$arch]=$!
+done
+declare -A prep_ok
+for arch in aarch64 armhf; do
+  if wait "${prep_pid[$arch]}"; then prep_ok[$arch]=1; else
+    prep_ok[$arch]=0; failed+=("prepare-$arch")
+    echo "arm: preparing $arch FAILED; the end of its log:"; tail -n 20 "$ARM_WORK/prepare-$arch.log"
+  fi
+done
+log "prepared in $((SECONDS - T_PREP)) s"
+
+# ---- 4. the pytest suite per target ----------------------------------------------------------
+run_target() {  # run_target NAME ARCH CPU EXPECT FORCE
+  local name=$1 arch=$2 cpu=$3 expect=$4 force=$5
+  arch_vars "$arch"
+  local out=$RESULTS/$name t0=$SECONDS rc
+  rm -rf "$out"; mkdir -p "$out/tmp"
+  (
+    cd "$ARM_WORK/tree-$arch" || exit 99
+    export QEMU_CPU=$cpu PYTHONPATH=$SITE TMPDIR=$out/tmp PYLOG_EXPECT_CRC_IMPL=$expect
+    export HYPOTHESIS_PROFILE=${ARM_HYPOTHESIS_PROFILE:-default} HYPOTHESIS_STORAGE_DIRECTORY=$out/hypothesis
+    if [ "$force" = 1 ]; then export PYLOG_CRC32C_FORCE_PORTABLE=1; else unset PYLOG_CRC32C_FORCE_PORTABLE; fi
+    # shellcheck disable=SC2086
+    exec timeout -k 20 "$ARM_TARGET_TIMEOUT" "$PYQ" -m pytest -q -p no:cacheprovider -m "$ARM_MARKERS" \
+      --basetemp="$out/tmp/pytest" --junitxml="$out/junit.xml" ${ARM_PYTEST_ARGS:-} tests
+  ) >"$out/pytest.log" 2>&1
+  rc=$?
+  echo "$rc $((SECONDS - t0))" >"$out/status"
+  rm -rf "$out/tmp"
+}
+
+selected=()
+while read -r name arch cpu expect force; do
+  [ -n "$name" ] || continue
+  if [ -n "${ARM_TARGETS:-}" ] && [[ " $ARM_TARGETS " != *" $name "* ]]; then continue; fi
+  selected+=("$name $arch $cpu $expect $force")
+done <<<"$ALL_TARGETS"
+
+T_TESTS=$SECONDS
+running=0
+for t in "${selected[@]}"; do
+  read -r name arch cpu expect force <<<"$t"
+  if [ "${prep_ok[$arch]}" != 1 ]; then
+    mkdir -p "$RESULTS/$name"; echo "98 0" >"$RESULTS/$name/status"; continue
+  fi
+  while [ "$running" -ge "$ARM_JOBS" ]; do wait -n; running=$((running - 1)); done
+  log "start $name"
+  run_target $name $arch $cpu $expect $force &
+  running=$((running + 1))
+done
+wait
+log "test runs took $((SECONDS - T_TESTS)) s"
+
+# One summary line per target, from its junit file (and the exit status when there is none).
+summary() {  # summary NAME EXPECT -> prints the line; returns 1 if the target failed
+  python3 - "$RESULTS/$1" "$1" "$2" <<'PY'
+import os, sys, xml.etree.ElementTree as ET
+out, name, expect = sys.argv[1:]
+rc, secs = (open(os.path.join(out, "status")).read().split() + ["99", "0"])[:2]
+rc = int(rc)
+p = f = s = 0
+impl = None
+reasons = {}
+try:
+    root = ET.parse(os.path.join(out, "junit.xml")).getroot()
+    for ts in root.iter("testsuite"):
+        t, e, fl, sk = (int(ts.get(k, 0)) for k in ("tests", "errors", "failures", "skipped"))
+        p += t - e - fl - sk; f += e + fl; s += sk
+    for tc in root.iter("testcase"):
+        for prop in tc.iter("property"):
+            if prop.get("name") == "crc_impl":
+                impl = prop.get("value")
+        for sk in tc.iter("skipped"):
+            msg = (sk.get("message") or "").strip()
+            reasons[msg] = reasons.get(msg, 0) + 1
+except (OSError, ET.ParseError):
+    pass
+note = ""
+if rc == 124 or rc == 137:
+    note = " TIMEOUT"; f += 1
+elif rc == 98:
+    note = " NOT RUN (prepare failed)"; f += 1
+elif rc not in (0, 1) and f == 0:
+    note = f" pytest exit {rc}"; f += 1
+print(f"arm: {name} ({impl or expect + '?'}, {secs} s): {p} passed, {f} failed, {s} skipped{note}")
+with open(os.path.join(out, "skips.txt"), "w") as fh:
+    for msg, n in sorted(reasons.items()):
+        fh.write(f"{n:4d}  {msg}\n")
+with open(os.path.join(out, "counts"), "w") as fh:
+    fh.write(f"{p} {f} {s}\n")
+sys.exit(1 if (f or rc != 0) else 0)
+PY
+}
+echo
+for t in "${selected[@]}"; do
+  read -r name arch cpu expect force <<<"$t"
+  summary "$name" "$expect" || failed+=("$name")
+done
+for t in "${selected[@]}"; do
+  read -r name _ <<<"$t"
+  if [ -s "$RESULTS/$name/skips.txt" ]; then echo "  skips on $name:"; sed 's/^/  /' "$RESULTS/$name/skips.txt"; fi
+  if [[ " ${failed[*]} " == *" $name "* ]]; then
+    echo "  --- end of $name's pytest log ($RESULTS/$name/pytest.log):"; tail -n 40 "$RESULTS/$name/pytest.log" | sed 's/^/  /'
+  fi
+done
+
+# ---- 5. wheels ----------------------------------------------------------------------------
+if [ "${ARM_SKIP_WHEELS:-0}" != 1 ]; then
+  if [ "${prep_ok[aarch64]}" = 1 ] && [ "${prep_ok[armhf]}" = 1 ] && bash scripts/build-arm-wheels.sh; then
+    echo "arm: wheels built, repaired and smoke-tested"
+  else
+    echo "arm: wheels FAILED"; failed+=(wheels)
+  fi
+fi
+
+tp=0 tf=0 ts=0
+for t in "${selected[@]}"; do
+  read -r name _ <<<"$t"
+  [ -f "$RESULTS/$name/counts" ] && read -r a b c <"$RESULTS/$name/counts" && tp=$((tp + a)) tf=$((tf + b)) ts=$((ts + c))
+done
+log "total $((SECONDS - T_START)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "arm: FAILED: ${failed[*]}"
+  echo "arm: $tp passed, $tf failed, $ts skipped"
+  exit 1
+fi
+echo "arm: $tp passed, $tf failed, $ts skipped"
