@@ -1,0 +1,140 @@
+"""Appending: per record and in batches, by value size and fsync policy.
+
+Each ``time_*`` call appends ``RECORDS_PER_CALL[value_size]`` records (1,000; 100 at 64 KiB),
+so divide by that for the time per record. ``fsync="always"`` waits for the disk on every
+call, so it has its own small classes.
+"""
+from __future__ import annotations
+
+import threading
+
+import pylog
+
+from .common import RECORDS_PER_CALL, BaseIO, make_values, setup  # noqa: F401
+
+SIZES = [16, 100, 1024, 65536]
+BUFFERED = ["never", "interval"]
+
+
+class AppendRecord(BaseIO):
+    """``Log.append`` one record at a time."""
+
+    params = (SIZES, BUFFERED)
+    param_names = ["value_size", "fsync"]
+
+    def setup(self, value_size: int, fsync: str) -> None:
+        self.values = make_values(RECORDS_PER_CALL[value_size], value_size)
+        self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync=fsync, segment_bytes=256 << 20))
+
+    def time_append(self, value_size: int, fsync: str) -> None:
+        append = self.log.append
+        for v in self.values:
+            append(v)
+
+
+class AppendRecordKeyed(BaseIO):
+    """``Log.append`` with a key and an explicit timestamp (what a producer passes)."""
+
+    params = [100]
+    param_names = ["value_size"]
+
+    def setup(self, value_size: int) -> None:
+        self.values = make_values(1000, value_size)
+        self.keys = [b"key-%d" % (i % 97) for i in range(1000)]
+        self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync="never", segment_bytes=256 << 20))
+
+    def time_append_keyed(self, value_size: int) -> None:
+        append = self.log.append
+        ts = 1_700_000_000_000
+        for k, v in zip(self.keys, self.values):
+            append(v, key=k, timestamp=ts)
+
+
+class AppendBatch(BaseIO):
+    """``Log.append_batch`` of ``RECORDS_PER_CALL`` records in one call."""
+
+    params = (SIZES, BUFFERED)
+    param_names = ["value_size", "fsync"]
+
+    def setup(self, value_size: int, fsync: str) -> None:
+        self.values = make_values(RECORDS_PER_CALL[value_size], value_size)
+        self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync=fsync, segment_bytes=256 << 20))
+
+    def time_append_batch(self, value_size: int, fsync: str) -> None:
+        self.log.append_batch(self.values)
+
+
+class AppendBatchSizes(BaseIO):
+    """``append_batch`` of 100 B records, by batch length (records per call)."""
+
+    params = [1, 10, 100, 1000, 10000]
+    param_names = ["batch"]
+
+    def setup(self, batch: int) -> None:
+        self.values = make_values(batch, 100)
+        self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync="never", segment_bytes=256 << 20))
+
+    def time_append_batch(self, batch: int) -> None:
+        self.log.append_batch(self.values)
+
+
+class AppendDurable(BaseIO):
+    """``fsync="always"``: 20 records per call, each durable before ``append`` returns."""
+
+    params = [100, 1024]
+    param_names = ["value_size"]
+    number = 1
+    repeat = (3, 10, 10.0)
+
+    def setup(self, value_size: int) -> None:
+        self.values = make_values(20, value_size)
+        self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync="always"))
+
+    def time_append_always(self, value_size: int) -> None:
+        append = self.log.append
+        for v in self.values:
+            append(v)
+
+    def time_append_batch_always(self, value_size: int) -> None:
+        self.log.append_batch(self.values)
+
+
+class AppendGroupCommit(BaseIO):
+    """``fsync="always"`` with several threads appending at once: they share fsyncs
+    (group commit). Each call: ``threads`` x 10 records."""
+
+    params = [1, 4, 16]
+    param_names = ["threads"]
+    number = 1
+    repeat = (3, 10, 10.0)
+
+    def setup(self, threads: int) -> None:
+        self.value = make_values(1, 100)[0]
+        self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync="always"))
+
+    def time_group_commit(self, threads: int) -> None:
+        log = self.log
+        value = self.value
+
+        def work() -> None:
+            for _ in range(10):
+                log.append(value)
+
+        ts = [threading.Thread(target=work) for _ in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+
+class AppendPeakMemory(BaseIO):
+    """Peak memory of writing 100,000 records of 100 B in batches of 1,000."""
+
+    def setup(self) -> None:
+        self.values = make_values(1000, 100)
+
+    def peakmem_append_batch_100k(self) -> None:
+        log = pylog.Log(self.tmpdir(), fsync="never")
+        for _ in range(100):
+            log.append_batch(self.values)
+        log.close()
