@@ -314,3 +314,217 @@ def enospc(after: int, ops: tuple[str, ...] = ("pwrite", "write")) -> Callable[[
         return None
 
     return fail
+
+
+try:  # the state machine needs hypothesis (the "test" extra)
+    from hypothesis import note
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+except ImportError:  # pragma: no cover
+    pass
+else:
+    __all__.append("LogMachine")
+
+    _values = st.binary(max_size=300)
+    _keys = st.none() | st.binary(max_size=20)
+
+    class LogMachine(RuleBasedStateMachine):
+        """A Log against a list model: ``model[i]`` is ``(key, value)`` of offset
+        ``start + i``. Rules append (one, batch, streaming), read, fetch, scan, roll,
+        truncate, reopen (sometimes with new config), apply retention, and crash (losing
+        what was not flushed, then tearing or zeroing the unflushed tail). After a crash
+        the log must hold a prefix of the model with every flushed record."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            import tempfile
+
+            import pylog
+
+            self.pylog = pylog
+            self.dir = tempfile.mkdtemp(prefix="pylog-machine-")
+            self.config: dict[str, Any] = {}
+            self.log = None
+            self.model: list[tuple[bytes | None, bytes]] = []
+            self.start = 0
+            self.durable = 0  # offsets below this are flushed
+
+        def teardown(self) -> None:
+            import shutil
+
+            if self.log is not None:
+                self.log.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+        @property
+        def next(self) -> int:
+            return self.start + len(self.model)
+
+        @rule(segment_bytes=st.sampled_from([4096, 8192, 1 << 20]),
+              interval=st.sampled_from([0, 64, 4096]),
+              cached=st.sampled_from([0, 1, 2, None]),
+              buffer=st.sampled_from([0, 512, 1 << 16]),
+              initial=st.sampled_from([0, 1000]))
+        @precondition(lambda self: self.log is None)
+        def open(self, segment_bytes: int, interval: int, cached: Any, buffer: int, initial: int) -> None:
+            self.config = dict(segment_bytes=segment_bytes, index_interval_bytes=interval,
+                               cached_segments=cached, write_buffer_bytes=buffer, fsync="never",
+                               flush_ms=None, initial_offset=initial)
+            note(f"open {self.config}")
+            self.log = self.pylog.Log(self.dir, **self.config)
+            self.start = self.durable = initial
+
+        @rule(value=_values, key=_keys)
+        @precondition(lambda self: self.log is not None)
+        def append(self, value: bytes, key: bytes | None) -> None:
+            off = self.log.append(value, key=key)
+            note(f"append {len(value)} B key={key!r} -> {off}")
+            assert off == self.next
+            self.model.append((key, value))
+
+        @rule(values=st.lists(_values, min_size=1, max_size=40), with_keys=st.booleans())
+        @precondition(lambda self: self.log is not None)
+        def append_batch(self, values: list[bytes], with_keys: bool) -> None:
+            keys = [b"k%d" % i for i in range(len(values))] if with_keys else None
+            first = self.log.append_batch(values, keys=keys)
+            note(f"append_batch {len(values)} -> {first}")
+            assert first == self.next
+            self.model.extend(zip(keys or [None] * len(values), values))
+
+        @rule(chunks=st.lists(st.binary(max_size=100), max_size=5), fail_at=st.none() | st.integers(0, 4))
+        @precondition(lambda self: self.log is not None)
+        def streaming_append(self, chunks: list[bytes], fail_at: int | None) -> None:
+            def gen():
+                for i, c in enumerate(chunks):
+                    if fail_at is not None and i == fail_at:
+                        raise KeyError("source failed")
+                    yield c
+
+            failing = fail_at is not None and fail_at < len(chunks)
+            note(f"streaming append {len(chunks)} chunks fail_at={fail_at}")
+            if failing:
+                try:
+                    self.log.append(gen())
+                except KeyError:
+                    pass
+                else:
+                    raise AssertionError("the iterator's error was swallowed")
+            else:
+                assert self.log.append(gen()) == self.next
+                self.model.append((None, b"".join(chunks)))
+
+        @rule(data=st.data())
+        @precondition(lambda self: self.log is not None and self.model)
+        def read(self, data: Any) -> None:
+            i = data.draw(st.integers(0, len(self.model) - 1))
+            rec = self.log.read(self.start + i)
+            key, value = self.model[i]
+            assert rec.offset == self.start + i
+            assert bytes(rec.value) == value
+            assert (None if rec.key is None else bytes(rec.key)) == key
+
+        @rule(data=st.data(), max_bytes=st.integers(0, 5000), max_records=st.none() | st.integers(1, 50))
+        @precondition(lambda self: self.log is not None and self.model)
+        def read_batch(self, data: Any, max_bytes: int, max_records: int | None) -> None:
+            i = data.draw(st.integers(0, len(self.model) - 1))
+            recs = self.log.read_batch(self.start + i, max_bytes=max_bytes, max_records=max_records)
+            assert recs, "a fetch below next_offset returns at least one record"
+            if max_records is not None:
+                assert len(recs) <= max_records
+            for j, rec in enumerate(recs):
+                assert rec.offset == self.start + i + j
+                assert bytes(rec.value) == self.model[i + j][1]
+
+        @rule(data=st.data())
+        @precondition(lambda self: self.log is not None)
+        def scan(self, data: Any) -> None:
+            a = data.draw(st.integers(self.start, self.next))
+            b = data.draw(st.integers(a, self.next))
+            got = [(r.offset, bytes(r.value)) for r in self.log.scan(a, b)]
+            assert got == [(a + j, self.model[a - self.start + j][1]) for j in range(b - a)]
+
+        @rule()
+        @precondition(lambda self: self.log is not None)
+        def roll(self) -> None:
+            self.log.roll()
+            self.durable = self.next if self.model else self.durable
+
+        @rule()
+        @precondition(lambda self: self.log is not None)
+        def flush(self) -> None:
+            self.log.flush()
+            self.durable = self.next
+
+        @rule(data=st.data())
+        @precondition(lambda self: self.log is not None)
+        def truncate(self, data: Any) -> None:
+            off = data.draw(st.integers(self.start, self.next))
+            note(f"truncate {off}")
+            self.log.truncate(off)
+            del self.model[off - self.start:]
+            self.durable = min(self.durable, off)
+
+        @rule(segment_bytes=st.none() | st.sampled_from([4096, 16384]))
+        @precondition(lambda self: self.log is not None)
+        def reopen(self, segment_bytes: int | None) -> None:
+            self.log.close()
+            kw = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
+            note(f"reopen {kw}")
+            self.log = self.pylog.Log(self.dir, **kw)
+            self.durable = self.next
+
+        @rule(keep=st.integers(0, 20000))
+        @precondition(lambda self: self.log is not None)
+        def retention(self, keep: int) -> None:
+            self.log.close()
+            self.log = self.pylog.Log(self.dir, retention_bytes=keep)
+            self.log.enforce_retention()
+            new_start = self.log.start_offset
+            note(f"retention_bytes={keep}: start {self.start} -> {new_start}")
+            assert self.start <= new_start <= self.next
+            del self.model[: new_start - self.start]
+            self.start = new_start
+            self.durable = self.next
+            assert self.log.size_bytes >= 0
+
+        @rule(mode=st.sampled_from(["cut", "zero", "garbage"]), data=st.data())
+        @precondition(lambda self: self.log is not None)
+        def crash(self, mode: str, data: Any) -> None:
+            log = self.log
+            active = log._active
+            active.write_pending()  # what reached the OS may survive; the buffer may not
+            written = active.written
+            dpos = written
+            if self.durable < active.next_offset:
+                if self.durable <= active.base_offset:
+                    dpos = 32
+                else:
+                    dpos = active.find(self.durable)[1][0]
+            simulate_crash(log)
+            self.log = None
+            path = active.store_path
+            size = os.path.getsize(path)
+            if mode == "cut" and size > dpos:
+                cut = data.draw(st.integers(dpos, size))
+                os.truncate(path, cut)
+            elif mode == "zero" and size > dpos:
+                a = data.draw(st.integers(dpos, size))
+                with open(path, "r+b") as f:
+                    f.seek(a)
+                    f.write(bytes(min(512, size - a)))
+            elif mode == "garbage":
+                with open(path, "ab") as f:
+                    f.write(data.draw(st.binary(min_size=1, max_size=64)))
+            note(f"crash {mode}: durable={self.durable} dpos={dpos} size={size}")
+            self.log = self.pylog.Log(self.dir)
+            n = self.log.next_offset
+            assert self.durable <= n <= self.next, (self.durable, n, self.next)
+            del self.model[n - self.start:]
+            self.durable = n
+
+        @invariant()
+        def offsets_agree(self) -> None:
+            if self.log is not None:
+                assert self.log.next_offset == self.next
+                assert self.log.start_offset == self.start
+                assert len(self.log) == len(self.model)
