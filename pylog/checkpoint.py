@@ -4,11 +4,14 @@
 u64 recovery_point | u32 crc32c(bytes 0..23)``. Every offset below ``recovery_point`` is
 durable; recovery after an unclean shutdown verifies only what follows it.
 
-``clean-shutdown`` (52 bytes): ``8s magic b"PYLOGCLN" | u16 version | u16 0 | u32 0 |
-u64 next_offset | u64 active_base | u64 active_size | i64 max_timestamp | u32 crc32c(0..47)``.
-Written by ``close()`` after everything is fsynced; deleted as the log opens, so a crash
-while open (or while opening) counts as unclean. Either file, if damaged or inconsistent
-with the segment files, is ignored: full recovery.
+``clean-shutdown`` (60 bytes): ``8s magic b"PYLOGCLN" | u16 version (2) | u16 0 | u32 0 |
+u64 next_offset | u64 active_base | u64 active_size | i64 max_timestamp |
+i64 active_mtime_ns | u32 crc32c(0..55)``. Written by ``close()`` after everything is
+fsynced; deleted as the log opens, so a crash while open (or while opening) counts as
+unclean. Either file, if damaged or inconsistent with the segment files, is ignored: full
+recovery. ``active_mtime_ns`` (the active store's modification time at close) ties the
+marker to the store as it was then: a stale marker (left over or restored while the log
+moved on) whose size happens to match again is not trusted.
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from pylog import vfs
 from pylog._backend import impl
 
 _CKP = struct.Struct("<8sHHIQ")
-_CLN = struct.Struct("<8sHHIQQQq")
+_CLN = struct.Struct("<8sHHIQQQqq")
+_CKP_VERSION = 1
+_CLN_VERSION = 2
 _CRC = struct.Struct("<I")
 CKP_MAGIC = b"PYLOGCKP"
 CLN_MAGIC = b"PYLOGCLN"
@@ -35,17 +40,18 @@ class CleanState:
     active_base: int
     active_size: int
     max_timestamp: int | None
+    active_mtime_ns: int = -1
 
 
 def _seal(body: bytes) -> bytes:
     return body + _CRC.pack(impl.crc32c(body))
 
 
-def _open(data: bytes, st: struct.Struct, magic: bytes):
+def _open(data: bytes, st: struct.Struct, magic: bytes, version: int):
     if len(data) != st.size + 4 or _CRC.unpack(data[st.size:])[0] != impl.crc32c(data[: st.size]):
         return None
     fields = st.unpack(data[: st.size])
-    if fields[0] != magic or fields[1] != 1:
+    if fields[0] != magic or fields[1] != version:
         return None
     return fields
 
@@ -59,19 +65,19 @@ def _read(path: str) -> bytes | None:
 
 
 def write_recovery_point(dirpath: str, offset: int) -> None:
-    fileutil.atomic_write(os.path.join(dirpath, fmt.CHECKPOINT_FILE), _seal(_CKP.pack(CKP_MAGIC, 1, 0, 0, offset)))
+    fileutil.atomic_write(os.path.join(dirpath, fmt.CHECKPOINT_FILE), _seal(_CKP.pack(CKP_MAGIC, _CKP_VERSION, 0, 0, offset)))
 
 
 def read_recovery_point(dirpath: str) -> int | None:
     """The recovery point, or None when the file is missing or damaged."""
     data = _read(os.path.join(dirpath, fmt.CHECKPOINT_FILE))
-    fields = _open(data, _CKP, CKP_MAGIC) if data is not None else None
+    fields = _open(data, _CKP, CKP_MAGIC, _CKP_VERSION) if data is not None else None
     return fields[4] if fields else None
 
 
 def write_clean(dirpath: str, state: CleanState) -> None:
-    body = _CLN.pack(CLN_MAGIC, 1, 0, 0, state.next_offset, state.active_base, state.active_size,
-                     _NO_TS if state.max_timestamp is None else state.max_timestamp)
+    body = _CLN.pack(CLN_MAGIC, _CLN_VERSION, 0, 0, state.next_offset, state.active_base, state.active_size,
+                     _NO_TS if state.max_timestamp is None else state.max_timestamp, state.active_mtime_ns)
     fileutil.atomic_write(os.path.join(dirpath, fmt.CLEAN_SHUTDOWN_FILE), _seal(body))
 
 
@@ -84,8 +90,8 @@ def take_clean(dirpath: str, *, remove: bool = True) -> CleanState | None:
     if remove:
         vfs.unlink(path)
         fileutil.fsync_dir(dirpath)
-    fields = _open(data, _CLN, CLN_MAGIC)
+    fields = _open(data, _CLN, CLN_MAGIC, _CLN_VERSION)
     if not fields:
         return None
     ts = fields[7]
-    return CleanState(fields[4], fields[5], fields[6], None if ts == _NO_TS else ts)
+    return CleanState(fields[4], fields[5], fields[6], None if ts == _NO_TS else ts, fields[8])

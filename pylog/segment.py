@@ -379,6 +379,18 @@ class ActiveSegment(_Reader):
         if n and not (index.check(fmt.INDEX_SUFFIX, impl.Buffer(ib), n, size)
                       and index.check(fmt.TIMEINDEX_SUFFIX, impl.Buffer(tb), n, size)):
             return None
+        if n:
+            # The recorded next_offset must fit the index: the records from the last indexed
+            # one on (at least one) each take at least a frame header of the bytes after it.
+            last_rel, last_pos = struct.unpack_from("<II", ib, len(ib) - fmt.INDEX_ENTRY_SIZE)
+            after = next_offset - base - last_rel
+            if not 1 <= after <= (size - last_pos) // fmt.FRAME_HEADER_SIZE:
+                return None
+            last_ts = struct.unpack_from("<q", tb, len(tb) - fmt.TIMEINDEX_ENTRY_SIZE)[0]
+            if max_timestamp is None or max_timestamp < last_ts:
+                return None
+        elif size != fmt.FILE_HEADER_SIZE:
+            return None
         last_pos = struct.unpack_from("<I", ib, len(ib) - 4)[0] if n else None
         app = cls._appender(
             base, config, next_offset=next_offset, position=size, max_ts=max_timestamp,
