@@ -1,9 +1,9 @@
 """Topics and consumers (skipped until ``pylog.topics`` / ``pylog.consumer`` exist).
 
 * ``TopicAppend``: ``topic.append`` of 1,000 keyed records (the key hash picks the
-  partition), and one ``append_batch`` per partition.
+  partition), ``topic.append_batch`` of them, and one ``append_batch`` per partition.
 * ``ConsumerPoll``: a consumer group polls 100,000 records of a 4-partition topic (built once
-  in ``setup_cache``) in polls of 500.
+  in ``setup_cache``) in polls of 500, then commits.
 """
 from __future__ import annotations
 
@@ -43,6 +43,10 @@ class TopicAppend(BaseIO):
     def time_partition_append_batch(self, partitions: int) -> None:
         for p in range(partitions):
             self.topic.partition(p).append_batch(self.values)
+
+    def time_topic_append_batch_keyed(self, partitions: int) -> None:
+        """``Topic.append_batch``: the keys pick partitions, one batch per partition."""
+        self.topic.append_batch(self.values, keys=self.keys)
 
 
 class ConsumerPoll:
@@ -84,3 +88,5 @@ class ConsumerPoll:
             if not recs:
                 break
             got += len(recs)
+        consumer.commit()
+        consumer.close()
