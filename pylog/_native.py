@@ -317,12 +317,14 @@ class Appender:
         """Forget every index entry from slot ``count`` on."""
         self._st.index_count = self._st.timeindex_count = min(count, self._st.index_count)
 
-    def load_index(self, index_bytes: bytes, timeindex_bytes: bytes) -> None:
-        """Replace the in-memory entries with these (raw entry bytes, no header)."""
+    def load_index(self, index_bytes: bytes, timeindex_bytes: bytes, max_cap: int | None = None) -> None:
+        """Replace the in-memory entries with these (raw entry bytes, no header); room for
+        more up to ``max_cap`` entries."""
         n = len(index_bytes) // fmt.INDEX_ENTRY_SIZE
         if len(timeindex_bytes) // fmt.TIMEINDEX_ENTRY_SIZE != n:
             raise ValueError("offset and time index entry counts differ")
-        self._set_index_cap(max(n * 2, 64, self._st.index_cap), 0)
+        cap = max(n * 2, 64, self._st.index_cap)
+        self._set_index_cap(max(n, 1, min(cap, max_cap)) if max_cap is not None else cap, 0)
         ffi.memmove(self._ibuf, index_bytes, len(index_bytes))
         ffi.memmove(self._tbuf, timeindex_bytes, len(timeindex_bytes))
         self._st.index_count = self._st.timeindex_count = n

@@ -318,13 +318,14 @@ class Appender:
         del self._index[count * 8 :]
         del self._tindex[count * 16 :]
 
-    def load_index(self, index_bytes: bytes, timeindex_bytes: bytes) -> None:
+    def load_index(self, index_bytes: bytes, timeindex_bytes: bytes, max_cap: int | None = None) -> None:
         n = len(index_bytes) // 8
         if len(timeindex_bytes) // 16 != n:
             raise ValueError("offset and time index entry counts differ")
         self._index = bytearray(index_bytes)
         self._tindex = bytearray(timeindex_bytes)
-        self.index_cap = max(self.index_cap, n * 2, 64)
+        cap = max(self.index_cap, n * 2, 64)
+        self.index_cap = max(n, 1, min(cap, max_cap)) if max_cap is not None else cap
 
     def index_bytes(self, start: int, stop: int) -> bytes:
         return bytes(self._index[start * 8 : stop * 8])

@@ -74,14 +74,11 @@ def shrink_file(path: str, size: int, *, copy: bool) -> None:
         try:
             done = 0
             while done < size:
-                n = os.copy_file_range(src, dst, size - done, done, done) if hasattr(os, "copy_file_range") else 0
-                if n <= 0:
-                    chunk = os.pread(src, min(1 << 20, size - done), done)
-                    if not chunk:
-                        raise OSError(f"{path} is shorter than {size} bytes")
-                    pwrite_all(dst, chunk, done)
-                    n = len(chunk)
-                done += n
+                chunk = os.pread(src, min(4 << 20, size - done), done)
+                if not chunk:
+                    raise OSError(f"{path} is shorter than {size} bytes")
+                pwrite_all(dst, chunk, done)
+                done += len(chunk)
             vfs.fsync(dst)
         finally:
             vfs.close(dst)

@@ -345,7 +345,8 @@ class ActiveSegment(_Reader):
         return impl.Appender(
             base, next_offset=next_offset, position=position, max_position=config.segment_bytes,
             max_timestamp=max_ts, index_interval=config.index_interval_bytes,
-            bytes_since_index=bytes_since, index_cap=64, buffer_bytes=config.write_buffer_bytes,
+            bytes_since_index=bytes_since, index_cap=min(64, config.index_max_entries),
+            buffer_bytes=config.write_buffer_bytes,
         )
 
     @classmethod
@@ -396,7 +397,7 @@ class ActiveSegment(_Reader):
             base, config, next_offset=next_offset, position=size, max_ts=max_timestamp,
             bytes_since=(size - last_pos) if last_pos is not None else config.index_interval_bytes,
         )
-        app.load_index(ib, tb)
+        app.load_index(ib, tb, config.index_max_entries)
         return cls(dirpath, base, app, size, n)
 
     @classmethod

@@ -1,0 +1,110 @@
+"""CRC32C: the C core's three paths against the pure-Python oracle and the crc32c package."""
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import pylog
+from pylog import _pure
+
+native = pytest.importorskip("pylog._native") if pylog.backend == "native" else None
+needs_native = pytest.mark.skipif(native is None, reason="the C core is not in use")
+
+# RFC 3720 (iSCSI) B.4 test vectors, plus the standard check value.
+VECTORS = [
+    (b"123456789", 0xE3069283),
+    (bytes(32), 0x8A9136AA),
+    (b"\xff" * 32, 0x62A8AB43),
+    (bytes(range(32)), 0x46DD794E),
+    (bytes(range(31, -1, -1)), 0x113FDB5C),
+    (b"", 0x00000000),
+]
+
+
+@pytest.mark.parametrize("data,expected", VECTORS)
+def test_vectors_pure(data, expected):
+    assert _pure.crc32c(data) == expected
+
+
+@needs_native
+@pytest.mark.parametrize("fn", ["crc32c", "crc32c_portable", "crc32c_hw"])
+@pytest.mark.parametrize("data,expected", VECTORS)
+def test_vectors_native(fn, data, expected):
+    assert getattr(native, fn)(data) == expected
+
+
+def test_public_crc32c():
+    assert pylog.crc32c(b"123456789") == 0xE3069283
+    assert pylog.crc32c(b"6789", pylog.crc32c(b"12345")) == 0xE3069283
+
+
+@needs_native
+@given(st.binary(max_size=3000), st.integers(0, 15))
+def test_every_alignment_matches_oracle(data, skip):
+    buf = bytearray(16) + bytearray(data)
+    view = memoryview(buf)[skip : skip + len(data)]
+    want = _pure.crc32c(bytes(view))
+    assert native.crc32c(view) == want
+    assert native.crc32c_portable(view) == want
+    assert native.crc32c_hw(view) == want
+
+
+@needs_native
+def test_long_buffers_cross_the_interleaved_blocks():
+    # 3 x 8 KiB and 3 x 256 B blocks, and every tail length around them
+    import crc32c as ref  # the crc32c package: an independent implementation
+
+    data = os.urandom(3 * 8192 * 2 + 3 * 256 * 2 + 64)
+    for n in list(range(0, 40)) + [767, 768, 769, 24575, 24576, 24577, len(data)]:
+        for off in (0, 1, 7):
+            chunk = data[off : off + n]
+            assert native.crc32c(chunk) == ref.crc32c(chunk) == native.crc32c_portable(chunk)
+
+
+@needs_native
+@given(st.lists(st.binary(max_size=200), max_size=20))
+def test_incremental_equals_whole(parts):
+    c = 0
+    for p in parts:
+        c = native.crc32c(p, c)
+    assert c == native.crc32c(b"".join(parts))
+
+
+@given(st.binary(max_size=2000), st.data())
+def test_batch_matches_single(buf, data):
+    n = data.draw(st.integers(0, 10))
+    pos = [data.draw(st.integers(0, len(buf))) for _ in range(n)]
+    lens = [data.draw(st.integers(0, len(buf) - p)) for p in pos]
+    out = pylog._backend.impl.crc32c_batch(buf, pos, lens)
+    assert out.tolist() == [_pure.crc32c(buf[p : p + n]) for p, n in zip(pos, lens)]
+
+
+def test_batch_rejects_ranges_outside_the_buffer():
+    with pytest.raises(ValueError):
+        pylog._backend.impl.crc32c_batch(b"abc", [2], [5])
+
+
+def test_tables_are_generated_from_the_generator():
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("gen_tables", os.path.join(root, "csrc", "gen_tables.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with open(os.path.join(root, "csrc", "crc32c_tables.h")) as f:
+        assert f.read() == mod.render()
+
+
+@needs_native
+def test_force_portable_environment_variable():
+    code = "import pylog._native as n; print(n.crc_impl(), hex(n.crc32c(b'123456789')))"
+    env = dict(os.environ, PYLOG_CRC32C_FORCE_PORTABLE="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["portable", "0xe3069283"]
+    env.pop("PYLOG_CRC32C_FORCE_PORTABLE")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    impl = out.stdout.split()[0]
+    assert impl == ("portable" if not native.crc_hw_available() else {"x86_64": "sse4.2"}.get(os.uname().machine, "armv8-crc"))

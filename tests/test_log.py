@@ -1,0 +1,297 @@
+"""The Log API: config, errors, zero-copy views, the segment LRU, rolls, threads, policies."""
+import os
+import threading
+import time
+
+import pytest
+
+import pylog
+from pylog import format as fmt
+from pylog.errors import (
+    ConfigError, InvalidTimestampError, LogClosedError, LogLockedError, OffsetMismatchError,
+    OffsetOutOfRangeError, RecordTooLargeError,
+)
+
+
+def _files(d):
+    out = {}
+    for name in sorted(os.listdir(d)):
+        p = os.path.join(d, name)
+        if os.path.isfile(p) and name != fmt.LOCK_FILE:
+            with open(p, "rb") as f:
+                out[name] = f.read()
+    return out
+
+
+def test_append_read_roundtrip_and_properties(make_log):
+    log = make_log()
+    assert (log.start_offset, log.next_offset, len(log)) == (0, 0, 0)
+    assert log.append(b"a") == 0
+    assert log.append(bytearray(b"bb"), key=b"k", metadata=memoryview(b"m")) == 1
+    r = log.read(1)
+    assert (r.offset, bytes(r.value), bytes(r.key), bytes(r.metadata)) == (1, b"bb", b"k", b"m")
+    assert log.read(0).key is None and log.read(0).metadata is None
+    assert log.append(None, key=b"gone") == 2 and log.read(2).value is None  # a tombstone
+    assert len(log) == 3 and log.size_bytes > 32
+    assert isinstance(r, pylog.Record) and r == (1, r.timestamp, r.key, r.value, r.metadata)
+
+
+def test_config_is_persisted_and_merged_on_reopen(log_dir):
+    with pylog.Log(log_dir, segment_bytes=8192, retention_ms=1000) as log:
+        log.append(b"x")
+    with pylog.Log(log_dir) as log:
+        assert log.config.segment_bytes == 8192 and log.config.retention_ms == 1000
+    with pylog.Log(log_dir, retention_ms=5, fsync="always") as log:
+        assert log.config.retention_ms == 5 and log.config.fsync == "always"
+    with pytest.raises(ConfigError, match="initial_offset"):
+        pylog.Log(log_dir, initial_offset=7)
+    with pylog.Log(log_dir, config=pylog.LogConfig(segment_bytes=4096)) as log:
+        assert log.config.segment_bytes == 4096
+
+
+@pytest.mark.parametrize("bad", [
+    dict(segment_bytes=10), dict(segment_bytes=1 << 40), dict(fsync="sometimes"),
+    dict(index_interval_bytes=-1), dict(cached_segments=-1), dict(max_record_bytes="big"),
+    dict(flush_ms=0), dict(retention_bytes=-5), dict(initial_offset=-1), dict(preallocate="yes"),
+    dict(no_such_option=1), dict(segment_bytes=True),
+])
+def test_bad_config_values_are_named(log_dir, bad):
+    with pytest.raises(ConfigError) as e:
+        pylog.Log(log_dir, **bad)
+    assert str(next(iter(bad))) in str(e.value)
+
+
+def test_initial_offset(make_log):
+    log = make_log(initial_offset=1000)
+    assert log.append(b"x") == 1000 and log.start_offset == 1000
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(999)
+
+
+def test_record_too_large_leaves_log_unchanged(make_log, log_dir):
+    log = make_log(max_record_bytes=100)
+    log.append(b"x" * 100)
+    log.flush()
+    before = _files(log_dir)
+    with pytest.raises(RecordTooLargeError, match="101"):
+        log.append(b"x" * 101)
+    with pytest.raises(RecordTooLargeError):
+        log.append(b"x" * 60, key=b"k" * 41)
+    with pytest.raises(RecordTooLargeError):
+        log.append_batch([b"ok", b"y" * 200])
+    with pytest.raises(RecordTooLargeError):
+        log.append(iter([b"a" * 60, b"b" * 60, b"never taken"]))
+    log.flush()
+    assert log.next_offset == 1 and _files(log_dir) == before
+
+
+def test_streaming_append_rolls_back_on_iterator_error(make_log):
+    log = make_log()
+
+    def chunks():
+        yield b"part1"
+        raise RuntimeError("source died")
+
+    with pytest.raises(RuntimeError, match="source died"):
+        log.append(chunks())
+    assert log.next_offset == 0
+    assert log.append(iter([b"a", memoryview(b"bc"), bytearray(b"d")])) == 0
+    assert bytes(log.read(0).value) == b"abcd"
+
+
+@pytest.mark.parametrize("value", ["text", 12, 3.5, object(), [1, 2]])
+def test_non_bytes_values_raise_typeerror(make_log, value):
+    log = make_log()
+    with pytest.raises(TypeError):
+        log.append(value)
+    with pytest.raises(TypeError):
+        log.append(b"v", key="text-key")
+    assert log.next_offset == 0
+
+
+def test_expected_offset(make_log):
+    log = make_log()
+    assert log.append(b"a", expected_offset=0) == 0
+    with pytest.raises(OffsetMismatchError, match="expected_offset=5"):
+        log.append(b"b", expected_offset=5)
+    assert log.next_offset == 1
+
+
+def test_timestamps_never_decrease(make_log):
+    log = make_log()
+    log.append(b"a", timestamp=2000)
+    with pytest.raises(InvalidTimestampError, match="1999"):
+        log.append(b"b", timestamp=1999)
+    with pytest.raises(InvalidTimestampError):
+        log.append(b"b", timestamp=-1)
+    with pytest.raises(InvalidTimestampError):
+        log.append_batch([b"x", b"y"], timestamps=[3000, 2500])
+    log.append(b"c")  # now() >= 2000
+    assert log.read(1).timestamp >= 2000 and log.next_offset == 2
+
+
+def test_read_errors(make_log):
+    log = make_log()
+    log.append(b"a")
+    for bad in (-1, 1, 10**12):
+        with pytest.raises(OffsetOutOfRangeError) as e:
+            log.read(bad)
+        assert str(bad) in str(e.value) and isinstance(e.value, IndexError)
+    with pytest.raises(TypeError):
+        log.read("0")
+    with pytest.raises(ValueError):
+        log.read_batch(0, max_bytes=-1)
+    assert log.read_batch(1) == []
+
+
+def test_sealed_values_are_zero_copy_and_outlive_close_and_deletion(log_dir):
+    log = pylog.Log(log_dir, segment_bytes=4096, cached_segments=1)
+    log.append_batch([b"%04d" % i * 50 for i in range(100)])
+    sealed = log.read(0)
+    assert isinstance(sealed.value, memoryview) and sealed.value.readonly
+    batch = log.read_batch(0, max_records=5)
+    log.close()
+    assert bytes(sealed.value) == b"0000" * 50 and bytes(batch[4].value) == b"0004" * 50
+    log = pylog.Log(log_dir, retention_bytes=0)
+    v = log.read(0).value
+    assert log.enforce_retention() > 0 and log.start_offset > 0
+    assert bytes(v) == b"0000" * 50  # the file is gone, the view still reads
+    log.close()
+
+
+def test_lru_bounds_open_maps(log_dir):
+    with pylog.Log(log_dir, segment_bytes=4096, cached_segments=3) as log:
+        log.append_batch([b"x" * 200] * 2000)
+        assert len(log._sealed) > 50
+        for off in range(0, 2000, 7):
+            log.read(off)
+        mapped = [s for s in log._sealed if s.is_mapped]
+        assert len(mapped) <= 3 and len(log._cache) <= 3
+        with open("/proc/self/maps") as f:
+            maps = sum(1 for line in f if os.path.realpath(log_dir) + "/" in line)
+        assert maps <= 3 * 3 + 3  # store, index, time index per cached segment (+ active)
+
+
+def test_roll_by_size_time_and_full_index(make_log, tmp_path):
+    log = make_log(segment_bytes=4096)
+    log.append_batch([b"x" * 1000] * 10)
+    assert all(s["size_bytes"] <= 4096 for s in log.segments()) and len(log.segments()) >= 3
+    t = make_log(str(tmp_path / "t"), segment_ms=1000)
+    t.append(b"a", timestamp=10_000)
+    t.append(b"b", timestamp=10_500)
+    t.append(b"c", timestamp=11_000)
+    assert [s["base_offset"] for s in t.segments()] == [0, 2]
+    i = make_log(str(tmp_path / "i"), index_interval_bytes=0, index_max_bytes=32)
+    i.append_batch([b"z"] * 10)
+    assert len(i.segments()) == 3  # 4 entries per index, so 4 + 4 + 2 records
+
+
+def test_truncate_across_segments_and_views_survive(make_log):
+    log = make_log(segment_bytes=4096)
+    log.append_batch([b"%03d" % i * 30 for i in range(200)])
+    held = log.read(150).value
+    log.truncate(50)
+    assert log.next_offset == 50 and bytes(held) == b"150" * 30
+    assert log.append(b"new") == 50 and bytes(log.read(50).value) == b"new"
+    with pytest.raises(OffsetOutOfRangeError):
+        log.truncate(52)
+    log.truncate(0)
+    assert len(log) == 0
+
+
+def test_offset_for_time_across_segments(make_log):
+    log = make_log(segment_bytes=4096)
+    log.append_batch([b"x" * 100] * 300, timestamps=[1000 + 10 * i for i in range(300)])
+    assert log.offset_for_time(0) == 0
+    assert log.offset_for_time(1000 + 10 * 123) == 123
+    assert log.offset_for_time(1000 + 10 * 123 + 1) == 124
+    assert log.offset_for_time(10**9) is None
+
+
+def test_remove_expired_keeps_active(make_log):
+    log = make_log(segment_bytes=4096)
+    log.append_batch([b"x" * 500] * 30, timestamps=[1000] * 30)
+    n_sealed = len(log._sealed)
+    assert log.remove_expired(60_000) == n_sealed
+    assert log.start_offset == log._active.base_offset and log.next_offset == 30
+
+
+def test_second_writer_is_refused(log_dir, make_log):
+    make_log()
+    with pytest.raises(LogLockedError):
+        pylog.Log(log_dir)
+
+
+def test_closed_log_raises(log_dir):
+    log = pylog.Log(log_dir)
+    log.append(b"x")
+    log.close()
+    log.close()
+    for call in (lambda: log.append(b"y"), lambda: log.read(0), lambda: log.next_offset):
+        with pytest.raises(LogClosedError):
+            call()
+
+
+def test_remove_deletes_files(tmp_path):
+    d = tmp_path / "gone"
+    log = pylog.Log(d, segment_bytes=4096)
+    log.append_batch([b"x" * 100] * 100)
+    log.remove()
+    assert not d.exists()
+
+
+def test_threads_append_and_read_concurrently(make_log):
+    log = make_log(segment_bytes=8192)
+    n_threads, per = 4, 500
+    errors = []
+
+    def writer(t):
+        for i in range(per):
+            off = log.append(b"%d-%d" % (t, i))
+            if bytes(log.read(off).value) != b"%d-%d" % (t, i):
+                errors.append(off)
+
+    def reader():
+        while log.next_offset < n_threads * per:
+            n = log.next_offset
+            if n:
+                log.read(n - 1)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(n_threads)]
+    threads.append(threading.Thread(target=reader))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and log.next_offset == n_threads * per
+    assert sorted(bytes(r.value) for r in log.scan()) == sorted(b"%d-%d" % (t, i) for t in range(n_threads) for i in range(per))
+
+
+def test_interval_policy_flushes_by_count_and_by_time(make_log):
+    log = make_log(fsync="interval", flush_messages=10, flush_ms=None)
+    for i in range(9):
+        log.append(b"x")
+    assert log._durable_next == 0
+    log.append(b"x")
+    assert log._durable_next == 10
+    timed = make_log(os.path.join(log._active.dir, "..", "timed"), fsync="interval", flush_ms=50)
+    timed.append(b"x")
+    deadline = time.time() + 5
+    while timed._durable_next < 1 and time.time() < deadline:
+        time.sleep(0.02)
+    assert timed._durable_next == 1, "the background flusher fsynced within flush_ms"
+
+
+def test_readonly_reader_follows_the_writer(log_dir, make_log):
+    w = make_log(segment_bytes=4096)
+    w.append_batch([b"a" * 100] * 50)
+    w.flush()
+    r = pylog.Log(log_dir, readonly=True)
+    try:
+        assert r.next_offset == 50
+        w.append_batch([b"b" * 100] * 100)
+        w.flush()
+        assert bytes(r.read(120).value) == b"b" * 100  # past the end: refreshes itself
+        assert r.next_offset == 150 and len(list(r.scan())) == 150
+    finally:
+        r.close()

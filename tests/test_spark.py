@@ -1,0 +1,325 @@
+"""The PySpark data source (pylog.spark) against a real local[2] SparkSession.
+
+One SparkSession serves the whole module (starting one costs 5-15 s). Skipped when pyspark,
+pyarrow or a Java runtime is missing.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import pylog
+
+pytestmark = pytest.mark.spark
+
+pyspark = pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("no Java runtime on PATH", allow_module_level=True)
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from pylog import spark as pylog_spark  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pylog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    pylog_spark.register(session)
+    yield session
+    session.stop()
+
+
+def make_topic(root, name, partitions=2, records=100, segment_bytes=None, value=lambda p, i: b"v%d-%d" % (p, i),
+               key=None, metadata=None, ts0=1_700_000_000_000):
+    """A topic written through pylog.Log: timestamps ts0 + i in every partition."""
+    opts = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
+    for p in range(partitions):
+        with pylog.Log(os.path.join(root, name, f"partition-{p}"), **opts) as log:
+            for i in range(records):
+                log.append(value(p, i), key=None if key is None else key(p, i),
+                           metadata=None if metadata is None else metadata(p, i), timestamp=ts0 + i)
+
+
+def read(spark, root, topic, **options):
+    r = spark.read.format("pylog").option("path", str(root)).option("topic", topic)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def rows(df):
+    return sorted((r["partition"], r["offset"], None if r["value"] is None else bytes(r["value"])) for r in df.collect())
+
+
+def log_contents(root, topic):
+    out = {}
+    for d in sorted(glob.glob(os.path.join(str(root), topic, "partition-*"))):
+        with pylog.Log(d, readonly=True) as log:
+            out[os.path.basename(d)] = [(r.offset, r.timestamp, None if r.key is None else bytes(r.key),
+                                         None if r.value is None else bytes(r.value),
+                                         None if r.metadata is None else bytes(r.metadata)) for r in log.scan()]
+    return out
+
+
+# --------------------------------------------------------------------------------------
+def test_import_pylog_does_not_import_pyspark():
+    code = "import sys, pylog; print('pyspark' in sys.modules, 'pyarrow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_read_every_column(spark, tmp_path):
+    make_topic(tmp_path, "t", partitions=2, records=300, segment_bytes=4096,
+               key=lambda p, i: None if i % 3 == 0 else b"k%d" % i,
+               metadata=lambda p, i: b"m%d" % i if i % 2 else None,
+               value=lambda p, i: None if i == 7 else b"v%d-%d" % (p, i))
+    df = read(spark, tmp_path, "t")
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "metadata"]
+    assert df.rdd.getNumPartitions() > 2  # one input partition per segment
+    got = sorted(df.collect(), key=lambda r: (r["partition"], r["offset"]))
+    want = log_contents(tmp_path, "t")
+    assert len(got) == 600
+    for r in got:
+        off, ts, k, v, m = want[f"partition-{r['partition']}"][r["offset"]]
+        assert r["offset"] == off and r["topic"] == "t" and r["timestampType"] == 0
+        assert (None if r["key"] is None else bytes(r["key"])) == k
+        assert (None if r["value"] is None else bytes(r["value"])) == v
+        assert (None if r["metadata"] is None else bytes(r["metadata"])) == m
+        assert int(r["timestamp"].timestamp() * 1000) == ts
+
+
+def test_write_read_round_trip_sizes(spark, tmp_path):
+    values = [b"", b"x", os.urandom(1 << 20), b"", os.urandom(1000), os.urandom(1 << 20)] + [b"%d" % i for i in range(200)]
+    df = spark.createDataFrame([(v, b"k%d" % (i % 7)) for i, v in enumerate(values)], "value binary, key binary")
+    (df.write.format("pylog").mode("append").option("path", str(tmp_path)).option("topic", "rt")
+     .option("partitions", "3").save())
+    back = read(spark, tmp_path, "rt")
+    got = back.select("value", "key", "partition").collect()
+    assert sorted(bytes(r["value"]) for r in got) == sorted(values)
+    assert {r["partition"] for r in got} <= {0, 1, 2}
+    # the same key always lands in the same partition
+    by_key = {}
+    for r in got:
+        by_key.setdefault(bytes(r["key"]), set()).add(r["partition"])
+    assert all(len(s) == 1 for s in by_key.values())
+    assert back.agg(F.sum(F.length("value"))).first()[0] == sum(map(len, values))
+    assert not os.listdir(os.path.join(str(tmp_path), "rt", ".spark", "staging"))
+
+
+def test_write_columns_partition_timestamp_metadata_and_strings(spark, tmp_path):
+    df = spark.createDataFrame(
+        [("a", 1, 1_700_000_000_000, "m1"), ("b", 0, 1_700_000_000_500, None), ("c", 1, 1_700_000_000_100, "m3")],
+        "value string, partition int, ts long, metadata string",
+    ).withColumn("timestamp", F.timestamp_millis("ts")).drop("ts")
+    df.write.format("pylog").mode("append").option("path", str(tmp_path)).option("topic", "cols") \
+        .option("partitions", "2").save()
+    c = log_contents(tmp_path, "cols")
+    assert [(v, ts, m) for _o, ts, _k, v, m in c["partition-0"]] == [(b"b", 1_700_000_000_500, None)]
+    # sorted by timestamp within the partition (pylog timestamps never decrease)
+    assert [(v, ts, m) for _o, ts, _k, v, m in c["partition-1"]] == [
+        (b"a", 1_700_000_000_000, b"m1"), (b"c", 1_700_000_000_100, b"m3")]
+    late = spark.createDataFrame([("d", 1, 5)], "value string, partition int, ts long") \
+        .withColumn("timestamp", F.timestamp_millis("ts")).drop("ts")
+    w = late.write.format("pylog").mode("append").option("path", str(tmp_path)).option("topic", "cols")
+    with pytest.raises(Exception, match="lateTimestamps"):
+        w.save()
+    assert log_contents(tmp_path, "cols") == c
+    w.option("lateTimestamps", "clamp").save()
+    assert log_contents(tmp_path, "cols")["partition-1"][-1][1:4:2] == (1_700_000_000_100, b"d")
+
+
+def test_offsets_and_timestamp_options(spark, tmp_path):
+    make_topic(tmp_path, "o", partitions=2, records=50, segment_bytes=4096)
+    df = read(spark, tmp_path, "o", startingOffsets=json.dumps({"o": {"0": 10, "1": -2}}),
+              endingOffsets=json.dumps({"o": {"0": 20, "1": -1}}))
+    r = rows(df)
+    assert [x[1] for x in r if x[0] == 0] == list(range(10, 20))
+    assert [x[1] for x in r if x[0] == 1] == list(range(50))
+    assert read(spark, tmp_path, "o", startingOffsets="latest").count() == 0
+    df = read(spark, tmp_path, "o", startingTimestamp=str(1_700_000_000_000 + 45))
+    assert sorted({x[1] for x in rows(df)}) == list(range(45, 50))
+    df = read(spark, tmp_path, "o", minPartitions="9")
+    assert df.rdd.getNumPartitions() >= 9 and df.count() == 100
+    assert sorted(rows(df)) == sorted(rows(read(spark, tmp_path, "o")))
+
+
+def test_multiple_topics(spark, tmp_path):
+    make_topic(tmp_path, "a", partitions=1, records=5)
+    make_topic(tmp_path, "b", partitions=2, records=3)
+    df = spark.read.format("pylog").option("path", str(tmp_path)).option("topics", "a,b").load()
+    assert sorted((r["topic"], r["partition"]) for r in df.groupBy("topic", "partition").count().collect()) == [
+        ("a", 0), ("b", 0), ("b", 1)]
+    assert df.count() == 11
+
+
+def test_failed_job_leaves_every_partition_as_it_was(spark, tmp_path):
+    make_topic(tmp_path, "ab", partitions=2, records=10)
+    before = log_contents(tmp_path, "ab")
+
+    @F.udf("binary")
+    def boom(v):
+        if v == b"explode":
+            raise ValueError("task failed on purpose")
+        return v
+
+    data = [(b"v%d" % i,) for i in range(200)] + [(b"explode",)]
+    df = spark.createDataFrame(data, "value binary").repartition(2).select(boom("value").alias("value"))
+    with pytest.raises(Exception, match="task failed on purpose"):
+        df.write.format("pylog").mode("append").option("path", str(tmp_path)).option("topic", "ab").save()
+    assert log_contents(tmp_path, "ab") == before
+    staging = os.path.join(str(tmp_path), "ab", ".spark", "staging")
+    assert not os.path.exists(staging) or not os.listdir(staging)
+
+
+def test_half_done_commit_is_rolled_back_and_hidden_from_readers(spark, tmp_path):
+    make_topic(tmp_path, "j", partitions=2, records=5)
+    # a crash in the middle of a commit: partition 0 got its rows, partition 1 not yet
+    with pylog.Log(os.path.join(str(tmp_path), "j", "partition-0")) as log:
+        log.append_batch([b"uncommitted"] * 3)
+    sdir = os.path.join(str(tmp_path), "j", ".spark")
+    os.makedirs(sdir, exist_ok=True)
+    with open(os.path.join(sdir, "txn.json"), "w") as f:
+        json.dump({"txn": "dead", "topic": "j", "partitions": {"0": [5, 8], "1": [5, 9]},
+                   "files": {"0": [], "1": []}, "sink": None}, f)
+    assert read(spark, tmp_path, "j").count() == 10  # readers stop at the journal's offsets
+    spark.createDataFrame([(b"new",)], "value binary").write.format("pylog").mode("append") \
+        .option("path", str(tmp_path)).option("topic", "j").save()
+    c = log_contents(tmp_path, "j")
+    assert not os.path.exists(os.path.join(sdir, "txn.json"))
+    assert b"uncommitted" not in {r[3] for part in c.values() for r in part}
+    assert sum(len(v) for v in c.values()) == 11
+
+
+def test_stream_restart_no_loss_no_duplicates_new_partitions(spark, tmp_path):
+    make_topic(tmp_path, "s", partitions=2, records=120)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def run():
+        q = (spark.readStream.format("pylog").option("path", str(tmp_path)).option("topic", "s")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100").load()
+             .select("partition", "offset", "value")
+             .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        return q
+
+    q = run()
+    assert q.lastProgress is not None
+    got = spark.read.parquet(out)
+    assert got.count() == 240
+    last = max(glob.glob(os.path.join(ckpt, "offsets", "[0-9]*")), key=lambda p: int(os.path.basename(p)))
+    with open(last) as f:
+        offsets = json.loads(f.read().splitlines()[-1])  # the source's offset, as Spark stored it
+    assert list(offsets["s"]) == ["0", "1"] and offsets["s"] == {"0": 120, "1": 120}
+    # more data, and a new partition, then restart from the checkpoint
+    with pylog.Log(os.path.join(str(tmp_path), "s", "partition-0")) as log:
+        log.append_batch([b"late%d" % i for i in range(30)])
+    with pylog.Log(os.path.join(str(tmp_path), "s", "partition-2")) as log:
+        log.append_batch([b"p2-%d" % i for i in range(7)])
+    run()
+    got = spark.read.parquet(out)
+    keys = [(r["partition"], r["offset"]) for r in got.collect()]
+    assert len(keys) == len(set(keys)) == 240 + 30 + 7
+    assert sorted(o for p, o in keys if p == 0) == list(range(150))
+    assert sorted(o for p, o in keys if p == 2) == list(range(7))
+    batches = len(glob.glob(os.path.join(ckpt, "commits", "[0-9]*")))
+    assert batches >= 4  # maxOffsetsPerTrigger=100 split the 240 rows into 100-row batches
+
+
+def test_stream_sink_is_exactly_once_per_batch(spark, tmp_path):
+    make_topic(tmp_path, "src", partitions=2, records=40)
+    ckpt = str(tmp_path / "ckpt")
+
+    def run():
+        q = (spark.readStream.format("pylog").option("path", str(tmp_path)).option("topic", "src")
+             .option("startingOffsets", "earliest").load().select("value", "key")
+             .writeStream.format("pylog").option("path", str(tmp_path)).option("topic", "dst")
+             .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+        q.awaitTermination(120)
+
+    run()
+    first = log_contents(tmp_path, "dst")
+    assert sum(len(v) for v in first.values()) == 80
+    # a crash after the sink committed but before Spark recorded it: Spark replays the batch
+    commits = sorted(glob.glob(os.path.join(ckpt, "commits", "[0-9]*")), key=lambda p: int(os.path.basename(p)))
+    os.unlink(commits[-1])
+    crc = os.path.join(os.path.dirname(commits[-1]), "." + os.path.basename(commits[-1]) + ".crc")
+    if os.path.exists(crc):
+        os.unlink(crc)
+    run()
+    assert log_contents(tmp_path, "dst") == first
+    sinks = json.load(open(os.path.join(str(tmp_path), "dst", ".spark", "sinks.json")))
+    assert list(sinks.values()) == [int(os.path.basename(commits[-1]))]
+
+
+def test_clear_errors(spark, tmp_path):
+    make_topic(tmp_path, "e", partitions=1, records=3)
+
+    def fails(match, **options):
+        with pytest.raises(Exception, match=match):
+            read(spark, options.pop("root", tmp_path), options.pop("topic", "e"), **options).collect()
+
+    fails(r"option path: no such directory", root=tmp_path / "missing")
+    fails(r"option topic: no topic 'nope'", topic="nope")
+    fails(r"option topic: invalid topic name", topic="../e")
+    fails(r"option startingOffsets: expected earliest, latest or JSON", startingOffsets="yesterday")
+    fails(r"option endingOffsets: 'earliest' is not allowed", endingOffsets="earliest")
+    fails(r"option minPartitions: expected an integer", minPartitions="many")
+    fails(r"option failOnDataLoss: expected true or false", failOnDataLoss="maybe")
+    fails(r"option startingOffsets: topic 'e' partition 0: 99 is past the latest offset 3",
+          startingOffsets=json.dumps({"e": {"0": 99}}))
+    df = spark.createDataFrame([(b"x",)], "value binary")
+    with pytest.raises(Exception, match="append-only"):
+        df.write.format("pylog").mode("overwrite").option("path", str(tmp_path)).option("topic", "e").save()
+    with pytest.raises(Exception, match="needs a value column"):
+        df.withColumnRenamed("value", "v").write.format("pylog").mode("append").option("path", str(tmp_path)) \
+            .option("topic", "e").save()
+    with pytest.raises(Exception, match="createTopic"):
+        df.write.format("pylog").mode("append").option("path", str(tmp_path)).option("topic", "new") \
+            .option("createTopic", "false").save()
+
+
+def test_data_loss_option(spark, tmp_path):
+    make_topic(tmp_path, "r", partitions=1, records=200, segment_bytes=4096)
+    with pylog.Log(os.path.join(str(tmp_path), "r", "partition-0")) as log:
+        log.remove_expired(0)  # retention: every sealed segment goes
+        lo = log.start_offset
+    assert lo > 0
+    start = json.dumps({"r": {"0": 0}})
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        read(spark, tmp_path, "r", startingOffsets=start).collect()
+    df = read(spark, tmp_path, "r", startingOffsets=start, failOnDataLoss="false")
+    assert [x[1] for x in rows(df)] == list(range(lo, 200))
+
+
+def test_value_digest_matches_log(spark, tmp_path):
+    """A full scan through Spark equals the log, byte for byte (hash of every value)."""
+    make_topic(tmp_path, "h", partitions=2, records=2000, segment_bytes=32 << 10,
+               value=lambda p, i: hashlib.sha256(b"%d-%d" % (p, i)).digest() * (i % 5))
+    want = hashlib.sha256()
+    for part in log_contents(tmp_path, "h").values():
+        for r in part:
+            want.update(r[3])
+    got = hashlib.sha256()
+    for r in read(spark, tmp_path, "h").orderBy("partition", "offset").select("value").collect():
+        got.update(bytes(r["value"]))
+    assert got.hexdigest() == want.hexdigest()
