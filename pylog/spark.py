@@ -115,8 +115,15 @@ def register(spark: Any) -> None:
 
 # ----------------------------------------------------------------------------------------
 # options
+_OPTION_NAMES = {n.lower(): n for n in (
+    "path", "topic", "topics", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+    "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "createTopic", "partitions", "lateTimestamps",
+    "sinkId")}
+
+
 def _err(option: str, msg: str) -> ConfigError:
-    return ConfigError(f"pylog option {option}: {msg}")
+    """The error for a bad option value: one line that names the option."""
+    return ConfigError(f"pylog option {_OPTION_NAMES.get(option.lower(), option)}: {msg}")
 
 
 def _bool_opt(options: Mapping[str, str], name: str, default: bool) -> bool:
