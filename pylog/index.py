@@ -104,3 +104,19 @@ def open_mapped(path: str, suffix: str, base_offset: int, store_len: int) -> Map
     if n and not check(suffix, idx.buf, n, store_len):
         return None
     return idx
+
+
+def agree(index_entries: np.ndarray, timeindex_entries: np.ndarray, count: int) -> bool:
+    """Whether an offset index and a time index (numpy views of their entries) fit each other
+    and a segment of ``count`` offsets: pylog writes both together, so the relative offset
+    and position of every slot are the same in both, and the last relative offset lies
+    inside the segment. Costs no read of the store."""
+    n = len(index_entries)
+    if n != len(timeindex_entries):
+        return False
+    if n == 0:
+        return True
+    if int(index_entries["relative_offset"][-1]) >= count:
+        return False
+    return bool((index_entries["relative_offset"] == timeindex_entries["relative_offset"]).all()
+                and (index_entries["position"] == timeindex_entries["position"]).all())

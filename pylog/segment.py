@@ -175,19 +175,24 @@ class _Reader:
 
     def verify(self, expected_next: int | None) -> list[CorruptRecordError]:
         """CRC-check every frame of the segment; the bad ones (at most one: a walk cannot
-        resync past a broken length field)."""
+        resync past a broken length field), after the file header's own check."""
         m, *_ = self._view(None)
+        bad: list[CorruptRecordError] = []
+        rc, hbase, hflags = impl.header_check(m.mv[: fmt.FILE_HEADER_SIZE], fmt.STORE_MAGIC)
+        if rc != impl.OK or hbase != self.base_offset or bool(hflags & fmt.HEADER_COMPACTED) != self.gaps:
+            why = reason(rc) if rc != impl.OK else f"header names base offset {hbase}, flags {hflags}"
+            bad.append(CorruptRecordError(self.store_path, 0, None, f"bad file header: {why}"))
         a = impl.Appender(self.base_offset, next_offset=self.base_offset, position=fmt.FILE_HEADER_SIZE,
                           max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None,
                           index_interval=1 << 31, bytes_since_index=0, index_cap=1, buffer_bytes=0)
         a.gaps = self.gaps
         rc, _n = a.recover(m.buf, m.length)
         if rc != impl.OK:
-            return [corrupt_error(self.store_path, a.position, a.next_offset, rc)]
+            return bad + [corrupt_error(self.store_path, a.position, a.next_offset, rc)]
         if expected_next is not None and (a.next_offset > expected_next or (not self.gaps and a.next_offset != expected_next)):
-            return [CorruptRecordError(self.store_path, a.position, a.next_offset,
-                                       f"segment ends at offset {a.next_offset}, the next one starts at {expected_next}")]
-        return []
+            return bad + [CorruptRecordError(self.store_path, a.position, a.next_offset,
+                                             f"segment ends at offset {a.next_offset}, the next one starts at {expected_next}")]
+        return bad
 
 
 class _SealedMaps:
@@ -252,7 +257,8 @@ class SealedSegment(_Reader):
         self.gaps = bool(rc == impl.OK and flags & fmt.HEADER_COMPACTED)
         idx = index.open_mapped(ip, fmt.INDEX_SUFFIX, self.base_offset, st.length)
         tidx = index.open_mapped(tp, fmt.TIMEINDEX_SUFFIX, self.base_offset, st.length)
-        if idx is None or tidx is None or idx.n != tidx.n or (st.length > fmt.FILE_HEADER_SIZE and idx.n == 0):
+        if (idx is None or tidx is None or idx.n != tidx.n or (st.length > fmt.FILE_HEADER_SIZE and idx.n == 0)
+                or not index.agree(idx.array, tidx.array, self.next_offset - self.base_offset)):
             idx, tidx = self._rebuild_index(st)
         m = _SealedMaps(st, idx, tidx)
         self._maps = m
@@ -379,6 +385,9 @@ class ActiveSegment(_Reader):
             return None
         if n and not (index.check(fmt.INDEX_SUFFIX, impl.Buffer(ib), n, size)
                       and index.check(fmt.TIMEINDEX_SUFFIX, impl.Buffer(tb), n, size)):
+            return None
+        if n and not index.agree(np.frombuffer(ib, fmt.INDEX_DTYPE), np.frombuffer(tb, fmt.TIMEINDEX_DTYPE),
+                                 next_offset - base):
             return None
         if n:
             # The recorded next_offset must fit the index: the records from the last indexed

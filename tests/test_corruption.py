@@ -195,15 +195,25 @@ def _header_only(p: str) -> None:  # short: no entries at all (a crash before th
 
 
 def _last_below_base(p: str) -> None:
-    """The last entry points before the one ahead of it (offset < base for the last one)."""
+    """The last entry's offset lies below the base offset: its relative offset, read as the
+    i32 it would be, is -1 (as u32 it lies far past the segment's end)."""
     with open(p, "r+b") as f:
         data = bytearray(f.read())
-        esize = fmt.INDEX_ENTRY_SIZE if p.endswith(fmt.INDEX_SUFFIX) else fmt.TIMEINDEX_ENTRY_SIZE
-        last = len(data) - esize
         if p.endswith(fmt.INDEX_SUFFIX):
-            struct.pack_into("<I", data, last, 0xFFFFFFFF)     # relative offset: wraps below base
+            struct.pack_into("<I", data, len(data) - fmt.INDEX_ENTRY_SIZE, 0xFFFFFFFF)
         else:
-            struct.pack_into("<q", data, last, -5)             # timestamp before every other one
+            struct.pack_into("<I", data, len(data) - fmt.TIMEINDEX_ENTRY_SIZE + 8, 0xFFFFFFFF)
+        f.seek(0)
+        f.write(data)
+
+
+def _last_past_segment(p: str) -> None:
+    """The last entry names an offset past the segment's last record (still increasing)."""
+    with open(p, "r+b") as f:
+        data = bytearray(f.read())
+        at = len(data) - (fmt.INDEX_ENTRY_SIZE if p.endswith(fmt.INDEX_SUFFIX) else fmt.TIMEINDEX_ENTRY_SIZE - 8)
+        rel = struct.unpack_from("<I", data, at)[0]
+        struct.pack_into("<I", data, at, rel + 500)
         f.seek(0)
         f.write(data)
 
@@ -256,6 +266,7 @@ def _points_past_store(p: str) -> None:
 
 DAMAGE = {f.__name__.lstrip("_"): f for f in (
     _delete, _zero_fill, _spaces, _odd_length, _entries_only_truncated, _header_only, _last_below_base,
+    _last_past_segment,
     _wrong_base_header, _full_size_zero, _garbage, _swap_entries, _points_past_store)}
 
 
