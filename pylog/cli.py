@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 import os
 import sys
 import time
@@ -303,6 +304,9 @@ def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_sep
 
 
 # -- consume -------------------------------------------------------------------------------
+_VALUE = operator.itemgetter(3)
+
+
 def _json_field(out: dict[str, Any], name: str, value: Any) -> None:
     if value is None:
         out[name] = None
@@ -396,7 +400,9 @@ def consume(ctx: click.Context, topic_name: str, from_beginning: bool, offset: s
             if len(recs) > left:
                 recs = recs[:left]
             if text and not print_key:
-                vals = [b"null" if r[3] is None else r[3] for r in recs]
+                vals = list(map(_VALUE, recs))
+                if None in vals:
+                    vals = [b"null" if v is None else v for v in vals]
                 vals.append(b"")
                 out.write(b"\n".join(vals))
             elif text:

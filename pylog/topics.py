@@ -595,14 +595,10 @@ class Topic:
             keys = list(keys)
             if len(keys) != n:
                 raise ValueError(f"keys has {len(keys)} items, values has {n}")
-        if partition is not None:
-            p = self._check_partition(partition)
+        if partition is not None or keys is None or all(k is None for k in keys):
+            p = self._check_partition(partition) if partition is not None else next(self._rr) % self._n
             first = self.partition(p).append_batch(values, keys, timestamps, metadata)
-            return [(p, first + j) for j in range(n)]
-        if keys is None or all(k is None for k in keys):
-            p = next(self._rr) % self._n
-            first = self.partition(p).append_batch(values, keys, timestamps, metadata)
-            return [(p, first + j) for j in range(n)]
+            return list(zip(itertools.repeat(p, n), range(first, first + n)))
         rr = next(self._rr)
         nparts = self._n
         parts = np.fromiter(
