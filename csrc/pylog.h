@@ -84,6 +84,7 @@ typedef struct {
     uint64_t timeindex_count;
     uint64_t timeindex_cap;
     uint32_t flags;           /* PLOG_GAPS: offsets may skip (a compacted segment) */
+    uint64_t used;            /* bytes framed into the write buffer, not yet written out */
 } plog_appender;
 
 /* CRC32C (Castagnoli). crc is the running value, 0 to start. */
@@ -96,14 +97,16 @@ void plog_crc32c_select(int force_portable);
 int plog_crc32c_batch(const uint8_t *buf, size_t len, const uint64_t *positions,
                       const uint32_t *lengths, size_t n, uint32_t *out);
 
-/* Frame one record into dst[used..cap). Returns the frame size, or < 0. */
-int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, size_t used,
+/* Frame one record into dst[st->used..cap). Returns its offset, or < 0. With
+ * clamp_timestamp, a timestamp below the newest one is raised to it instead of refused. */
+int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap,
                        const uint8_t *key, uint32_t key_len,
                        const uint8_t *metadata, uint32_t metadata_len,
                        const uint8_t *value, uint32_t value_len,
-                       uint32_t attributes, int64_t timestamp);
+                       uint32_t attributes, int64_t timestamp, int clamp_timestamp);
 
-/* Frame n records (concatenated buffers + lengths; PLOG_NULL_LEN = null) into dst. */
+/* Frame n records (concatenated buffers + lengths; PLOG_NULL_LEN = null) into
+ * dst[st->used..cap); *written bytes are added to st->used. */
 int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap,
                      const uint8_t *values, const uint32_t *value_lens,
                      const uint8_t *keys, const uint32_t *key_lens,

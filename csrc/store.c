@@ -164,10 +164,10 @@ static inline void write_frame(uint8_t *d, uint64_t offset, int64_t ts, uint32_t
     st32(d + 4, plog_crc32c(0, d + PLOG_FRAME_PREFIX_SIZE, body));
 }
 
-int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, size_t used,
-                       const uint8_t *key, uint32_t key_len, const uint8_t *metadata,
-                       uint32_t metadata_len, const uint8_t *value, uint32_t value_len,
-                       uint32_t attributes, int64_t timestamp) {
+int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *key,
+                       uint32_t key_len, const uint8_t *metadata, uint32_t metadata_len,
+                       const uint8_t *value, uint32_t value_len, uint32_t attributes,
+                       int64_t timestamp, int clamp_timestamp) {
     if (attributes & ~(uint32_t)PLOG_ATTR_KNOWN) return PLOG_E_ATTRIBUTES;
     if (((attributes & PLOG_ATTR_NULL_KEY) && key_len) ||
         ((attributes & PLOG_ATTR_NULL_METADATA) && metadata_len) ||
@@ -176,19 +176,23 @@ int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, size_t used,
     uint64_t body = (uint64_t)BODY_FIXED + key_len + metadata_len + value_len;
     if (body > MAX_BODY) return PLOG_E_LENGTH;
     uint64_t size = body + PLOG_FRAME_PREFIX_SIZE;
-    if (timestamp < st->max_timestamp) return PLOG_E_TIMESTAMP;
+    if (timestamp < st->max_timestamp) {
+        if (!clamp_timestamp) return PLOG_E_TIMESTAMP;
+        timestamp = st->max_timestamp;
+    }
     int need_index;
     int rc = room_for(st, size, &need_index);
     if (rc) return rc;
+    uint64_t used = st->used;
     if (used > cap || cap - used < size) return PLOG_E_SPACE;
     write_frame(dst + used, st->next_offset, timestamp, attributes, key, key_len, metadata,
                 metadata_len, value, value_len);
     if (need_index) index_add(st, st->position, timestamp);
     st->bytes_since_index += (uint32_t)(size > 0xffffffffu ? 0xffffffffu : size);
     st->position += size;
-    st->next_offset++;
+    st->used = used + size;
     st->max_timestamp = timestamp;
-    return (int64_t)size;
+    return (int64_t)(st->next_offset++);
 }
 
 static inline uint32_t real_len(const uint32_t *lens, size_t i) {
@@ -235,6 +239,9 @@ int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t 
         }
     }
     const uint8_t *vp = values, *kp = keys, *mp = metas;
+    if (st->used > cap) return PLOG_E_ARG;
+    dst += st->used;
+    cap -= st->used;
     size_t used = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t vlen = real_len(value_lens, i), klen = real_len(key_lens, i),
@@ -250,6 +257,7 @@ int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t 
         if (rc) {
             *n_done = i;
             *written = used;
+            st->used += used;
             return rc;
         }
         write_frame(dst + used, st->next_offset, ts, attrs, kp, klen, mp, mlen, vp, vlen);
@@ -265,6 +273,7 @@ int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t 
     }
     *n_done = n;
     *written = used;
+    st->used += used;
     return PLOG_OK;
 }
 

@@ -224,7 +224,7 @@ class Appender:
     """Writing state of an active segment: where the next frame goes, the write buffer of
     framed bytes not yet handed to the OS, and the sparse index entries made so far."""
 
-    __slots__ = ("_st", "_wbuf", "_wcap", "used", "_ibuf", "_tbuf", "_frame_one", "_views", "__weakref__")
+    __slots__ = ("_st", "_wbuf", "_wcap", "_ibuf", "_tbuf", "_frame_one", "_views", "__weakref__")
 
     def __init__(self, base_offset: int, *, next_offset: int, position: int, max_position: int,
                  max_timestamp: int | None, index_interval: int, bytes_since_index: int,
@@ -241,7 +241,6 @@ class Appender:
         self._set_index_cap(max(index_cap, 1), 0)
         self._wcap = buffer_bytes
         self._wbuf = _raw_alloc("uint8_t[]", buffer_bytes)
-        self.used = 0
         self._frame_one = lib.plog_frame_one
 
     # -- state ------------------------------------------------------------------------------
@@ -352,17 +351,22 @@ class Appender:
         return self._views[1]
 
     # -- write buffer ------------------------------------------------------------------------
+    @property
+    def used(self) -> int:
+        """Bytes framed into the write buffer and not yet written out."""
+        return self._st.used
+
     def pending(self):
         """The framed bytes not yet written (a buffer valid until the next frame call)."""
-        return ffi.buffer(self._wbuf, self.used)
+        return ffi.buffer(self._wbuf, self._st.used)
 
     def drain(self) -> None:
         """Forget the pending bytes (after the caller wrote them)."""
-        self.used = 0
+        self._st.used = 0
 
     def reserve(self, nbytes: int) -> None:
         """Make the (empty) write buffer hold at least ``nbytes``."""
-        if self.used:
+        if self._st.used:
             raise RuntimeError("reserve() needs an empty write buffer")
         if nbytes > self._wcap:
             self._wbuf = _raw_alloc("uint8_t[]", nbytes)
@@ -373,18 +377,22 @@ class Appender:
         return self._wcap
 
     # -- framing -----------------------------------------------------------------------------
-    def frame(self, value, key, metadata, attributes: int, timestamp: int) -> int:
-        """Frame one record into the write buffer: its size, or a negative status."""
-        n = self._frame_one(
-            self._st, self._wbuf, self._wcap, self.used,
+    def frame(self, value, key, metadata, attributes: int, timestamp: int, clamp: bool = False) -> int:
+        """Frame one record into the write buffer: its offset, or a negative status. With
+        ``clamp``, a timestamp below the newest is raised to it instead of refused."""
+        return self._frame_one(
+            self._st, self._wbuf, self._wcap,
             _EMPTY if key is None else _ptr(key), 0 if key is None else len(key),
             _EMPTY if metadata is None else _ptr(metadata), 0 if metadata is None else len(metadata),
             _EMPTY if value is None else _ptr(value), 0 if value is None else len(value),
-            attributes, timestamp,
+            attributes, timestamp, clamp,
         )
-        if n > 0:
-            self.used += n
-        return n
+
+    def frame_value(self, value: bytes, timestamp: int) -> int:
+        """``frame`` for the common record: a bytes value, no key, no metadata, a default
+        (clamped) timestamp. Its offset, or a negative status."""
+        return self._frame_one(self._st, self._wbuf, self._wcap, _EMPTY, 0, _EMPTY, 0,
+                               value, len(value), 3, timestamp, 1)
 
     def frame_batch(self, values, value_lens, keys, key_lens, metas, meta_lens, timestamps,
                     default_timestamp: int) -> tuple[int, int]:
@@ -399,7 +407,7 @@ class Appender:
         n_done = ffi.new("size_t *")
         written = ffi.new("size_t *")
         rc = lib.plog_frame_batch(
-            self._st, self._wbuf + self.used, self._wcap - self.used,
+            self._st, self._wbuf, self._wcap,
             _ptr(values) if values is not None and len(values) else _EMPTY,
             ffi.from_buffer("uint32_t[]", value_lens),
             _ptr(keys) if keys is not None and len(keys) else (_EMPTY if key_lens is not None else ffi.NULL),
@@ -409,7 +417,6 @@ class Appender:
             ffi.from_buffer("int64_t[]", timestamps) if timestamps is not None else ffi.NULL,
             default_timestamp, n, n_done, written,
         )
-        self.used += written[0]
         return rc, n_done[0]
 
     def recover(self, store: Buffer, store_len: int) -> tuple[int, int]:

@@ -391,9 +391,12 @@ class Appender:
         self.position += len(frame)
         self.next_offset += 1
         self._max_ts = ts
-        return len(frame)
+        return self.next_offset - 1
 
-    def frame(self, value, key, metadata, attributes: int, timestamp: int) -> int:
+    def frame_value(self, value, timestamp: int) -> int:
+        return self.frame(value, None, None, 3, timestamp, True)
+
+    def frame(self, value, key, metadata, attributes: int, timestamp: int, clamp: bool = False) -> int:
         if attributes & ~fmt.ATTR_KNOWN:
             return E_ATTRIBUTES
         klen = len(key) if key is not None else 0
@@ -410,7 +413,9 @@ class Appender:
             return E_LENGTH
         size = body + 8
         if timestamp < self._max_ts:
-            return E_TIMESTAMP
+            if not clamp:
+                return E_TIMESTAMP
+            timestamp = self._max_ts
         rc, need = self._room(size)
         if rc:
             return rc

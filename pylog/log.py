@@ -47,6 +47,10 @@ from pylog.segment import ActiveSegment, SealedSegment, corrupt_error, paths
 __all__ = ["Log"]
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_ALWAYS, _INTERVAL, _NEVER = 0, 1, 2
+_POLICIES = {"always": _ALWAYS, "interval": _INTERVAL, "never": _NEVER}
+_time_ns = time.time_ns
+_bisect_right = bisect.bisect_right
 
 #: Compaction's crash-safe swap (pylog.compaction): new files are written as ``.cleaned``,
 #: renamed to ``.swap`` (the store's rename commits), then renamed over the originals.
@@ -216,7 +220,12 @@ class Log:
             if not readonly and (stored is None or self.config != stored):
                 self.config.dump(os.path.join(self.path, fmt.CONFIG_FILE))
             self._cache = SegmentCache(self.config.cached_segments)
+            self._policy = _POLICIES[self.config.fsync]
+            self._max_record = self.config.max_record_bytes
+            self._segment_ms = self.config.segment_ms
+            self._writable: ActiveSegment | None = None
             self._load(bases)
+            self._update_writable()
         except BaseException:
             self._release_lock()
             raise
@@ -355,6 +364,11 @@ class Log:
             )
         return self._active
 
+    def _update_writable(self) -> None:
+        """``_writable`` is the active segment while appends may go to it, else None."""
+        ok = not (self._closed or self.readonly or self._fenced is not None)
+        self._writable = self._active if ok else None
+
     @property
     def start_offset(self) -> int:
         """Lowest offset still in the log (inclusive)."""
@@ -460,6 +474,31 @@ class Log:
         TypeError, RecordTooLargeError, InvalidTimestampError, OffsetMismatchError,
         LogClosedError, LogFencedError, ReadOnlyLogError
         """
+        if (type(value) is bytes and key is None and metadata is None and timestamp is None
+                and expected_offset is None and len(value) <= self._max_record):
+            # The common record, in as few steps as possible (the general path below does
+            # the same with every option).
+            with self._lock:
+                seg = self._writable
+                if seg is not None and self._segment_ms is None:
+                    off = seg.app.frame_value(value, _time_ns() // 1_000_000)
+                    if off >= 0:
+                        policy = self._policy
+                        if policy == _NEVER:
+                            self._unflushed += 1
+                            return off
+                        self._after_append(seg, 1)
+                        if policy != _ALWAYS:
+                            return off
+                    else:
+                        seg = None
+            if seg is not None:
+                self._wait_durable(off)
+                return off
+        return self._append(value, key, metadata, timestamp, expected_offset)
+
+    def _append(self, value: Any, key: Any, metadata: Any, timestamp: int | None,
+                expected_offset: int | None) -> int:
         if type(value) is not bytes:
             value = self._coerce_value(value)
         if key is not None and type(key) is not bytes:
@@ -481,31 +520,27 @@ class Log:
             app = seg.app
             if expected_offset is not None and expected_offset != app.next_offset:
                 raise OffsetMismatchError(expected_offset, app.next_offset)
-            mx = app.max_timestamp
             if timestamp is None:
-                ts = _now_ms()
-                if mx is not None and ts < mx:
-                    ts = mx
+                ts, clamp = _now_ms(), True
             else:
-                ts = timestamp
+                ts, clamp = timestamp, False
+                mx = app.max_timestamp
                 if mx is not None and ts < mx:
                     raise InvalidTimestampError(
                         f"timestamp {ts} is below the log's latest timestamp {mx}: timestamps never decrease")
             if cfg.segment_ms is not None:
                 seg = self._maybe_roll_by_time(seg, ts)
                 app = seg.app
-            n = app.frame(value, key, metadata, attrs, ts)
-            if n < 0:
-                seg = self._frame_slow(seg, n, value, key, metadata, attrs, ts)
-                app = seg.app
-            offset = app.next_offset - 1
-            self._after_append(seg, 1, ts)
+            offset = app.frame(value, key, metadata, attrs, ts, clamp)
+            if offset < 0:
+                seg, offset = self._frame_slow(seg, offset, value, key, metadata, attrs, ts, clamp)
+            self._after_append(seg, 1)
         if cfg.fsync == "always":
             self._wait_durable(offset)
         return offset
 
     def _frame_slow(self, seg: ActiveSegment, rc: int, value: Any, key: Any, metadata: Any,
-                    attrs: int, ts: int) -> ActiveSegment:
+                    attrs: int, ts: int, clamp: bool) -> tuple[ActiveSegment, int]:
         """The append did not fit: make room (write out, roll, grow the index) and retry."""
         for _ in range(4):
             app = seg.app
@@ -523,9 +558,9 @@ class Log:
                     seg = self._roll()
             else:
                 raise PylogError(f"append failed: {corrupt_reason(rc)}")
-            rc = seg.app.frame(value, key, metadata, attrs, ts)
+            rc = seg.app.frame(value, key, metadata, attrs, ts, clamp)
             if rc >= 0:
-                return seg
+                return seg, rc
         raise PylogError(f"append failed: {corrupt_reason(rc)}")
 
     def append_batch(self, values: Any, keys: Any = None, timestamps: Any = None,
@@ -631,7 +666,7 @@ class Log:
                 else:
                     raise PylogError(f"append_batch failed: {corrupt_reason(rc)}")
             last = seg.app.next_offset - 1
-            self._after_append(seg, n, default_ts if ts_arr is None else int(ts_arr[-1]))
+            self._after_append(seg, n)
         if cfg.fsync == "always":
             self._wait_durable(last)
         return first
@@ -660,14 +695,15 @@ class Log:
                                dtype=np.uint32, count=n)
         return joined, lens
 
-    def _after_append(self, seg: ActiveSegment, count: int, ts: int) -> None:
+    def _after_append(self, seg: ActiveSegment, count: int) -> None:
         """Apply the fsync policy after ``count`` records went into the write buffer."""
-        cfg = self.config
-        if cfg.fsync == "always":
-            seg.write_pending()
+        policy = self._policy
+        if policy == _ALWAYS:
+            self._write_out(seg)
             return
         self._unflushed += count
-        if cfg.fsync == "interval":
+        if policy == _INTERVAL:
+            cfg = self.config
             if (cfg.flush_messages is not None and self._unflushed >= cfg.flush_messages) or (
                 cfg.flush_ms is not None and _now_ms() - self._last_flush_ms >= cfg.flush_ms
             ):
@@ -683,6 +719,7 @@ class Log:
 
     def _fence(self, e: BaseException) -> None:
         self._fenced = e
+        self._writable = None
         with self._sync_cv:
             self._sync_cv.notify_all()
 
@@ -791,6 +828,7 @@ class Log:
         self._sealed = [*self._sealed, sealed]
         self._sealed_bases = [*self._sealed_bases, sealed.base_offset]
         self._active = new
+        self._update_writable()
         with self._sync_cv:
             self._durable_next = max(self._durable_next, sealed.next_offset)
         return new
@@ -816,29 +854,41 @@ class Log:
         """
         if type(offset) is not int:
             offset = _check_offset(offset)
-        active = self._active
-        if offset >= active.base_offset or self._closed:
-            self._check_open()
-            with self._lock:
-                active = self._active
-                if offset >= active.base_offset:
-                    if offset >= active.next_offset and self.readonly:
+        bases = self._sealed_bases
+        if bases and offset < self._active.base_offset and not self._closed:
+            i = _bisect_right(bases, offset) - 1
+            if i >= 0:
+                try:
+                    seg = self._sealed[i]
+                    # the list may have changed since `bases` was read (retention, truncate)
+                    if seg.base_offset <= offset < seg.next_offset:
+                        return seg.read(offset)
+                except FileNotFoundError:  # retention removed it meanwhile
+                    raise self._out_of_range(offset) from None
+                except OffsetOutOfRangeError:
+                    raise
+                except IndexError:  # the list shrank under us: take the slow path
+                    pass
+            if offset < self.start_offset:
+                raise self._out_of_range(offset)
+        self._check_open()
+        with self._lock:
+            active = self._active
+            if offset >= active.base_offset:
+                if offset >= active.next_offset:
+                    if self.readonly:
                         self.refresh()
-                        return self.read(offset)
-                    if offset >= active.next_offset:
-                        raise self._out_of_range(offset)
-                    return active.read(offset)
+                        if offset < self._active.next_offset:
+                            return self._active.read(offset) if offset >= self._active.base_offset else self.read(offset)
+                    raise self._out_of_range(offset)
+                return active.read(offset)
         seg = self._sealed_for(offset)
         if seg is None or offset < seg.base_offset:
             raise self._out_of_range(offset)
         try:
             return seg.read(offset)
-        except FileNotFoundError:  # retention removed it meanwhile
+        except FileNotFoundError:
             raise self._out_of_range(offset) from None
-        except CorruptRecordError:
-            if _past_last(seg, offset):  # compaction removed the segment's last records
-                raise OffsetRemovedError(offset) from None
-            raise
 
     def read_batch(self, offset: int, max_bytes: int = 1 << 20, max_records: int | None = None) -> list[Record]:
         """Records from ``offset`` on (a fetch): at least one record when ``offset`` is below
@@ -1074,6 +1124,7 @@ class Log:
             self._sealed = keep
             self._sealed_bases = [s.base_offset for s in keep]
             self._active = new
+            self._update_writable()
             with self._sync_cv:
                 self._durable_next = min(self._durable_next, new.next_offset)
 
@@ -1189,6 +1240,7 @@ class Log:
             if self._closed:
                 return
             self._closed = True
+            self._writable = None
             flusher.unregister(self)
             try:
                 if not self.readonly:

@@ -39,6 +39,7 @@ _REASONS = {
     impl.E_ARG: "bad argument",
 }
 _TIX_TS = struct.Struct("<q")
+_find = impl.find
 _U64_MAX = (1 << 64) - 1
 _SCAN_CHUNK = 4096
 
@@ -75,7 +76,7 @@ def build_records(mv: memoryview, frames: np.ndarray) -> list[Record]:
     getitem = mv.__getitem__
     mstart = start + klen
     vstart = mstart + mlen
-    values: Iterable = list(map(getitem, map(slice, vstart.tolist(), (vstart + frames["value_length"]).tolist())))
+    values: Iterable = [mv[a:b] for a, b in zip(vstart.tolist(), (vstart + frames["value_length"]).tolist())]
     null_k = (attrs & fmt.ATTR_NULL_KEY) != 0
     null_m = (attrs & fmt.ATTR_NULL_METADATA) != 0
     null_v = (attrs & fmt.ATTR_NULL_VALUE) != 0
@@ -149,7 +150,7 @@ class _Reader:
 
     def read(self, target: int) -> Record:
         m, ibuf, n, _ = self._view(target)
-        rc, f = impl.find(m.buf, m.length, ibuf, n, self.base_offset, target, self.gaps)
+        rc, f = _find(m.buf, m.length, ibuf, n, self.base_offset, target, self.gaps)
         if rc:
             f = self._locate_slow(m, target)
         if f[1] != target:
@@ -244,6 +245,25 @@ class SealedSegment(_Reader):
         else:
             self._cache.touch(self)
         return m.store, m.index.buf, m.index.n, m.timeindex.buf
+
+    def read(self, target: int) -> Record:
+        m = self._maps
+        if m is None:
+            m = self._open()
+        else:
+            self._cache.touch(self)
+        st = m.store
+        rc, f = _find(st.buf, st.length, m.index.buf, m.index.n, self.base_offset, target, self.gaps)
+        if rc:
+            f = self._locate_slow(st, target)
+        if f[1] != target:
+            raise OffsetRemovedError(target)
+        pos, off, ts, _size, attrs, klen, mlen, vlen, _crc = f
+        mv = st.mv
+        p = pos + 36
+        if attrs == 3:  # the common record: no key, no metadata
+            return new_record(Record, (off, ts, None, mv[p : p + vlen], None))
+        return record_at(mv, f)
 
     def _open(self) -> _SealedMaps:
         sp, ip, tp = paths(self.dir, self.base_offset)

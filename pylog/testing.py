@@ -297,6 +297,7 @@ def simulate_crash(log: Any) -> None:
         if app is not None and not log.readonly:
             app.drain()
         log._closed = True
+        log._writable = None
         active.close_files()
         log._cache.clear()
         log._release_lock()

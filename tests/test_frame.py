@@ -23,7 +23,7 @@ def _frame_all(mod, recs, interval, base=100):
         if n == mod.E_INDEX_FULL:
             a.grow_index(a.index_count * 2 + 4)
             n = a.frame(v, k, m, attrs, 1000 + i)
-        assert n > 0
+        assert n == base + i
     body = bytes(a.pending())
     return a, mod.header_encode(fmt.STORE_MAGIC, base) + body
 
