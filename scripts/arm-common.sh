@@ -21,6 +21,15 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 ARM_CFFI_PIN=${ARM_CFFI_PIN:-2.1.1}
 ARM_PYVER=3.11
 
+# What each sysroot holds (Debian packages) and what PyPI adds for the tests. aarch64 gets
+# cffi, numpy and psutil as PyPI wheels; armhf gets them from Debian (PyPI has no armv7l
+# wheels of them: on a 32-bit Pi they come from apt or piwheels too).
+SYSROOT_PKGS_aarch64="python3 libpython3.11-dev libstdc++6"
+SYSROOT_PKGS_armhf="python3 libpython3.11-dev python3-distutils python3-cffi python3-numpy python3-psutil"
+PURE_TEST_DEPS="pytest hypothesis click rich"
+SITE_PKGS_aarch64="cffi==$ARM_CFFI_PIN numpy psutil crc32c $PURE_TEST_DEPS"
+SITE_PKGS_armhf="$PURE_TEST_DEPS"
+
 log() { echo "[arm $(date -u +%H:%M:%S)] $*" >&2; }
 die() { echo "arm: error: $*" >&2; exit 1; }
 

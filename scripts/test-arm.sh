@@ -57,7 +57,7 @@ c_checks() {
   mkdir -p "$d"
   # _FILE_OFFSET_BITS=64 must be in force in every C file, before any system header.
   for f in csrc/*.c; do
-    arm-linux-gnueabihf-gcc -E -dM -Icsrc "$f" | grep -q '__USE_FILE_OFFSET64' ||
+    arm-linux-gnueabihf-gcc -E -dM -Icsrc "$f" >"$d/macros.txt" && grep -q '__USE_FILE_OFFSET64' "$d/macros.txt" ||
       { echo "arm: $f is not built with 64-bit off_t on armhf"; ok=1; }
   done
   gcc "${F[@]}" -fsanitize=alignment,undefined -fno-sanitize-recover=all "${SRC[@]}" -o "$d/selftest-ubsan" &&
@@ -79,20 +79,15 @@ c_checks() {
 if c_checks; then echo "arm: C checks passed"; else echo "arm: C checks FAILED"; failed+=(c-checks); fi
 
 # ---- 3. sysroots, test dependencies, extension builds (both arches at once) ----------------
-# Test dependencies: aarch64 gets everything as PyPI wheels; armhf has no cffi / numpy /
-# psutil wheels on PyPI, so those come from Debian (as on Raspberry Pi OS) and only
-# pure-Python ones from PyPI.
-PURE_TEST_DEPS=(pytest hypothesis click rich)
+# Sysroot packages and test dependencies per arch: SYSROOT_PKGS_* / SITE_PKGS_* in
+# scripts/arm-common.sh.
 prepare() {  # prepare ARCH (in a subshell: `die` ends only this arch)
-  local arch=$1
-  case $arch in
-    aarch64)
-      ensure_sysroot aarch64 python3 libpython3.11-dev libstdc++6
-      ensure_site aarch64 "$ARM_WORK/site-aarch64" "cffi==$ARM_CFFI_PIN" numpy psutil crc32c "${PURE_TEST_DEPS[@]}" ;;
-    armhf)
-      ensure_sysroot armhf python3 libpython3.11-dev python3-distutils python3-cffi python3-numpy python3-psutil
-      ensure_site armhf "$ARM_WORK/site-armhf" "${PURE_TEST_DEPS[@]}" ;;
-  esac
+  local arch=$1 pk si
+  pk=SYSROOT_PKGS_$arch si=SITE_PKGS_$arch
+  # shellcheck disable=SC2086
+  ensure_sysroot "$arch" ${!pk}
+  # shellcheck disable=SC2086
+  ensure_site "$arch" "$ARM_WORK/site-$arch" ${!si}
   copy_tree "$ARM_WORK/tree-$arch"
   cross_build_ext "$arch" "$ARM_WORK/tree-$arch"
 }
