@@ -138,6 +138,7 @@ class LogConfig:
 
     @property
     def index_max_entries(self) -> int:
+        """How many entries one offset index holds before the segment rolls."""
         return self.index_max_bytes // fmt.INDEX_ENTRY_SIZE
 
     def replace(self, **changes: Any) -> "LogConfig":
@@ -148,6 +149,7 @@ class LogConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (what ``config.json`` stores)."""
         return dataclasses.asdict(self)
 
     @classmethod

@@ -393,6 +393,7 @@ class Log:
 
     @property
     def closed(self) -> bool:
+        """Whether close() was called."""
         return self._closed
 
     def segments(self) -> list[dict[str, Any]]:

@@ -117,6 +117,7 @@ class CrashFS:
 
     # -- the vfs operations --------------------------------------------------------------
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:
+        """Open a file; a created file's directory entry is durable only after a directory fsync."""
         p = self._abs(path)
         existed = os.path.exists(p)
         if flags & (os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_RDWR):
@@ -136,10 +137,12 @@ class CrashFS:
         return fd
 
     def close(self, fd: int) -> None:
+        """Close ``fd`` and forget it."""
         self.fds.pop(fd, None)
         os.close(fd)
 
     def dup(self, fd: int) -> int:
+        """Duplicate ``fd``; the copy refers to the same file."""
         new = os.dup(fd)
         if fd in self.fds:
             self.fds[new] = self.fds[fd]
@@ -162,10 +165,12 @@ class CrashFS:
         return 0
 
     def write(self, fd: int, data: Any) -> int:
+        """Write at the file position (not durable until an fsync; may fail or tear)."""
         self._write_fault("write", fd, data, None)
         return os.write(fd, data)
 
     def pwrite(self, fd: int, data: Any, position: int) -> int:
+        """Write at a position (not durable until an fsync; may fail or tear)."""
         self._write_fault("pwrite", fd, data, position)
         return os.pwrite(fd, data, position)
 
@@ -180,18 +185,22 @@ class CrashFS:
             self.durable_dirs[v] = dict(self.current.get(v, {}))
 
     def fsync(self, fd: int) -> None:
+        """fsync ``fd``: its file's bytes become durable (a directory fd: its entries)."""
         self._sync("fsync", fd)
 
     def fdatasync(self, fd: int) -> None:
+        """fdatasync ``fd``: its file's bytes become durable (a directory fd: its entries)."""
         self._sync("fdatasync", fd)
 
     def replace(self, src: str, dst: str) -> None:
+        """Rename over ``dst`` (durable only after the directory's fsync)."""
         s, d = self._abs(src), self._abs(dst)
         self._step("replace", d)
         os.replace(src, dst)
         self._move(s, d)
 
     def rename(self, src: str, dst: str) -> None:
+        """Rename (durable only after the directory's fsync)."""
         s, d = self._abs(src), self._abs(dst)
         self._step("rename", d)
         os.rename(src, dst)
@@ -206,6 +215,7 @@ class CrashFS:
             self.path_of[fid] = d
 
     def unlink(self, path: str) -> None:
+        """Remove a name (durable only after the directory's fsync)."""
         p = self._abs(path)
         self._step("unlink", p)
         os.unlink(path)
@@ -213,14 +223,17 @@ class CrashFS:
         self.current.get(d, {}).pop(n, None)
 
     def ftruncate(self, fd: int, size: int) -> None:
+        """Truncate through ``fd`` (not durable until an fsync)."""
         self._step("ftruncate", self._fd_path(fd))
         os.ftruncate(fd, size)
 
     def posix_fallocate(self, fd: int, offset: int, length: int) -> None:
+        """Reserve space through ``fd`` (not durable until an fsync)."""
         self._step("posix_fallocate", self._fd_path(fd))
         os.posix_fallocate(fd, offset, length)
 
     def mkdir(self, path: str, mode: int = 0o777) -> None:
+        """Make a directory (treated as durable at once: a documented simplification)."""
         p = self._abs(path)
         self._step("mkdir", p)
         os.mkdir(path, mode)
@@ -229,6 +242,7 @@ class CrashFS:
         self.durable_dirs.setdefault(p, {})
 
     def rmdir(self, path: str) -> None:
+        """Remove an empty directory."""
         os.rmdir(path)
 
     # -- install / materialize -------------------------------------------------------------
@@ -359,6 +373,7 @@ else:
 
         @property
         def next(self) -> int:
+            """The model's next_offset."""
             return self.start + len(self.model)
 
         @rule(segment_bytes=st.sampled_from([4096, 8192, 1 << 20]),
