@@ -868,6 +868,10 @@ class Log:
                     raise self._out_of_range(offset) from None
                 except OffsetOutOfRangeError:
                     raise
+                except CorruptRecordError:
+                    if _past_last(seg, offset):  # compaction removed the segment's last records
+                        raise OffsetRemovedError(offset) from None
+                    raise
                 except IndexError:  # the list shrank under us: take the slow path
                     pass
             if offset < self.start_offset:
@@ -890,6 +894,10 @@ class Log:
             return seg.read(offset)
         except FileNotFoundError:
             raise self._out_of_range(offset) from None
+        except CorruptRecordError:
+            if _past_last(seg, offset):
+                raise OffsetRemovedError(offset) from None
+            raise
 
     def read_batch(self, offset: int, max_bytes: int = 1 << 20, max_records: int | None = None) -> list[Record]:
         """Records from ``offset`` on (a fetch): at least one record when ``offset`` is below
