@@ -26,7 +26,8 @@ class ArrowRead:
         self.read(self.log)  # warm: maps made, pages faulted in
 
     def teardown(self, path: str) -> None:
-        self.log.close()
+        if getattr(self, "log", None) is not None:
+            self.log.close()
 
     def time_read_arrow(self, path: str) -> None:
         self.read(self.log)

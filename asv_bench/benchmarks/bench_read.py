@@ -53,7 +53,8 @@ class ReadRandomWarm:
             self.log.read(o)
 
     def teardown(self, paths: dict[int, str], value_size: int) -> None:
-        self.log.close()
+        if getattr(self, "log", None) is not None:
+            self.log.close()
 
     def time_read_random_warm(self, paths: dict[int, str], value_size: int) -> None:
         read = self.log.read
@@ -87,7 +88,8 @@ class ReadRandomCold:
         self.offsets = random_offsets(READS_PER_CALL, 0, N[value_size], seed=os.getpid())
 
     def teardown(self, paths: dict[int, str], value_size: int) -> None:
-        self.log.close()
+        if getattr(self, "log", None) is not None:
+            self.log.close()
 
     def time_read_random_cold(self, paths: dict[int, str], value_size: int) -> None:
         read = self.log.read
@@ -112,7 +114,8 @@ class ReadBatch:
         self.offsets = random_offsets(100, 0, N[100] - 10_000)
 
     def teardown(self, path: str, max_bytes: int) -> None:
-        self.log.close()
+        if getattr(self, "log", None) is not None:
+            self.log.close()
 
     def time_read_batch(self, path: str, max_bytes: int) -> None:
         rb = self.log.read_batch
@@ -137,7 +140,8 @@ class Scan:
         _fault_in(self.log)
 
     def teardown(self, paths: dict[int, str], value_size: int) -> None:
-        self.log.close()
+        if getattr(self, "log", None) is not None:
+            self.log.close()
 
     def time_scan_view(self, paths: dict[int, str], value_size: int) -> None:
         n = 0
@@ -171,7 +175,8 @@ class ScanCold:
         self.log = pylog.Log(path, readonly=True)
 
     def teardown(self, path: str) -> None:
-        self.log.close()
+        if getattr(self, "log", None) is not None:
+            self.log.close()
 
     def time_scan_cold(self, path: str) -> None:
         n = 0

@@ -49,7 +49,7 @@ class Reopen:
                     pass
 
     def teardown(self, paths: dict[str, str], data: str, shutdown: str) -> None:
-        if self.log is not None:
+        if getattr(self, "log", None) is not None:
             self.log.close()  # leaves the clean marker and recovery point back in place
 
     def time_reopen(self, paths: dict[str, str], data: str, shutdown: str) -> None:

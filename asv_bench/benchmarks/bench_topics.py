@@ -32,7 +32,8 @@ class TopicAppend(BaseIO):
         self.keys = [b"user-%d" % i for i in range(1000)]
 
     def teardown(self, partitions: int) -> None:
-        self.store.close()
+        if getattr(self, "store", None) is not None:
+            self.store.close()
         super().teardown()
 
     def time_topic_append_keyed(self, partitions: int) -> None:
@@ -77,7 +78,8 @@ class ConsumerPoll:
         self.n = 0
 
     def teardown(self, root: str) -> None:
-        self.store.close()
+        if getattr(self, "store", None) is not None:
+            self.store.close()
 
     def time_poll_all(self, root: str) -> None:
         consumer = self.store.consumer("bench", group=self.group + str(self.n))
