@@ -75,7 +75,7 @@ build_one() {  # build_one ARCH CPU
   local whl
   whl=$(ls "$dist"/*.whl) || return 1
   "$VENV/bin/auditwheel" show "$whl" | tr '\n' ' ' | sed 's/  */ /g' | cut -c1-300 >&2; echo >&2
-  PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair -q --plat auto -w "$WHEELHOUSE" "$whl" ||
+  PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair --plat auto -w "$WHEELHOUSE" "$whl" ||
     { echo "auditwheel repair failed for $whl"; return 1; }
   local fixed tag=aarch64
   [ "$arch" = armhf ] && tag=armv7l

@@ -111,8 +111,9 @@ log "prepared in $((SECONDS - T_PREP)) s"
 run_target() {  # run_target NAME ARCH CPU EXPECT FORCE
   local name=$1 arch=$2 cpu=$3 expect=$4 force=$5
   arch_vars "$arch"
-  local out=$RESULTS/$name t0=$SECONDS rc
-  rm -rf "$out"; mkdir -p "$out/tmp"
+  local out=$RESULTS/$name t0=$SECONDS rc files
+  mapfile -t files <"$out/files"
+  rm -rf "$out/tmp" "$out/junit.xml" "$out/status"; mkdir -p "$out/tmp"
   (
     cd "$ARM_WORK/tree-$arch" || exit 99
     export QEMU_CPU=$cpu PYTHONPATH=$SITE TMPDIR=$out/tmp PYLOG_EXPECT_CRC_IMPL=$expect
@@ -120,9 +121,12 @@ run_target() {  # run_target NAME ARCH CPU EXPECT FORCE
     if [ "$force" = 1 ]; then export PYLOG_CRC32C_FORCE_PORTABLE=1; else unset PYLOG_CRC32C_FORCE_PORTABLE; fi
     # shellcheck disable=SC2086
     exec timeout -k 20 "$ARM_TARGET_TIMEOUT" "$PYQ" -m pytest -q -p no:cacheprovider -m "$ARM_MARKERS" \
-      --basetemp="$out/tmp/pytest" --junitxml="$out/junit.xml" ${ARM_PYTEST_ARGS:-} tests
-  ) >"$out/pytest.log" 2>&1
+      --basetemp="$out/tmp/pytest" --junitxml="$out/junit.xml" --durations=10 ${ARM_PYTEST_ARGS:-} "${files[@]}"
+  ) >"$out/pytest.log" 2>&1 &
+  echo $! >"$out/pid"  # the subshell exec'd timeout, which runs pytest in its own process group
+  wait $!
   rc=$?
+  rm -f "$out/pid"
   echo "$rc $((SECONDS - t0))" >"$out/status"
   rm -rf "$out/tmp"
 }
@@ -133,6 +137,50 @@ while read -r name arch cpu expect force; do
   if [ -n "${ARM_TARGETS:-}" ] && [[ " $ARM_TARGETS " != *" $name "* ]]; then continue; fi
   selected+=("$name $arch $cpu $expect $force")
 done <<<"$ALL_TARGETS"
+
+# Which test files each target runs. Every target runs the files that exercise the C core
+# and its CPU-dependent paths (CORE_FILES). With ARM_SHARD=1 (the default, to fit CI's time)
+# the other files are split across the targets of each arch, so every arch still runs the
+# whole suite once; ARM_SHARD=0 runs everything on every target. The split balances the
+# per-file times of the previous run when there is one (timings.json), else file sizes.
+CORE_FILES="test_arm.py test_crc32c.py test_frame.py test_index.py test_vectors.py test_backends.py"
+python3 - "$ARM_WORK" "${ARM_SHARD:-1}" "$CORE_FILES" "${selected[@]}" <<'PY'
+import json, os, sys
+work, shard, core = sys.argv[1], sys.argv[2] == "1", sys.argv[3].split()
+targets = [t.split()[:2] for t in sys.argv[4:]]
+try:
+    timings = json.load(open(os.path.join(work, "timings.json")))
+except (OSError, ValueError):
+    timings = {}
+for arch in sorted({a for _, a in targets}):
+    names = [n for n, a in targets if a == arch]
+    tdir = os.path.join(work, f"tree-{arch}", "tests")
+    files = sorted(f for f in os.listdir(tdir) if f.startswith("test_") and f.endswith(".py")) if os.path.isdir(tdir) else []
+    assign = {n: [f for f in files if f in core] for n in names}
+    rest = [f for f in files if f not in core]
+    if not shard:
+        for n in names:
+            assign[n] += rest
+    else:
+        cost = lambda f: timings.get(arch, {}).get(f, os.path.getsize(os.path.join(tdir, f)) / 200)
+        load = {n: 0.0 for n in names}
+        for f in sorted(rest, key=cost, reverse=True):
+            n = min(names, key=lambda k: load[k])
+            assign[n].append(f)
+            load[n] += cost(f)
+    for n in names:
+        os.makedirs(os.path.join(work, "results", n), exist_ok=True)
+        with open(os.path.join(work, "results", n, "files"), "w") as fh:
+            fh.write("\n".join("tests/" + f for f in sorted(assign[n])) + "\n")
+PY
+
+# If this script is stopped, stop the test runs too (timeout gives them their own group).
+stop_runs() {
+  local f
+  for f in "$RESULTS"/*/pid; do [ -f "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null; done
+}
+trap 'stop_runs; exit 130' INT TERM
+trap stop_runs EXIT
 
 T_TESTS=$SECONDS
 running=0
@@ -194,6 +242,30 @@ for t in "${selected[@]}"; do
   read -r name arch cpu expect force <<<"$t"
   summary "$name" "$expect" || failed+=("$name")
 done
+# Per-file durations of this run, for the next run's split.
+python3 - "$ARM_WORK" "${selected[@]}" <<'PY' || true
+import json, os, sys, xml.etree.ElementTree as ET
+work = sys.argv[1]
+path = os.path.join(work, "timings.json")
+try:
+    timings = json.load(open(path))
+except (OSError, ValueError):
+    timings = {}
+for t in sys.argv[2:]:
+    name, arch = t.split()[:2]
+    try:
+        root = ET.parse(os.path.join(work, "results", name, "junit.xml")).getroot()
+    except (OSError, ET.ParseError):
+        continue
+    per = {}
+    for tc in root.iter("testcase"):
+        parts = (tc.get("classname") or "").split(".")
+        mod = next((p for p in parts if p.startswith("test_")), None)
+        if mod:
+            per[mod + ".py"] = per.get(mod + ".py", 0.0) + float(tc.get("time") or 0)
+    timings.setdefault(arch, {}).update(per)
+json.dump(timings, open(path, "w"), indent=1, sort_keys=True)
+PY
 for t in "${selected[@]}"; do
   read -r name _ <<<"$t"
   if [ -s "$RESULTS/$name/skips.txt" ]; then echo "  skips on $name:"; sed 's/^/  /' "$RESULTS/$name/skips.txt"; fi
