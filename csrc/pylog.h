@@ -141,6 +141,9 @@ int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_ind
 int plog_find_time(const uint8_t *buf, size_t len, const uint8_t *tindex, size_t n_tindex,
                    int64_t ts, plog_frame *out);
 
+/* Kafka's partitioner hash (MurmurHash2, seed 0x9747b28c), as an unsigned 32-bit value. */
+uint32_t plog_murmur2(const uint8_t *data, size_t len);
+
 /* Encode / check a 32-byte file header. */
 int plog_header_encode(uint8_t *dst, const uint8_t *magic, uint64_t base_offset, uint32_t flags);
 int plog_header_check(const uint8_t *src, size_t len, const uint8_t *magic, uint64_t *base_offset,

@@ -100,6 +100,12 @@ def crc32c_batch(buf, positions, lengths) -> np.ndarray:
     return out
 
 
+def murmur2(data) -> int:
+    """Kafka's ``Utils.murmur2`` of ``data``: a signed 32-bit int, as Java returns it."""
+    h = lib.plog_murmur2(_ptr(data), len(data))
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
 class Buffer:
     """A read-only byte buffer that C can read, its pointer made once.
 

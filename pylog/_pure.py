@@ -79,6 +79,37 @@ def crc32c_batch(buf, positions, lengths) -> np.ndarray:
     return out
 
 
+_M = 0x5BD1E995
+_U32 = struct.Struct("<I")
+
+
+def murmur2(data) -> int:
+    """Kafka's ``Utils.murmur2``: the 32-bit MurmurHash2 of ``data`` with seed
+    ``0x9747b28c``, as a signed 32-bit int (what Java returns)."""
+    data = bytes(data)
+    length = len(data)
+    h = 0x9747B28C ^ length
+    n4 = length & ~3
+    if n4:
+        for (k,) in _U32.iter_unpack(data[:n4]):
+            k = (k * _M) & 0xFFFFFFFF
+            k ^= k >> 24
+            k = (k * _M) & 0xFFFFFFFF
+            h = ((h * _M) & 0xFFFFFFFF) ^ k
+    rem = length & 3
+    if rem:
+        if rem == 3:
+            h ^= data[n4 + 2] << 16
+        if rem >= 2:
+            h ^= data[n4 + 1] << 8
+        h ^= data[n4]
+        h = (h * _M) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * _M) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
 class Buffer:
     """A read-only byte buffer (``skip`` bytes at the front are not part of it)."""
 

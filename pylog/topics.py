@@ -27,13 +27,13 @@ import json
 import os
 import re
 import shutil
-import struct
 import threading
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
 from pylog import fileutil, vfs
+from pylog._backend import impl
 from pylog.config import LogConfig
 from pylog.errors import (
     ConfigError,
@@ -80,48 +80,12 @@ def check_name(name: Any, what: str = "topic") -> str:
 
 # ----------------------------------------------------------------------------------------
 # Kafka's partitioner
-_M = 0x5BD1E995
-_U32 = struct.Struct("<I")
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2``: the 32-bit MurmurHash2 of ``data`` with seed
-    ``0x9747b28c``, as a signed 32-bit int (what Java returns)."""
-    length = len(data)
-    h = 0x9747B28C ^ length
-    n4 = length & ~3
-    if n4:
-        for (k,) in _U32.iter_unpack(data[:n4]):
-            k = (k * _M) & 0xFFFFFFFF
-            k ^= k >> 24
-            k = (k * _M) & 0xFFFFFFFF
-            h = ((h * _M) & 0xFFFFFFFF) ^ k
-    rem = length & 3
-    if rem:
-        if rem == 3:
-            h ^= data[n4 + 2] << 16
-        if rem >= 2:
-            h ^= data[n4 + 1] << 8
-        h ^= data[n4]
-        h = (h * _M) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * _M) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-_HASH_CACHE: dict[bytes, int] = {}
-_HASH_CACHE_MAX = 1 << 16
+#: Kafka's ``Utils.murmur2`` (in the C core; ``pylog._pure.murmur2`` is its oracle).
+murmur2 = impl.murmur2
 
 
 def _positive_hash(key: bytes) -> int:
-    h = _HASH_CACHE.get(key)
-    if h is None:
-        h = murmur2(key) & 0x7FFFFFFF
-        if len(_HASH_CACHE) >= _HASH_CACHE_MAX:
-            _HASH_CACHE.clear()
-        _HASH_CACHE[key] = h
-    return h
+    return murmur2(key) & 0x7FFFFFFF
 
 
 def partition_for_key(key: Any, partitions: int) -> int:

@@ -257,3 +257,11 @@ def test_describe(store):
     p0 = d["partition_info"][0]
     assert p0["next_offset"] == 200 and p0["segments"] > 1 and p0["size_bytes"] > 8000
     assert d["partition_info"][1]["next_offset"] == 0
+
+
+@given(st.binary(max_size=100))
+def test_murmur2_c_core_matches_pure_oracle(data):
+    from pylog import _pure
+    from pylog._backend import impl
+
+    assert impl.murmur2(data) == _pure.murmur2(data)
