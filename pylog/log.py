@@ -720,6 +720,8 @@ class Log:
 
     def _fence(self, e: BaseException) -> None:
         self._fenced = e
+        if isinstance(self._active, ActiveSegment):
+            self._active.broken = True  # unwritten appends vanish; reads stop writing
         self._writable = None
         with self._sync_cv:
             self._sync_cv.notify_all()

@@ -339,7 +339,7 @@ class ActiveSegment(_Reader):
 
     __slots__ = ("dir", "base_offset", "store_path", "index_path", "timeindex_path", "app",
                  "store_fd", "index_fd", "timeindex_fd", "written", "written_next",
-                 "index_written", "_map", "tracker", "preallocated")
+                 "index_written", "_map", "tracker", "preallocated", "broken")
 
     def __init__(self, dirpath: str, base_offset: int, app, written: int, index_written: int,
                  preallocated: bool = False) -> None:
@@ -351,6 +351,9 @@ class ActiveSegment(_Reader):
         self.written_next = app.next_offset
         self.index_written = index_written
         self.preallocated = preallocated
+        #: set when a write or fsync failed (the log is fenced): what was framed but not
+        #: written is dropped from view, and reads never retry the write
+        self.broken = False
         self._map: store_mod.StoreMap | None = None
         self.tracker = store_mod.MapTracker()
         self.store_fd = vfs.open(self.store_path, os.O_RDWR)
@@ -475,11 +478,11 @@ class ActiveSegment(_Reader):
     # -- state ---------------------------------------------------------------------------
     @property
     def next_offset(self) -> int:
-        return self.app.next_offset
+        return self.written_next if self.broken else self.app.next_offset
 
     @property
     def size(self) -> int:
-        return self.app.position
+        return self.written if self.broken else self.app.position
 
     def first_timestamp(self) -> int | None:
         if self.app.index_count == 0:
@@ -537,11 +540,19 @@ class ActiveSegment(_Reader):
 
     # -- reading ---------------------------------------------------------------------------
     def _view(self, upto: int | None = None):
-        if upto is None or upto >= self.written_next:
+        if not self.broken and (upto is None or upto >= self.written_next):
             self.write_pending()
         m = self._map
         if m is None or m.length < self.written:
-            m = self._map = store_mod.StoreMap(self.store_fd, self.written)
+            if self.store_fd >= 0:
+                m = store_mod.StoreMap(self.store_fd, self.written)
+            else:  # files closed by a roll that then failed: map through a read-only fd
+                fd = vfs.open(self.store_path, os.O_RDONLY)
+                try:
+                    m = store_mod.StoreMap(fd, self.written)
+                finally:
+                    vfs.close(fd)
+            self._map = m
             self.tracker.add(m)
         app = self.app
         return m, app.index_view(), app.index_count, app.timeindex_view()
