@@ -461,6 +461,7 @@ class Consumer:
 
     @property
     def closed(self) -> bool:
+        """Whether close() was called on the consumer."""
         return self._closed
 
     def __enter__(self) -> "Consumer":

@@ -411,6 +411,7 @@ class LogStore:
 
     @property
     def closed(self) -> bool:
+        """Whether close() was called on the store."""
         return self._closed
 
     def __enter__(self) -> "LogStore":
