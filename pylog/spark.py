@@ -14,8 +14,8 @@ The user guide is docs/spark.md. How it works:
   store file and decodes its frames with one C scan per batch (CRC-checked), then builds
   Arrow arrays with numpy gathers: no Python object per record.
 * **Writes** are transactional. Each task stages its rows, grouped by target partition, in
-  Arrow IPC files under ``TOPIC/.spark/staging/``. The driver's ``commit()`` takes the
-  topic's commit lock, writes a journal (``TOPIC/.spark/txn.json``: every partition's
+  Arrow IPC files under ``ROOT/~spark/staging/``. The driver's ``commit()`` takes the
+  topic's commit lock, writes a journal (``TOPIC/~spark/txn.json``: every partition's
   next_offset before the commit), appends the staged rows to the partitions, fsyncs them and
   deletes the journal. A failure rolls every partition back to the journal's offsets; a
   crash mid-commit leaves the journal, and the next commit on the topic rolls back (or,
@@ -24,7 +24,7 @@ The user guide is docs/spark.md. How it works:
   they see a commit entirely or not at all.
 * **Streams** keep offsets ``{topic: {partition: next_offset}}`` (string keys, sorted: Spark
   compares offsets as JSON text). The sink records the last committed batch id per sink in
-  ``TOPIC/.spark/sinks.json`` in the same commit, so a replayed batch is skipped.
+  ``TOPIC/~spark/sinks.json`` in the same commit, so a replayed batch is skipped.
 
 The one place that reaches into pylog's internals is :func:`_plan_partition` (segment
 positions from the log's segment objects) and :func:`_read_slice` (a C scan of a mapped
@@ -75,6 +75,7 @@ from pyspark.sql.types import (
 import pylog
 from pylog import fileutil
 from pylog import format as fmt
+from pylog import topics as topics_mod
 from pylog._backend import impl
 from pylog.errors import ConfigError, CorruptRecordError, InvalidNameError, PylogError, UnknownTopicError
 
@@ -97,7 +98,7 @@ _STAGED_SCHEMA = pa.schema([
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _PARTITION_RE = re.compile(r"^partition-(0|[1-9][0-9]*)$")
-_SPARK_DIR = ".spark"
+_SPARK_DIR = "~spark"  # "~" cannot occur in a partition or topic name
 _LOCK_FILE = "lock"
 _JOURNAL_FILE = "txn.json"
 _SINKS_FILE = "sinks.json"
@@ -232,13 +233,21 @@ def _partition_dir(root: str, topic: str, p: int) -> str:
 
 
 def _partitions_of(root: str, topic: str) -> list[int]:
-    """The partition numbers of a topic; UnknownTopicError when there is no such topic."""
+    """The partition numbers of a topic (from its topic.json, as LogStore keeps it; for a
+    bare directory of ``partition-N`` logs, those found); UnknownTopicError if none."""
     d = _topic_dir(root, topic)
+    try:
+        n, _cfg = topics_mod._read_topic_file(d, topic)  # noqa: SLF001
+        return list(range(n))
+    except UnknownTopicError:
+        pass
     try:
         names = os.listdir(d)
     except (FileNotFoundError, NotADirectoryError):
         raise UnknownTopicError(f"pylog option topic: no topic {topic!r} under {root}") from None
     parts = sorted(int(m.group(1)) for n in names if (m := _PARTITION_RE.match(n)))
+    if not parts:
+        raise UnknownTopicError(f"pylog option topic: no topic {topic!r} under {root}")
     return parts
 
 
@@ -737,10 +746,6 @@ class _Staged(WriterCommitMessage):
     files: list[tuple[int, str, int]] = field(default_factory=list)
 
 
-def _partitioner(key: bytes, n: int) -> int:
-    return pylog.crc32c(key) % n
-
-
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     i = batch.schema.get_field_index(name)
     return None if i < 0 else batch.column(i)
@@ -792,7 +797,7 @@ class _StagingWriter:
         tag = uuid.uuid4().hex
         writers: dict[int, tuple[ipc.RecordBatchStreamWriter, Any, str]] = {}
         rows: dict[int, int] = {}
-        rr = int.from_bytes(os.urandom(2), "little")  # round-robin start for keyless rows
+        sticky = int.from_bytes(os.urandom(2), "little")  # keyless rows: a whole batch per partition
         try:
             for batch in batches:
                 n = batch.num_rows
@@ -822,15 +827,14 @@ class _StagingWriter:
                     if kvalid.any():
                         idx = np.flatnonzero(kvalid)
                         keys = key.take(pa.array(idx)).to_pylist()
-                        parts[idx] = [_partitioner(k, self.n) for k in keys]
+                        parts[idx] = [topics_mod.partition_for_key(k, self.n) for k in keys]
                         have[idx] = True
-                rest = np.flatnonzero(~have)
-                if len(rest):
-                    parts[rest] = (np.arange(len(rest)) + rr) % self.n
-                    rr += len(rest)
+                if not have.all():
+                    parts[~have] = sticky % self.n  # Kafka's sticky partitioner
+                    sticky += 1
                 table = pa.RecordBatch.from_arrays([value, key, meta, ts], schema=_STAGED_SCHEMA)
-                if self.n == 1:
-                    groups = [(0, table)]
+                if self.n == 1 or (parts == parts[0]).all():
+                    groups = [(int(parts[0]), table)]
                 else:
                     order = np.argsort(parts, kind="stable")
                     sp = parts[order]
@@ -922,7 +926,8 @@ class _Committer:
         if self.late not in ("error", "clamp"):
             raise _err("lateTimestamps", f"expected error or clamp, got {options.get('latetimestamps')!r}")
         self.txn = uuid.uuid4().hex
-        self.staging = os.path.join(_spark_dir(root, topic), _STAGING_DIR, self.txn)
+        # staged outside the topic directory: the topic may not exist until the commit
+        self.staging = os.path.join(root, _SPARK_DIR, _STAGING_DIR, self.txn)
 
     def partition_count(self) -> int:
         try:
@@ -941,6 +946,7 @@ class _Committer:
     def commit(self, messages: Iterable[Any], n_partitions: int, sink: tuple[str, int] | None = None) -> None:
         files = _staged_files(messages)
         try:
+            self._ensure_topic(n_partitions)
             with _topic_lock(self.root, self.topic, exclusive=True):
                 _recover(self.root, self.topic)
                 if sink is not None:
@@ -950,11 +956,23 @@ class _Committer:
                         return  # a replayed batch: already committed
                 if not files and sink is None:
                     return
-                for p in range(n_partitions):
-                    os.makedirs(_partition_dir(self.root, self.topic, p), exist_ok=True)
                 _transact(self.root, self.topic, self.txn, files, n_partitions, self.late, sink)
         finally:
             self.cleanup()
+
+    def _ensure_topic(self, n_partitions: int) -> None:
+        """Create the topic (LogStore layout) if it does not exist yet: only now, when the
+        job commits, so a failed job leaves no trace."""
+        try:
+            _partitions_of(self.root, self.topic)
+            return
+        except UnknownTopicError:
+            pass
+        with pylog.LogStore(self.root) as store:
+            try:
+                store.create_topic(self.topic, partitions=n_partitions)
+            except pylog.TopicExistsError:
+                pass
 
     def cleanup(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -1063,7 +1081,7 @@ def _recover(root: str, topic: str) -> None:
     finally:
         for log in logs.values():
             log.close()
-    shutil.rmtree(os.path.join(sdir, _STAGING_DIR, journal["txn"]), ignore_errors=True)
+    shutil.rmtree(os.path.join(root, _SPARK_DIR, _STAGING_DIR, journal["txn"]), ignore_errors=True)
 
 
 class PylogWriter(DataSourceArrowWriter):

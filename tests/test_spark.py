@@ -50,10 +50,12 @@ def spark():
 
 def make_topic(root, name, partitions=2, records=100, segment_bytes=None, value=lambda p, i: b"v%d-%d" % (p, i),
                key=None, metadata=None, ts0=1_700_000_000_000):
-    """A topic written through pylog.Log: timestamps ts0 + i in every partition."""
+    """A topic (LogStore layout); record i of every partition has timestamp ts0 + i."""
     opts = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
-    for p in range(partitions):
-        with pylog.Log(os.path.join(root, name, f"partition-{p}"), **opts) as log:
+    with pylog.LogStore(str(root)) as store:
+        topic = store.create_topic(name, partitions=partitions, **opts)
+        for p in range(partitions):
+            log = topic.partition(p)
             for i in range(records):
                 log.append(value(p, i), key=None if key is None else key(p, i),
                            metadata=None if metadata is None else metadata(p, i), timestamp=ts0 + i)
@@ -122,7 +124,7 @@ def test_write_read_round_trip_sizes(spark, tmp_path):
         by_key.setdefault(bytes(r["key"]), set()).add(r["partition"])
     assert all(len(s) == 1 for s in by_key.values())
     assert back.agg(F.sum(F.length("value"))).first()[0] == sum(map(len, values))
-    assert not os.listdir(os.path.join(str(tmp_path), "rt", ".spark", "staging"))
+    assert not os.listdir(os.path.join(str(tmp_path), "~spark", "staging"))
 
 
 def test_write_columns_partition_timestamp_metadata_and_strings(spark, tmp_path):
@@ -186,7 +188,7 @@ def test_failed_job_leaves_every_partition_as_it_was(spark, tmp_path):
     with pytest.raises(Exception, match="task failed on purpose"):
         df.write.format("pylog").mode("append").option("path", str(tmp_path)).option("topic", "ab").save()
     assert log_contents(tmp_path, "ab") == before
-    staging = os.path.join(str(tmp_path), "ab", ".spark", "staging")
+    staging = os.path.join(str(tmp_path), "~spark", "staging")
     assert not os.path.exists(staging) or not os.listdir(staging)
 
 
@@ -195,7 +197,7 @@ def test_half_done_commit_is_rolled_back_and_hidden_from_readers(spark, tmp_path
     # a crash in the middle of a commit: partition 0 got its rows, partition 1 not yet
     with pylog.Log(os.path.join(str(tmp_path), "j", "partition-0")) as log:
         log.append_batch([b"uncommitted"] * 3)
-    sdir = os.path.join(str(tmp_path), "j", ".spark")
+    sdir = os.path.join(str(tmp_path), "j", "~spark")
     os.makedirs(sdir, exist_ok=True)
     with open(os.path.join(sdir, "txn.json"), "w") as f:
         json.dump({"txn": "dead", "topic": "j", "partitions": {"0": [5, 8], "1": [5, 9]},
@@ -231,10 +233,10 @@ def test_stream_restart_no_loss_no_duplicates_new_partitions(spark, tmp_path):
         offsets = json.loads(f.read().splitlines()[-1])  # the source's offset, as Spark stored it
     assert list(offsets["s"]) == ["0", "1"] and offsets["s"] == {"0": 120, "1": 120}
     # more data, and a new partition, then restart from the checkpoint
-    with pylog.Log(os.path.join(str(tmp_path), "s", "partition-0")) as log:
-        log.append_batch([b"late%d" % i for i in range(30)])
-    with pylog.Log(os.path.join(str(tmp_path), "s", "partition-2")) as log:
-        log.append_batch([b"p2-%d" % i for i in range(7)])
+    with pylog.LogStore(str(tmp_path)) as store:
+        store.add_partitions("s", 1)
+        store.topic("s").partition(0).append_batch([b"late%d" % i for i in range(30)])
+        store.topic("s").partition(2).append_batch([b"p2-%d" % i for i in range(7)])
     run()
     got = spark.read.parquet(out)
     keys = [(r["partition"], r["offset"]) for r in got.collect()]
@@ -267,7 +269,7 @@ def test_stream_sink_is_exactly_once_per_batch(spark, tmp_path):
         os.unlink(crc)
     run()
     assert log_contents(tmp_path, "dst") == first
-    sinks = json.load(open(os.path.join(str(tmp_path), "dst", ".spark", "sinks.json")))
+    sinks = json.load(open(os.path.join(str(tmp_path), "dst", "~spark", "sinks.json")))
     assert list(sinks.values()) == [int(os.path.basename(commits[-1]))]
 
 
