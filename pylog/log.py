@@ -44,7 +44,7 @@ from pylog.errors import (
 from pylog.record import Record
 from pylog.segment import ActiveSegment, SealedSegment, corrupt_error, paths
 
-__all__ = ["Log"]
+__all__ = ["Log", "PackedBytes"]
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _ALWAYS, _INTERVAL, _NEVER = 0, 1, 2
@@ -155,6 +155,29 @@ def _check_timestamp(ts: Any) -> int:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class PackedBytes:
+    """Items already joined, for :meth:`Log.append_batch` (values, keys or metadata)
+    without a Python object per item: item ``i`` is the next ``lengths[i]`` bytes of
+    ``data``, or None where ``lengths[i]`` is ``0xFFFFFFFF`` (such items take no bytes).
+    ``data`` is any bytes-like (an Arrow buffer, say); ``lengths`` a uint32 numpy array.
+    """
+
+    __slots__ = ("data", "lengths")
+
+    def __init__(self, data: Any, lengths: Any) -> None:
+        self.lengths = np.ascontiguousarray(lengths, dtype=np.uint32)
+        if self.lengths.ndim != 1:
+            raise ValueError("lengths must be one-dimensional")
+        mv = memoryview(data).cast("B")
+        need = int(self.lengths[self.lengths != fmt.NULL_LEN].sum(dtype=np.int64))
+        if len(mv) != need:
+            raise ValueError(f"data holds {len(mv)} bytes, lengths add up to {need}")
+        self.data = mv
+
+    def __len__(self) -> int:
+        return len(self.lengths)
 
 
 class Log:
@@ -575,10 +598,11 @@ class Log:
         """
         if isinstance(values, (bytes, bytearray, memoryview, str)):
             raise TypeError("values must be a sequence of bytes-likes, not a single value")
-        try:
-            values = list(values)
-        except TypeError:
-            raise TypeError(f"values must be a sequence of bytes-likes, got {type(values).__name__}") from None
+        if not isinstance(values, PackedBytes):
+            try:
+                values = list(values)
+            except TypeError:
+                raise TypeError(f"values must be a sequence of bytes-likes, got {type(values).__name__}") from None
         n = len(values)
         if n == 0:
             raise ValueError("append_batch needs at least one value")
@@ -599,7 +623,7 @@ class Log:
             if isinstance(timestamps, (bytes, str)):
                 raise TypeError("timestamps must be a sequence of ints")
             try:
-                ts_arr = np.asarray(list(timestamps))
+                ts_arr = np.asarray(timestamps if isinstance(timestamps, np.ndarray) else list(timestamps))
             except TypeError:
                 raise TypeError(f"timestamps must be a sequence of ints, got {type(timestamps).__name__}") from None
             if ts_arr.dtype.kind not in "iu" or ts_arr.ndim != 1:
@@ -676,6 +700,10 @@ class Log:
     def _join(items: Any, what: str, n: int, nullable: bool) -> tuple[bytes, np.ndarray]:
         if isinstance(items, (bytes, bytearray, memoryview, str)):
             raise TypeError(f"{what} must be a sequence, not a single value")
+        if isinstance(items, PackedBytes):
+            if len(items) != n:
+                raise ValueError(f"{what} has {len(items)} items, values has {n}")
+            return items.data, items.lengths
         items = list(items)
         if len(items) != n:
             raise ValueError(f"{what} has {len(items)} items, values has {n}")
