@@ -1,0 +1,372 @@
+"""Writers, readers and threads (DESIGN.md §5, crash-tests.md §6 scenario 10).
+
+* one writer per directory: a second one, in this process or another, gets LogLockedError
+  at once;
+* reader processes (``readonly=True``) follow a writer across rolls and see only whole,
+  CRC-valid records, in order; a reader thread races the writer across rolls;
+* threads append concurrently (offsets unique and dense) while others read;
+* group commit with 16 threads under ``fsync="always"``: each append returns only once an
+  fdatasync covered its bytes, and threads share fsyncs;
+* double close and close after a failure are harmless;
+* record views held across truncate, retention, remove() and close stay readable with the
+  same bytes: no SIGBUS (run in a subprocess, which must exit 0).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import pylog
+from pylog import vfs
+
+from conftest import scaled
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from crash_writer import make_value, value_ok  # noqa: E402
+
+
+def run_py(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + HERE}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+# -- the writer lock --------------------------------------------------------------------------
+def test_second_writer_in_this_process_fails_at_once(tmp_path):
+    path = str(tmp_path / "log")
+    with pylog.Log(path) as log:
+        log.append(b"a")
+        t0 = time.monotonic()
+        with pytest.raises(pylog.LogLockedError) as e:
+            pylog.Log(path)
+        assert time.monotonic() - t0 < 1.0
+        assert path in str(e.value)
+        log.append(b"b")  # the failed open took nothing from the owner
+        log.flush()  # (buffered appends reach other readers once written)
+        # readers need no lock
+        with pylog.Log(path, readonly=True) as r:
+            assert bytes(r.read(0).value) == b"a"
+    with pylog.Log(path) as log:  # released by close
+        assert log.next_offset == 2
+
+
+def test_second_writer_in_another_process_fails_at_once(tmp_path):
+    path = str(tmp_path / "log")
+    with pylog.Log(path) as log:
+        log.append(b"a")
+        r = run_py("""
+            import sys, time, pylog
+            t0 = time.monotonic()
+            try:
+                pylog.Log(sys.argv[1])
+            except pylog.LogLockedError:
+                print("locked", time.monotonic() - t0)
+            """, path)
+        assert r.returncode == 0, r.stderr
+        word, secs = r.stdout.split()
+        assert word == "locked" and float(secs) < 1.0
+    r = run_py("""
+        import sys, pylog
+        with pylog.Log(sys.argv[1]) as log:
+            print(log.append(b"from the other process"))
+        """, path)
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
+
+
+# -- readers in other processes ------------------------------------------------------------------
+READER = """
+import sys, time, pylog
+from crash_writer import value_ok
+path, want = sys.argv[1], int(sys.argv[2])
+log = pylog.Log(path, readonly=True)
+nxt, deadline, seen_segments = 0, time.monotonic() + 90, set()
+while nxt < want and time.monotonic() < deadline:
+    try:
+        batch = log.read_batch(nxt, max_bytes=64 << 10)
+    except pylog.OffsetOutOfRangeError:
+        batch = []
+    for rec in batch:
+        assert rec.offset == nxt, (rec.offset, nxt)
+        assert value_ok(bytes(rec.value)), rec.offset
+        nxt += 1
+    if not batch:
+        time.sleep(0.002)
+    seen_segments.add(len(log.segments()))
+assert log.verify() == [], log.verify()
+print(nxt, max(seen_segments))
+"""
+
+
+def test_reader_processes_follow_the_writer_across_rolls(tmp_path):
+    path = str(tmp_path / "log")
+    n = scaled(3000, 30000)
+    log = pylog.Log(path, fsync="never", write_buffer_bytes=0, segment_bytes=4096, index_interval_bytes=256)
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + HERE}
+    readers = [subprocess.Popen([sys.executable, "-c", READER, path, str(n)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    rng = random.Random(5)
+    try:
+        written = 0
+        while written < n:
+            k = min(n - written, rng.randint(1, 20))
+            if k == 1:
+                log.append(make_value(rng))
+            else:
+                log.append_batch([make_value(rng) for _ in range(k)])
+            written += k
+            if rng.random() < 0.05:
+                time.sleep(0.001)
+        log.flush()
+    finally:
+        outs = [p.communicate(timeout=120) for p in readers]
+        log.close()
+    segments = None
+    for p, (out, err) in zip(readers, outs):
+        assert p.returncode == 0, err[-3000:]
+        got, segments = map(int, out.split())
+        assert got == n
+    assert segments is not None and segments > 5  # the readers really crossed rolls
+
+
+def test_reader_thread_races_the_writer_across_rolls(tmp_path):
+    path = str(tmp_path / "log")
+    n = scaled(4000, 40000)
+    log = pylog.Log(path, fsync="never", write_buffer_bytes=0, segment_bytes=4096, index_interval_bytes=0)
+    reader = pylog.Log(path, readonly=True)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        try:
+            nxt = 0
+            while nxt < n:
+                try:
+                    batch = reader.read_batch(nxt, max_bytes=8 << 10)
+                except pylog.OffsetOutOfRangeError:
+                    batch = []
+                for rec in batch:
+                    assert rec.offset == nxt and value_ok(bytes(rec.value))
+                    nxt += 1
+                if not batch and done.is_set() and nxt < n:
+                    reader.refresh()
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=follow)
+    t.start()
+    rng = random.Random(9)
+    for i in range(n):
+        log.append(make_value(rng))
+        if i % 97 == 0:
+            log.roll()
+    log.flush()  # the last appends may still be in the write buffer
+    done.set()
+    t.join(120)
+    assert not t.is_alive()
+    assert not errors, errors[0]
+    reader.close()
+    log.close()
+
+
+# -- threads ---------------------------------------------------------------------------------------
+def test_threads_append_while_others_read(tmp_path):
+    path = str(tmp_path / "log")
+    log = pylog.Log(path, fsync="never", segment_bytes=8192)
+    per, nthreads = scaled(300, 3000), 8
+    got: dict[int, bytes] = {}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer(i: int) -> None:
+        try:
+            r = random.Random(i)
+            for j in range(per):
+                if r.random() < 0.3:
+                    vs = [make_value(r) for _ in range(r.randint(2, 6))]
+                    first = log.append_batch(vs)
+                    with lock:
+                        for k, v in enumerate(vs):
+                            assert first + k not in got
+                            got[first + k] = v
+                else:
+                    v = make_value(r)
+                    off = log.append(v)
+                    with lock:
+                        assert off not in got
+                        got[off] = v
+        except BaseException as e:
+            errors.append(e)
+
+    def reader() -> None:
+        r = random.Random()
+        try:
+            while not stop.is_set():
+                nxt = log.next_offset
+                if nxt:
+                    off = r.randrange(nxt)
+                    rec = log.read(off)
+                    assert rec.offset == off and value_ok(bytes(rec.value))
+                    for rec in log.read_batch(off, max_bytes=4096):
+                        assert value_ok(bytes(rec.value))
+        except BaseException as e:
+            errors.append(e)
+
+    readers = [threading.Thread(target=reader) for _ in range(3)]
+    writers = [threading.Thread(target=writer, args=(i,)) for i in range(nthreads)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not errors, repr(errors[0])
+    assert sorted(got) == list(range(len(got)))  # unique and dense
+    assert log.next_offset == len(got)
+    for off, v in got.items():
+        assert bytes(log.read(off).value) == v
+    log.close()
+
+
+def test_group_commit_16_threads(tmp_path, monkeypatch):
+    """Each append under fsync="always" returns only after an fdatasync that started once
+    its bytes were written; 16 threads share fsyncs."""
+    path = str(tmp_path / "log")
+    syncs: list[tuple[int, int]] = []  # (inode, file size when the fdatasync started)
+    synced_upto: dict[int, int] = {}
+    slock = threading.Lock()
+    real = vfs.fdatasync
+
+    def traced(fd: int) -> None:
+        st = os.fstat(fd)
+        real(fd)
+        with slock:
+            syncs.append((st.st_ino, st.st_size))
+            synced_upto[st.st_ino] = max(synced_upto.get(st.st_ino, 0), st.st_size)
+
+    log = pylog.Log(path, fsync="always", segment_bytes=1 << 30)
+    monkeypatch.setattr(vfs, "fdatasync", traced)
+    ino = os.stat(log.segments()[-1]["path"]).st_ino
+    per = scaled(40, 400)
+    seen: list[tuple[int, int]] = []  # (offset, what was durable when append returned)
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        r = random.Random(i)
+        try:
+            for _ in range(per):
+                off = log.append(make_value(r))
+                with slock:
+                    seen.append((off, synced_upto.get(ino, 0)))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    # where each record ends in the store
+    import numpy as np
+
+    recs = log.read_batch(0, max_bytes=1 << 30)
+    assert len(recs) == 16 * per
+    from pylog import format as fmt
+
+    ends = np.cumsum([fmt.FRAME_HEADER_SIZE + len(r.value) for r in recs]) + fmt.FILE_HEADER_SIZE
+    for off, durable in seen:
+        assert ends[off] <= durable, f"offset {off} returned before an fsync covered it"
+    n_sync = len([s for s in syncs if s[0] == ino])
+    assert n_sync < len(seen), (n_sync, len(seen))  # shared
+    print(f"group commit: {len(seen)} appends, {n_sync} fdatasyncs")
+    log.close()
+
+
+def test_double_close_and_close_after_failure(tmp_path):
+    from pylog.testing import CrashFS
+
+    path = str(tmp_path / "log")
+    log = pylog.Log(path)
+    log.append(b"x")
+    log.close()
+    log.close()
+    with pytest.raises(pylog.LogClosedError):
+        log.append(b"y")
+    with pytest.raises(pylog.LogClosedError):
+        log.read(0)
+    count = [0]
+
+    def fail(op: str, p: str):
+        if op == "fdatasync" and p.endswith(".log"):
+            count[0] += 1
+            return errno.EIO if count[0] >= 2 else None
+        return None
+
+    with CrashFS(str(tmp_path), fail=fail):
+        log = pylog.Log(path, fsync="always")
+        log.append(b"1")
+        with pytest.raises(OSError):
+            log.append(b"2")
+        with pytest.raises(pylog.LogFencedError):
+            log.append(b"3")
+        log.close()
+        log.close()
+    with pylog.Log(path) as log:
+        assert bytes(log.read(0).value) == b"x" and bytes(log.read(1).value) == b"1"
+
+
+# -- views across truncate, retention, remove and close (no SIGBUS) ------------------------------
+VIEWS = """
+import os, sys, pylog
+path, op = sys.argv[1], sys.argv[2]
+log = pylog.Log(path, fsync="never", segment_bytes=4096, retention_bytes=8192, index_interval_bytes=64)
+vals = [bytes([i % 251]) * (20 + i % 50) for i in range(600)]
+log.append_batch(vals)
+views = [log.read(o) for o in range(0, 600, 7)] + log.read_batch(590, max_bytes=1 << 20)
+copies = [bytes(r.value) for r in views]
+if op == "truncate-active":
+    log.truncate(595)
+elif op == "truncate-sealed":
+    log.truncate(3)
+elif op == "retention":
+    assert log.enforce_retention() > 0
+elif op == "remove":
+    log.remove()
+elif op == "close":
+    log.close()
+elif op == "reopen-recover":
+    from pylog.testing import simulate_crash
+    simulate_crash(log)
+    with open(log._active.store_path, "ab") as f:
+        f.write(b"junk" * 50)
+    log = pylog.Log(path)
+    log.truncate(1)
+elif op == "refill":
+    log.truncate(0)
+    log.append_batch([b"\\xff" * 70] * 600)
+for r, c in zip(views, copies):
+    assert bytes(r.value) == c, r.offset
+    assert r.value.tobytes() == c
+print("ok", len(views))
+"""
+
+
+@pytest.mark.parametrize("op", ["truncate-active", "truncate-sealed", "retention", "remove", "close",
+                                "reopen-recover", "refill"])
+def test_views_survive_truncate_retention_remove_close(tmp_path, op):
+    path = str(tmp_path / "log")
+    r = run_py(VIEWS, path, op)
+    assert r.returncode == 0, f"exit {r.returncode} (SIGBUS is -7): {r.stderr[-3000:]}"
+    assert r.stdout.startswith("ok ")
