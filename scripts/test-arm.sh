@@ -141,17 +141,22 @@ done <<<"$ALL_TARGETS"
 # Which test files each target runs. Every target runs the files that exercise the C core
 # and its CPU-dependent paths (CORE_FILES). With ARM_SHARD=1 (the default, to fit CI's time)
 # the other files are split across the targets of each arch, so every arch still runs the
-# whole suite once; ARM_SHARD=0 runs everything on every target. The split balances the
-# per-file times of the previous run when there is one (timings.json), else file sizes.
+# whole suite once; ARM_SHARD=0 runs everything on every target. The split balances per-file
+# times: this machine's last run ($ARM_WORK/timings.json), else the seed committed in
+# scripts/arm-timings.json (copy a fresh timings.json there when the suite changes a lot),
+# else file sizes.
 CORE_FILES="test_arm.py test_crc32c.py test_frame.py test_index.py test_vectors.py test_backends.py"
 python3 - "$ARM_WORK" "${ARM_SHARD:-1}" "$CORE_FILES" "${selected[@]}" <<'PY'
 import json, os, sys
 work, shard, core = sys.argv[1], sys.argv[2] == "1", sys.argv[3].split()
 targets = [t.split()[:2] for t in sys.argv[4:]]
-try:
-    timings = json.load(open(os.path.join(work, "timings.json")))
-except (OSError, ValueError):
-    timings = {}
+timings = {}
+for path in (os.path.join("scripts", "arm-timings.json"), os.path.join(work, "timings.json")):
+    try:  # the committed seed (a fresh CI clone), then this machine's last run
+        for arch, per in json.load(open(path)).items():
+            timings.setdefault(arch, {}).update(per)
+    except (OSError, ValueError):
+        pass
 for arch in sorted({a for _, a in targets}):
     names = [n for n, a in targets if a == arch]
     tdir = os.path.join(work, f"tree-{arch}", "tests")
