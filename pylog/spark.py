@@ -77,6 +77,7 @@ from pylog import fileutil
 from pylog import format as fmt
 from pylog import topics as topics_mod
 from pylog._backend import impl
+from pylog.log import PackedBytes
 from pylog.errors import ConfigError, CorruptRecordError, InvalidNameError, PylogError, UnknownTopicError
 
 __all__ = ["PylogDataSource", "register", "SCHEMA"]
@@ -873,8 +874,26 @@ def _load_staged(paths: list[str]) -> pa.Table:
     return pa.concat_tables(tables) if len(tables) != 1 else tables[0]
 
 
-def _values(col: pa.ChunkedArray) -> list[Any]:
-    return col.to_pylist()
+def _packed(col: pa.ChunkedArray | pa.Array) -> Any:
+    """A binary column as :class:`pylog.log.PackedBytes` (its Arrow buffers, no copy when it
+    is one chunk), or None when it is all nulls."""
+    if isinstance(col, pa.ChunkedArray):
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    else:
+        arr = col
+    n = len(arr)
+    if arr.null_count == n:
+        return None
+    _validity, off_buf, data = arr.buffers()
+    offs = np.frombuffer(off_buf, np.int32, n + 1, arr.offset * 4)
+    lens = np.diff(offs).astype(np.uint32)
+    if arr.null_count:
+        nulls = np.asarray(arr.is_null())
+        if lens[nulls].any():  # nulls that occupy bytes: rare; copy
+            return arr.to_pylist()
+        lens[nulls] = fmt.NULL_LEN
+    data_mv = memoryview(data)[int(offs[0]):int(offs[-1])] if data is not None else b""
+    return PackedBytes(data_mv, lens)
 
 
 def _append_table(log: pylog.Log, table: pa.Table, late: str, topic: str, p: int) -> None:
@@ -901,17 +920,16 @@ def _append_table(log: pylog.Log, table: pa.Table, late: str, topic: str, p: int
         if int(ts.min()) < 0:
             raise _err("(columns)", f"timestamp {int(ts.min())} is before 1970")
         timestamps = ts
-    values = _values(table.column("value"))
-    keys = table.column("key")
-    meta = table.column("metadata")
-    for a in range(0, n, 1 << 18):
-        b = min(n, a + (1 << 18))
-        log.append_batch(
-            values[a:b],
-            keys=None if keys.null_count == n else _values(keys.slice(a, b - a)),
-            timestamps=None if timestamps is None else timestamps[a:b],
-            metadata=None if meta.null_count == n else _values(meta.slice(a, b - a)),
-        )
+    table = table.combine_chunks()
+    step = 1 << 18  # bounds the write buffer a single append_batch call needs
+    for a in range(0, n, step):
+        part = table.slice(a, step)
+        values = _packed(part.column("value"))
+        if values is None:  # all tombstones
+            values = [None] * part.num_rows
+        log.append_batch(values, keys=_packed(part.column("key")),
+                         timestamps=None if timestamps is None else timestamps[a:a + step],
+                         metadata=_packed(part.column("metadata")))
 
 
 class _Committer:
