@@ -1159,23 +1159,29 @@ class PylogDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name: ``spark.read.format("pylog")``."""
         return "pylog"
 
     def schema(self) -> str:
+        """The columns of a read (:data:`SCHEMA`)."""
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader; its offsets are fixed here (the snapshot)."""
         return PylogReader(_options_dict(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A micro-batch reader."""
         return PylogStreamReader(_options_dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> PylogWriter:
+        """A transactional batch writer (``mode("append")`` only)."""
         if overwrite:
             raise _err("mode", "pylog topics are append-only: use mode(\"append\")")
         return PylogWriter(_options_dict(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> PylogStreamWriter:
+        """A streaming sink, exactly once per batch id."""
         if overwrite:
             raise _err("outputMode", "pylog topics are append-only: use outputMode(\"append\")")
         return PylogStreamWriter(_options_dict(self.options), schema)
