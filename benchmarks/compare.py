@@ -755,6 +755,7 @@ class Run:
         self.root = tempfile.mkdtemp(prefix="pylog-compare-", dir=args.tmpdir)
         self.overhead = timer_overhead_ns()
         self.t0 = time.perf_counter()
+        self.commit = _git_commit()  # taken at the start: the code that is measured
         self._say = print if not args.silent else (lambda *a, **k: None)
 
     def log(self, msg: str, **kw: Any) -> None:
@@ -1152,11 +1153,7 @@ class Run:
                 if line.startswith("model name"):
                     cpu = line.split(":", 1)[1].strip()
                     break
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            commit = ""
+        commit = self.commit
         return {
             "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "pylog": pylog.__version__, "backend": pylog.backend,
@@ -1164,6 +1161,14 @@ class Run:
             "commit": commit, "quick": self.quick, "argv": sys.argv[1:],
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def find_arrow_reader() -> Callable[[Any], Any] | None:
