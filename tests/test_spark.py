@@ -325,3 +325,54 @@ def test_value_digest_matches_log(spark, tmp_path):
     for r in read(spark, tmp_path, "h").orderBy("partition", "offset").select("value").collect():
         got.update(bytes(r["value"]))
     assert got.hexdigest() == want.hexdigest()
+
+
+# --------------------------------------------------------------------------------------
+# the pieces, without a SparkSession
+def test_offsets_are_canonical_and_limit_split_by_backlog():
+    assert json.dumps(pylog_spark._canonical({"b": {10: 1, 2: 5}, "a": {"0": 3}})) == \
+        '{"a": {"0": 3}, "b": {"2": 5, "10": 1}}'
+    take = pylog_spark._split_limit({("t", "0"): 900, ("t", "1"): 100, ("t", "2"): 0}, 100)
+    assert take == {("t", "0"): 90, ("t", "1"): 10, ("t", "2"): 0}
+    take = pylog_spark._split_limit({("t", "0"): 1, ("t", "1"): 1, ("t", "2"): 1}, 2)
+    assert sum(take.values()) == 2 and max(take.values()) == 1
+    assert pylog_spark._split_limit({("t", "0"): 3}, 10) == {("t", "0"): 3}
+
+
+def test_half_done_commit_rolls_forward_when_a_producer_appended_after_it(tmp_path):
+    import pyarrow as pa
+
+    root = str(tmp_path)
+    make_topic(root, "f", partitions=2, records=5)
+    staging = os.path.join(root, "~spark", "staging", "dead")
+    batch = pa.RecordBatch.from_pydict({"value": [b"a", b"b", b"c", b"d", b"e"], "partition": [0, 0, 0, 1, 1]})
+    staged = pylog_spark._StagingWriter(staging, 2, {}).write(iter([batch]))
+    files = {str(p): [path] for p, path, _rows in staged.files}
+    # the crashed commit appended partition 0's rows; then another producer appended to it
+    with pylog.Log(os.path.join(root, "f", "partition-0")) as log:
+        log.append_batch([b"a", b"b", b"c"])
+        log.append(b"someone else")
+    os.makedirs(os.path.join(root, "f", "~spark"), exist_ok=True)
+    with open(os.path.join(root, "f", "~spark", "txn.json"), "w") as f:
+        json.dump({"txn": "dead", "topic": "f", "partitions": {"0": [5, 8], "1": [5, 7]}, "files": files,
+                   "sink": None}, f)
+    with pylog_spark._topic_lock(root, "f", exclusive=True):
+        pylog_spark._recover(root, "f")
+    c = log_contents(root, "f")
+    assert [r[3] for r in c["partition-0"][5:]] == [b"a", b"b", b"c", b"someone else"]
+    assert [r[3] for r in c["partition-1"][5:]] == [b"d", b"e"]
+    assert not os.path.exists(os.path.join(root, "f", "~spark", "txn.json"))
+    assert not os.path.exists(staging)
+
+
+def test_packed_bytes_append(tmp_path):
+    from pylog.log import PackedBytes
+
+    with pylog.Log(str(tmp_path / "p")) as log:
+        log.append_batch(PackedBytes(b"abcdef", [1, 0xFFFFFFFF, 2, 0, 3]),
+                         keys=PackedBytes(b"k", [0xFFFFFFFF, 1, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF]))
+        got = [(None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value))
+               for r in log.scan()]
+    assert got == [(None, b"a"), (b"k", None), (None, b"bc"), (None, b""), (None, b"def")]
+    with pytest.raises(ValueError, match="lengths add up to"):
+        PackedBytes(b"abc", [1, 1])
