@@ -691,6 +691,16 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict | None:
         return self._latest()
 
+    def _earliest(self, topic: str, p: str) -> int:
+        """Where a partition first seen now starts: its earliest offset."""
+        log = _open_reader(self.root, topic, int(p))
+        if log is None:
+            return 0
+        try:
+            return log.start_offset
+        finally:
+            log.close()
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         latest = self.frozen if self.frozen is not None else self._latest()
         begin: dict[tuple[str, int], int] = {}
@@ -699,7 +709,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p, hi in parts.items():
                 s = start.get(t, {}).get(p)
                 if s is None:
-                    s = 0  # a new partition: from its earliest offset (planning clamps)
+                    s = min(self._earliest(t, p), int(hi))  # a new partition
                 begin[(t, p)] = int(s)
                 backlog[(t, p)] = max(0, int(hi) - int(s))
         if isinstance(limit, ReadMaxRows):
@@ -720,7 +730,9 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends: dict[str, dict[int, int]] = {}
         for t, parts in end.items():
             for p, e in parts.items():
-                s = start.get(t, {}).get(p, 0)
+                s = start.get(t, {}).get(p)
+                if s is None:  # a partition first seen in this batch: from its earliest offset
+                    s = min(self._earliest(t, p), int(e))
                 if int(e) > int(s):
                     starts.setdefault(t, {})[int(p)] = int(s)
                     ends.setdefault(t, {})[int(p)] = int(e)
