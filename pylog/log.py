@@ -597,7 +597,7 @@ class Log:
         element raises before anything is written.
         """
         if isinstance(values, (bytes, bytearray, memoryview, str)):
-            raise TypeError("values must be a sequence of bytes-likes, not a single value")
+            raise TypeError(f"values must be a sequence of bytes-likes, not a single {type(values).__name__}")
         if not isinstance(values, PackedBytes):
             try:
                 values = list(values)
@@ -621,18 +621,21 @@ class Log:
         ts_arr = None
         if timestamps is not None:
             if isinstance(timestamps, (bytes, str)):
-                raise TypeError("timestamps must be a sequence of ints")
+                raise TypeError(f"timestamps must be a sequence of ints, not {type(timestamps).__name__}")
             try:
                 ts_arr = np.asarray(timestamps if isinstance(timestamps, np.ndarray) else list(timestamps))
             except TypeError:
                 raise TypeError(f"timestamps must be a sequence of ints, got {type(timestamps).__name__}") from None
             if ts_arr.dtype.kind not in "iu" or ts_arr.ndim != 1:
-                raise TypeError("timestamps must be a sequence of ints (milliseconds since the epoch)")
+                raise TypeError(f"timestamps must be a sequence of ints (milliseconds since the epoch), "
+                                f"got {ts_arr.ndim}-d {ts_arr.dtype}")
             if len(ts_arr) != n:
                 raise ValueError(f"timestamps has {len(ts_arr)} items, values has {n}")
             ts_arr = ts_arr.astype(np.int64)
             if int(ts_arr.min()) < 0 or int(ts_arr.max()) > fmt.MAX_TIMESTAMP_MS:
-                raise InvalidTimestampError(f"a timestamp is outside [0, {fmt.MAX_TIMESTAMP_MS}]")
+                i = int(np.flatnonzero((ts_arr < 0) | (ts_arr > fmt.MAX_TIMESTAMP_MS))[0])
+                raise InvalidTimestampError(
+                    f"timestamps[{i}]={int(ts_arr[i])} is outside [0, {fmt.MAX_TIMESTAMP_MS}] (ms since the epoch)")
             if n > 1 and bool((np.diff(ts_arr) < 0).any()):
                 i = int(np.flatnonzero(np.diff(ts_arr) < 0)[0]) + 1
                 raise InvalidTimestampError(f"timestamps[{i}]={int(ts_arr[i])} is below timestamps[{i - 1}]: timestamps never decrease")
