@@ -17,8 +17,8 @@ if ! python3 -m benchmarks.compare --quick --json "$WORK/compare-quick.json"; th
 fi
 
 echo "--- benchmarks: asv smoke run"
-if ! python3 -c "import asv" 2>/dev/null; then
-  python3 -m pip install -q asv virtualenv build || { echo "benchmarks: cannot install asv"; exit 1; }
+if ! python3 -c "import asv, virtualenv" 2>/dev/null; then
+  python3 -m pip install -q asv virtualenv || { echo "benchmarks: cannot install asv"; exit 1; }
 fi
 cd "$ROOT/asv_bench"
 asv machine --yes --machine ci >/dev/null
