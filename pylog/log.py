@@ -49,6 +49,8 @@ __all__ = ["Log", "PackedBytes"]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _ALWAYS, _INTERVAL, _NEVER = 0, 1, 2
 _POLICIES = {"always": _ALWAYS, "interval": _INTERVAL, "never": _NEVER}
+_QUEUE_MAX = 4096          # per-record appends queued before they are framed
+_BATCH_BUFFER = 4 << 20    # write buffer a batch append grows to
 _time_ns = time.time_ns
 _bisect_right = bisect.bisect_right
 
@@ -247,6 +249,14 @@ class Log:
             self._max_record = self.config.max_record_bytes
             self._segment_ms = self.config.segment_ms
             self._writable: ActiveSegment | None = None
+            self._queueing = False
+            self._q: list[bytes] = []
+            self._q_ts: list[int] = []
+            self._q_bytes = 0
+            self._q_start = 0
+            self._q_limit = self.config.write_buffer_bytes
+            self._flush_n = self.config.flush_messages or (1 << 62)
+            self._flush_t = self.config.flush_ms or (1 << 62)
             self._load(bases)
             self._update_writable()
         except BaseException:
@@ -345,8 +355,10 @@ class Log:
         """Unclean shutdown: verify what follows the recovery point, cut the active tail."""
         rp = checkpoint.read_recovery_point(self.path)
         first = sealed[0].base_offset if sealed else last
-        if rp is None or rp < first or rp > last:
-            rp = first  # missing, damaged or disagreeing with the files: full recovery
+        if rp is None or rp < first:
+            # missing, damaged, or naming segments that are gone: full recovery. (A point
+            # past the last base is normal: close() writes next_offset.)
+            rp = first
         for i, seg in enumerate(sealed):
             if seg.next_offset > rp:
                 # Sealed segments were fsynced before the next one was created; a bad frame
@@ -385,12 +397,16 @@ class Log:
             raise LogFencedError(
                 f"log {self.path} refuses appends after a failed write or fsync ({self._fenced}); reopen it"
             )
+        if self._q:
+            self._drain_locked()
         return self._active
 
     def _update_writable(self) -> None:
         """``_writable`` is the active segment while appends may go to it, else None."""
         ok = not (self._closed or self.readonly or self._fenced is not None)
         self._writable = self._active if ok else None
+        self._queueing = (ok and self._policy != _ALWAYS and self._segment_ms is None
+                          and self.config.write_buffer_bytes > 0)
 
     @property
     def start_offset(self) -> int:
@@ -403,7 +419,7 @@ class Log:
     def next_offset(self) -> int:
         """Offset the next append gets (exclusive end of the log)."""
         self._check_open()
-        return self._active.next_offset
+        return self._active.next_offset + len(self._q)
 
     def __len__(self) -> int:
         return self.next_offset - self.start_offset
@@ -412,7 +428,10 @@ class Log:
     def size_bytes(self) -> int:
         """Bytes of store files (headers and frames), all segments."""
         self._check_open()
-        return sum(s.size for s in self._sealed) + self._active.size
+        with self._lock:
+            if self._q:
+                self._drain_locked()
+            return sum(s.size for s in self._sealed) + self._active.size
 
     @property
     def closed(self) -> bool:
@@ -423,6 +442,8 @@ class Log:
         """One dict per segment: base_offset, next_offset, size_bytes, sealed, path."""
         self._check_open()
         with self._lock:
+            if self._q:
+                self._drain_locked()
             segs: list[Any] = [*self._sealed, self._active]
             return [
                 {"base_offset": s.base_offset, "next_offset": s.next_offset, "size_bytes": s.size,
@@ -500,22 +521,38 @@ class Log:
         """
         if (type(value) is bytes and key is None and metadata is None and timestamp is None
                 and expected_offset is None and len(value) <= self._max_record):
-            # The common record, in as few steps as possible (the general path below does
-            # the same with every option).
+            # The common record, in as few steps as possible. Under "interval" and "never"
+            # it is only queued, with its offset and timestamp fixed now; the queue is framed
+            # in one C call when it fills, and before anything reads or writes out the
+            # active segment (it is the first stage of the write buffer).
             with self._lock:
+                q = self._q
+                if self._queueing:
+                    if not q:
+                        self._q_start = self._active.app.next_offset
+                    off = self._q_start + len(q)
+                    q.append(value)
+                    now = _time_ns() // 1_000_000
+                    self._q_ts.append(now)
+                    self._q_bytes += len(value)
+                    self._unflushed += 1
+                    if self._q_bytes >= self._q_limit or len(q) >= _QUEUE_MAX:
+                        self._drain_locked()
+                    if self._policy == _INTERVAL and (
+                            self._unflushed >= self._flush_n or now - self._last_flush_ms >= self._flush_t):
+                        self._flush_locked()
+                    return off
                 seg = self._writable
-                if seg is not None and self._segment_ms is None:
+                if seg is not None and self._segment_ms is None and not q:
                     off = seg.app.frame_value(value, _time_ns() // 1_000_000)
                     if off >= 0:
-                        policy = self._policy
-                        if policy == _NEVER:
-                            self._unflushed += 1
-                            return off
                         self._after_append(seg, 1)
-                        if policy != _ALWAYS:
+                        if self._policy != _ALWAYS:
                             return off
                     else:
                         seg = None
+                else:
+                    seg = None
             if seg is not None:
                 self._wait_durable(off)
                 return off
@@ -651,53 +688,83 @@ class Log:
                 if mx is not None and default_ts < mx:
                     default_ts = mx
             first = seg.app.next_offset
-            done = 0
-            vo = ko = mo = 0  # byte offsets into the joined buffers
-            while done < n:
-                if cfg.segment_ms is not None:
-                    seg = self._maybe_roll_by_time(seg, int(ts_arr[done]) if ts_arr is not None else default_ts)
-                app = seg.app
-                sl = slice(done, None)
-                rc, k = app.frame_batch(
-                    memoryview(vjoined)[vo:], vlens[sl],
-                    None if kjoined is None else memoryview(kjoined)[ko:], None if klens is None else klens[sl],
-                    None if mjoined is None else memoryview(mjoined)[mo:], None if mlens is None else mlens[sl],
-                    None if ts_arr is None else ts_arr[sl], default_ts,
-                )
-                if k:
-                    vo += int(sizes_of(vlens, done, done + k))
-                    if klens is not None:
-                        ko += int(sizes_of(klens, done, done + k))
-                    if mlens is not None:
-                        mo += int(sizes_of(mlens, done, done + k))
-                    done += k
-                if rc == impl.OK:
-                    break
-                if rc == impl.E_SPACE:
-                    if k == 0 and app.used == 0:
-                        one = int(sizes[done]) + fmt.FRAME_HEADER_SIZE
-                        app.reserve(max(one, app.buffer_capacity * 2))
-                    else:
-                        self._write_out(seg)
-                        if app.buffer_capacity < (1 << 20):
-                            app.reserve(min(1 << 22, impl.batch_size(vlens[done:], None if klens is None else klens[done:],
-                                                                      None if mlens is None else mlens[done:])))
-                elif rc == impl.E_SEGMENT_FULL:
-                    seg = self._roll()
-                elif rc == impl.E_INDEX_FULL:
-                    if app.index_cap < cfg.index_max_entries:
-                        app.grow_index(min(app.index_cap * 2, cfg.index_max_entries))
-                    else:
-                        seg = self._roll()
-                elif rc == impl.E_TIMESTAMP:
-                    raise InvalidTimestampError("timestamps never decrease")  # checked above; defensive
-                else:
-                    raise PylogError(f"append_batch failed: {corrupt_reason(rc)}")
+            seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, sizes, ts_arr, default_ts)
             last = seg.app.next_offset - 1
             self._after_append(seg, n)
         if cfg.fsync == "always":
             self._wait_durable(last)
         return first
+
+    def _frame_locked(self, seg: ActiveSegment, vjoined: Any, vlens: np.ndarray, kjoined: Any,
+                      klens: np.ndarray | None, mjoined: Any, mlens: np.ndarray | None, sizes: np.ndarray,
+                      ts_arr: np.ndarray | None, default_ts: int) -> ActiveSegment:
+        """Frame a validated batch into the active segment(s), writing out, rolling and
+        growing the index as needed. Returns the active segment after it."""
+        cfg = self.config
+        n = len(vlens)
+        done = 0
+        vo = ko = mo = 0  # byte offsets into the joined buffers
+        while done < n:
+            if cfg.segment_ms is not None:
+                seg = self._maybe_roll_by_time(seg, int(ts_arr[done]) if ts_arr is not None else default_ts)
+            app = seg.app
+            sl = slice(done, None)
+            rc, k = app.frame_batch(
+                memoryview(vjoined)[vo:], vlens[sl],
+                None if kjoined is None else memoryview(kjoined)[ko:], None if klens is None else klens[sl],
+                None if mjoined is None else memoryview(mjoined)[mo:], None if mlens is None else mlens[sl],
+                None if ts_arr is None else ts_arr[sl], default_ts,
+            )
+            if k:
+                vo += int(sizes_of(vlens, done, done + k))
+                if klens is not None:
+                    ko += int(sizes_of(klens, done, done + k))
+                if mlens is not None:
+                    mo += int(sizes_of(mlens, done, done + k))
+                done += k
+            if rc == impl.OK:
+                break
+            if rc == impl.E_SPACE:
+                if k == 0 and app.used == 0:
+                    # one record larger than the buffer: grow it for good
+                    one = int(sizes[done]) + fmt.FRAME_HEADER_SIZE
+                    app.reserve(max(one, app.buffer_capacity * 2))
+                else:
+                    self._write_out(seg)
+                    if app.buffer_capacity < _BATCH_BUFFER:
+                        # batches write whole buffers: grow once to a size that amortizes the
+                        # pwrite (a buffer made per batch would page-fault every time)
+                        app.reserve(_BATCH_BUFFER)
+            elif rc == impl.E_SEGMENT_FULL:
+                seg = self._roll()
+            elif rc == impl.E_INDEX_FULL:
+                if app.index_cap < cfg.index_max_entries:
+                    app.grow_index(min(app.index_cap * 2, cfg.index_max_entries))
+                else:
+                    seg = self._roll()
+            elif rc == impl.E_TIMESTAMP:
+                raise InvalidTimestampError("timestamps never decrease")  # checked by the callers
+            else:
+                raise PylogError(f"append failed: {corrupt_reason(rc)}")
+        return seg
+
+    def _drain_locked(self) -> None:
+        """Frame the queued per-record appends (see ``append``) in one batch."""
+        vals = self._q
+        if not vals or self._writable is None:
+            return
+        stamps = self._q_ts
+        self._q = []
+        self._q_ts = []
+        self._q_bytes = 0
+        n = len(vals)
+        vlens = np.fromiter(map(len, vals), dtype=np.uint32, count=n)
+        ts_arr = np.maximum.accumulate(np.array(stamps, dtype=np.int64))
+        seg = self._active
+        mx = seg.app.max_timestamp
+        if mx is not None and int(ts_arr[0]) < mx:
+            np.maximum(ts_arr, mx, out=ts_arr)  # the clock went back: never decrease
+        self._frame_locked(seg, b"".join(vals), vlens, None, None, None, None, vlens.astype(np.int64), ts_arr, 0)
 
     @staticmethod
     def _join(items: Any, what: str, n: int, nullable: bool) -> tuple[bytes, np.ndarray]:
@@ -742,8 +809,11 @@ class Log:
                 self._flush_locked()
 
     def _write_out(self, seg: ActiveSegment) -> None:
-        """Hand buffered bytes to the OS; a failure fences the log."""
+        """Hand queued and buffered bytes to the OS; a failure fences the log."""
         try:
+            if self._q:
+                self._drain_locked()
+                seg = self._active
             seg.write_pending()
         except OSError as e:
             self._fence(e)
@@ -754,6 +824,9 @@ class Log:
         if isinstance(self._active, ActiveSegment):
             self._active.broken = True  # unwritten appends vanish; reads stop writing
         self._writable = None
+        self._queueing = False
+        self._q = []
+        self._q_ts = []
         with self._sync_cv:
             self._sync_cv.notify_all()
 
@@ -830,6 +903,8 @@ class Log:
             return
         with self._lock:
             if not self._closed:
+                if self._q:
+                    self._drain_locked()
                 self._active.write_pending()
 
     # ------------------------------------------------------------------------------------
@@ -911,6 +986,8 @@ class Log:
                 raise self._out_of_range(offset)
         self._check_open()
         with self._lock:
+            if self._q:
+                self._drain_locked()
             active = self._active
             if offset >= active.base_offset:
                 if offset >= active.next_offset:
@@ -975,35 +1052,40 @@ class Log:
                 break
         return out
 
-    def _read_segment(self, offset: int, budget: int, left: int, have: bool) -> tuple[list[Record], int, int, int]:
-        """One segment's part of a fetch: (records, status, bad position, bytes used)."""
+    def _read_segment(self, offset: int, budget: int, left: int, have: bool,
+                      lazy: bool = False) -> tuple[Any, int, int, int]:
+        """One segment's part of a fetch: (records, status, bad position, bytes used).
+        With ``lazy``, records is ``(iterator, count, last offset)``."""
         active = self._active
-        if offset >= active.base_offset:
+        if offset >= active.base_offset or self._q:
             with self._lock:
+                if self._q:
+                    self._drain_locked()
                 active = self._active
                 if offset >= active.base_offset:
                     if offset > active.next_offset or (offset == active.next_offset and not have):
                         if offset == active.next_offset:
-                            return [], impl.OK, 0, 0
+                            return ((iter(()), 0, offset - 1) if lazy else []), impl.OK, 0, 0
                         raise self._out_of_range(offset)
                     if offset == active.next_offset:
-                        return [], impl.OK, 0, 0
-                    return self._segment_batch(active, offset, budget, left, have)
+                        return ((iter(()), 0, offset - 1) if lazy else []), impl.OK, 0, 0
+                    return self._segment_batch(active, offset, budget, left, have, lazy)
         seg = self._sealed_for(offset)
         if seg is None or offset < seg.base_offset:
             raise self._out_of_range(offset)
         try:
-            return self._segment_batch(seg, offset, budget, left, have)
+            return self._segment_batch(seg, offset, budget, left, have, lazy)
         except FileNotFoundError:
             raise self._out_of_range(offset) from None
 
     @staticmethod
-    def _segment_batch(seg: Any, offset: int, budget: int, left: int, have: bool) -> tuple[list[Record], int, int, int]:
+    def _segment_batch(seg: Any, offset: int, budget: int, left: int, have: bool,
+                       lazy: bool = False) -> tuple[Any, int, int, int]:
         try:
             m, f = seg.find(offset)
         except CorruptRecordError:
             if _past_last(seg, offset):
-                return [], _GAP_END, seg.next_offset, 0
+                return ((iter(()), 0, offset - 1) if lazy else []), _GAP_END, seg.next_offset, 0
             raise
         n = min(left, seg.next_offset - offset)
         rc, frames, end = impl.scan(m.buf, m.length, f[0], f[1], n, max(budget, 0), seg.gaps)
@@ -1012,6 +1094,9 @@ class Log:
         from pylog.segment import build_records
 
         used = int(frames["frame_size"].sum()) if len(frames) else 0
+        if lazy:
+            last = int(frames["offset"][-1]) if len(frames) else offset - 1
+            return (build_records(m.mv, frames, lazy=True), len(frames), last), rc, int(end), used
         return build_records(m.mv, frames), rc, int(end), used
 
     def scan(self, start: int | None = None, stop: int | None = None) -> Iterator[Record]:
@@ -1032,14 +1117,22 @@ class Log:
 
     def _scan(self, offset: int, stop: int) -> Iterator[Record]:
         while offset < stop:
-            batch = self.read_batch(offset, max_bytes=8 << 20, max_records=min(8192, stop - offset))
-            if not batch:
+            (recs, n, last), rc, bad, _used = self._read_segment(
+                offset, 8 << 20, min(8192, stop - offset), False, lazy=True)
+            if rc == _GAP_END:  # nothing left in a compacted segment: on to the next one
+                offset = bad
+                continue
+            if n == 0:
+                if rc != impl.OK:
+                    seg = self._sealed_for(offset)
+                    path = seg.store_path if seg is not None and offset < seg.next_offset else self._active.store_path
+                    raise corrupt_error(path, bad, offset, rc)
                 return
-            if batch[-1][0] >= stop:  # compacted segments skip offsets
-                yield from (r for r in batch if r[0] < stop)
+            if last >= stop:  # compacted segments skip offsets
+                yield from (r for r in recs if r[0] < stop)
                 return
-            yield from batch
-            offset = batch[-1][0] + 1
+            yield from recs
+            offset = last + 1
 
     def __iter__(self) -> Iterator[Record]:
         return self.scan()
@@ -1051,6 +1144,8 @@ class Log:
         ts = int(timestamp_ms)
         self._check_open()
         with self._lock:
+            if self._q:
+                self._drain_locked()
             segs: list[Any] = [*self._sealed, self._active]
             active_max = self._active.app.max_timestamp
         def newest(i: int) -> int | None:
@@ -1257,6 +1352,8 @@ class Log:
         if given, is called with the bytes checked after each segment."""
         self._check_open()
         with self._lock:
+            if self._q:
+                self._drain_locked()
             segs: list[Any] = [*self._sealed, self._active]
         bad: list[CorruptRecordError] = []
         for i, s in enumerate(segs):
@@ -1281,14 +1378,22 @@ class Log:
         with self._lock:
             if self._closed:
                 return
+            if self._q:
+                try:
+                    self._drain_locked()
+                except OSError:
+                    pass  # fenced: the queued appends were never acknowledged
             self._closed = True
             self._writable = None
+            self._queueing = False
             flusher.unregister(self)
             try:
                 if not self.readonly:
                     active = self._active
                     if self._fenced is None:
                         active.write_pending()
+                        if active.preallocated and os.fstat(active.store_fd).st_size != active.written:
+                            vfs.ftruncate(active.store_fd, active.written)  # so the marker matches the file
                         active.sync(indexes=True)
                         checkpoint.write_recovery_point(self.path, active.next_offset)
                         checkpoint.write_clean(self.path, checkpoint.CleanState(
@@ -1322,6 +1427,8 @@ class Log:
     def __del__(self) -> None:
         try:
             if not self._closed and not self.readonly and self._fenced is None:
+                if self._q:
+                    self._drain_locked()
                 self._active.write_pending()
         except BaseException:  # never raise from a finalizer (a test's PowerCut included)
             pass

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import struct
 from itertools import repeat
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
@@ -62,11 +62,14 @@ def paths(dirpath: str, base: int) -> tuple[str, str, str]:
     )
 
 
-def build_records(mv: memoryview, frames: np.ndarray) -> list[Record]:
-    """Records for scanned frames, with zero-copy slices of ``mv`` (no per-record C call)."""
+def build_records(mv: memoryview, frames: np.ndarray, lazy: bool = False) -> Any:
+    """Records for scanned frames, with zero-copy slices of ``mv`` (no per-record C call).
+
+    A list, or with ``lazy`` an iterator that makes each Record as it is consumed (a scan
+    then keeps no more than one record alive: less work for the garbage collector)."""
     n = len(frames)
     if n == 0:
-        return []
+        return iter(()) if lazy else []
     offsets = frames["offset"].tolist()
     stamps = frames["timestamp"].tolist()
     attrs = frames["attributes"]
@@ -76,10 +79,18 @@ def build_records(mv: memoryview, frames: np.ndarray) -> list[Record]:
     getitem = mv.__getitem__
     mstart = start + klen
     vstart = mstart + mlen
-    values: Iterable = [mv[a:b] for a, b in zip(vstart.tolist(), (vstart + frames["value_length"]).tolist())]
+    vend = vstart + frames["value_length"]
     null_k = (attrs & fmt.ATTR_NULL_KEY) != 0
     null_m = (attrs & fmt.ATTR_NULL_METADATA) != 0
     null_v = (attrs & fmt.ATTR_NULL_VALUE) != 0
+    plain = not null_v.any()
+    if lazy and plain:
+        values: Iterable = map(getitem, map(slice, vstart.tolist(), vend.tolist()))
+    else:
+        values = [mv[a:b] for a, b in zip(vstart.tolist(), vend.tolist())]
+        if not plain:
+            for i in np.flatnonzero(null_v).tolist():
+                values[i] = None  # type: ignore[index]
     if null_k.all():
         keys: Iterable = repeat(None)
     else:
@@ -92,10 +103,8 @@ def build_records(mv: memoryview, frames: np.ndarray) -> list[Record]:
         metas = list(map(getitem, map(slice, mstart.tolist(), vstart.tolist())))
         for i in np.flatnonzero(null_m).tolist():
             metas[i] = None
-    if null_v.any():
-        for i in np.flatnonzero(null_v).tolist():
-            values[i] = None  # type: ignore[index]
-    return list(map(new_record, repeat(Record, n), zip(offsets, stamps, keys, values, metas)))
+    records = map(new_record, repeat(Record, n), zip(offsets, stamps, keys, values, metas))
+    return records if lazy else list(records)
 
 
 def record_at(mv: memoryview, f: tuple) -> Record:

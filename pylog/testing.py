@@ -310,8 +310,11 @@ def simulate_crash(log: Any) -> None:
         app = getattr(active, "app", None)
         if app is not None and not log.readonly:
             app.drain()
+            log._q = []  # queued appends die with the process too
+            log._q_ts = []
         log._closed = True
         log._writable = None
+        log._queueing = False
         active.close_files()
         log._cache.clear()
         log._release_lock()

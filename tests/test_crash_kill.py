@@ -53,6 +53,7 @@ class Zygote:
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "crash_writer.py")],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
         self.lines: queue.Queue[str] = queue.Queue()
+        self.pushback: list[str] = []  # lines read early by start(), in order
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -63,6 +64,8 @@ class Zygote:
         self.lines.put("EOF")
 
     def next_line(self, timeout: float = 30.0) -> str:
+        if self.pushback:
+            return self.pushback.pop(0)
         line = self.lines.get(timeout=timeout)
         if line == "EOF":
             raise RuntimeError("the zygote died")
@@ -72,10 +75,18 @@ class Zygote:
         assert self.proc.stdin is not None
         self.proc.stdin.write(f"RUN {wid} {path} {seed} {segment_bytes} {interval}\n".encode())
         self.proc.stdin.flush()
-        line = self.next_line()
-        kind, got, pid = line.split()
-        assert (kind, int(got)) == ("P", wid), line
-        return int(pid)
+        # The forked writer may speak ("R", "A" lines) before the zygote reports its pid:
+        # keep those lines, in order, for next_line().
+        early = []
+        while True:
+            line = self.lines.get(timeout=30.0)
+            if line == "EOF":
+                raise RuntimeError("the zygote died")
+            kind, got, *rest = line.split()
+            if kind == "P" and int(got) == wid:
+                self.pushback.extend(early)
+                return int(rest[0])
+            early.append(line)
 
     def close(self) -> None:
         try:

@@ -295,3 +295,32 @@ def test_readonly_reader_follows_the_writer(log_dir, make_log):
         assert r.next_offset == 150 and len(list(r.scan())) == 150
     finally:
         r.close()
+
+
+def test_reopen_after_a_crash_does_not_reverify_sealed_segments(log_dir, monkeypatch):
+    from pylog.segment import SealedSegment
+    from pylog.testing import simulate_crash
+
+    with pylog.Log(log_dir, segment_bytes=4096) as log:
+        log.append_batch([b"x" * 200] * 200)
+    log = pylog.Log(log_dir)  # a clean open; the recovery point is where close() left it
+    log.append(b"after")
+    simulate_crash(log)
+    verified = []
+    monkeypatch.setattr(SealedSegment, "verify", lambda self, nxt: verified.append(self) or [])
+    with pylog.Log(log_dir) as log:
+        assert log.next_offset >= 200
+    assert verified == [], "sealed segments below the recovery point are trusted"
+
+
+def test_preallocated_log_reopens_clean(tmp_path, monkeypatch):
+    from pylog.log import Log
+
+    d = str(tmp_path / "pre")
+    with pylog.Log(d, segment_bytes=1 << 20, preallocate=True) as log:
+        log.append_batch([b"y" * 100] * 50)
+    called = []
+    monkeypatch.setattr(Log, "_recover", lambda self, *a: called.append(1))
+    with pylog.Log(d) as log:
+        assert log.next_offset == 50 and bytes(log.read(49).value) == b"y" * 100
+    assert called == [], "a clean shutdown of a preallocated log needs no recovery"
