@@ -286,27 +286,33 @@ class Log:
             finally:
                 self._lock_fd = -1
 
-    def _list_bases(self) -> list[int]:
+    def _list_bases(self, names: list[str] | None = None) -> list[int]:
         bases = []
-        for name in os.listdir(self.path):
-            b = fmt.parse_segment_name(name, fmt.STORE_SUFFIX)
-            if b is not None:
-                bases.append(b)
+        suffix = fmt.STORE_SUFFIX
+        for name in os.listdir(self.path) if names is None else names:
+            if name.endswith(suffix):
+                b = fmt.parse_segment_name(name, suffix)
+                if b is not None:
+                    bases.append(b)
         return sorted(bases)
 
     def _clean_stray_files(self, bases: list[int]) -> None:
         """Delete temp files, half-deleted segments and index files with no store; finish
         or roll back an interrupted compaction swap (:func:`finish_swaps`)."""
-        finish_swaps(self.path)
+        names = os.listdir(self.path)
+        if any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
+            finish_swaps(self.path)
+            names = os.listdir(self.path)
         have = set(bases)
         removed = False
-        for name in os.listdir(self.path):
+        for name in names:
             p = os.path.join(self.path, name)
             orphan = False
-            for suffix in (fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX):
-                b = fmt.parse_segment_name(name, suffix)
-                if b is not None and b not in have:
-                    orphan = True
+            if name.endswith((fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX)):
+                for suffix in (fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX):
+                    b = fmt.parse_segment_name(name, suffix)
+                    if b is not None and b not in have:
+                        orphan = True
             if name.endswith((fmt.TEMP_SUFFIX, fmt.DELETED_SUFFIX)) or orphan:
                 try:
                     vfs.unlink(p)
@@ -331,10 +337,8 @@ class Log:
             self._durable_next = cfg.initial_offset
             return
         clean = checkpoint.take_clean(self.path)
-        sealed = []
-        for i, b in enumerate(bases[:-1]):
-            size = os.path.getsize(paths(self.path, b)[0])
-            sealed.append(SealedSegment(self.path, b, bases[i + 1], size, cfg.index_interval_bytes, self._cache))
+        sealed = [SealedSegment(self.path, b, bases[i + 1], None, cfg.index_interval_bytes, self._cache)
+                  for i, b in enumerate(bases[:-1])]  # sizes are read when first needed
         last = bases[-1]
         active = None
         if clean is not None and clean.active_base == last and clean.next_offset >= last:
@@ -375,8 +379,7 @@ class Log:
             raise FileNotFoundError(errno.ENOENT, "no segments in log directory", self.path)
         cfg = self.config
         self._sealed = [
-            SealedSegment(self.path, b, bases[i + 1], os.path.getsize(paths(self.path, b)[0]),
-                          cfg.index_interval_bytes, self._cache)
+            SealedSegment(self.path, b, bases[i + 1], None, cfg.index_interval_bytes, self._cache)
             for i, b in enumerate(bases[:-1])
         ]
         self._sealed_bases = [s.base_offset for s in self._sealed]

@@ -217,16 +217,16 @@ class _SealedMaps:
 class SealedSegment(_Reader):
     """An immutable segment: ``[base_offset, next_offset)`` in ``size`` bytes of store."""
 
-    __slots__ = ("dir", "base_offset", "next_offset", "size", "store_path", "index_interval",
+    __slots__ = ("dir", "base_offset", "next_offset", "_size", "store_path", "index_interval",
                  "_maps", "_cache", "tracker", "gaps")
 
-    def __init__(self, dirpath: str, base_offset: int, next_offset: int, size: int,
+    def __init__(self, dirpath: str, base_offset: int, next_offset: int, size: int | None,
                  index_interval: int, cache: "SegmentCache") -> None:
         self.dir = dirpath
         self.base_offset = base_offset
         self.next_offset = next_offset
-        self.size = size
-        self.store_path = paths(dirpath, base_offset)[0]
+        self._size = size  # None: stat the store file when first asked
+        self.store_path = os.path.join(dirpath, fmt.segment_name(base_offset, fmt.STORE_SUFFIX))
         self.index_interval = index_interval
         self._maps: _SealedMaps | None = None
         self._cache = cache
@@ -235,6 +235,18 @@ class SealedSegment(_Reader):
 
     def __repr__(self) -> str:
         return f"<SealedSegment [{self.base_offset}, {self.next_offset}) {self.size} B>"
+
+    @property
+    def size(self) -> int:
+        """Bytes of the store file."""
+        s = self._size
+        if s is None:
+            s = self._size = os.path.getsize(self.store_path)
+        return s
+
+    @size.setter
+    def size(self, value: int) -> None:
+        self._size = value
 
     @property
     def is_mapped(self) -> bool:
