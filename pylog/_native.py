@@ -151,7 +151,10 @@ def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base
          target: int, gaps: bool = False):
     """(status, frame tuple or None) of the frame at offset ``target`` (with ``gaps``: the
     first frame at or after it), CRC verified."""
-    raw, p = _out()
+    try:
+        raw, p = _tls.out
+    except AttributeError:
+        raw, p = _out()
     rc = lib.plog_find(store.ptr, store_len, index.ptr if index is not None else ffi.NULL,
                        n_index, base_offset, target, gaps, p)
     if rc:

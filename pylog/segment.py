@@ -577,3 +577,22 @@ class ActiveSegment(_Reader):
             self.tracker.add(m)
         app = self.app
         return m, app.index_view(), app.index_count, app.timeindex_view()
+
+    def read(self, target: int) -> Record:
+        """The record at ``target`` (the caller holds the log lock)."""
+        m = self._map
+        if target >= self.written_next or m is None or m.length < self.written:
+            m, ibuf, n, _ = self._view(target)
+        else:
+            app = self.app
+            ibuf, n = app.index_view(), app.index_count
+        rc, f = _find(m.buf, m.length, ibuf, n, self.base_offset, target, False)
+        if rc:
+            f = self._locate_slow(m, target)
+        if f[1] != target:
+            raise OffsetRemovedError(target)
+        pos, off, ts, _size, attrs, klen, mlen, vlen, _crc = f
+        if attrs == 3:  # the common record: no key, no metadata
+            p = pos + 36
+            return new_record(Record, (off, ts, None, m.mv[p : p + vlen], None))
+        return record_at(m.mv, f)
