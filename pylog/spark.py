@@ -48,7 +48,6 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.ipc as ipc
 from pyspark.sql.datasource import (
     DataSource,
@@ -828,12 +827,14 @@ def _timestamps_ms(col: pa.Array | None, n: int) -> pa.Array:
     if col is None:
         return pa.nulls(n, pa.int64())
     if pa.types.is_timestamp(col.type):
+        import pyarrow.compute as pc  # only writes need it (its import costs 60 ms)
+
         unit = col.type.unit
         div = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
         raw = col.cast(pa.int64())
         if div is None:
-            return pa.compute.multiply(raw, 1000)
-        return pa.compute.divide(raw, div) if div != 1 else raw
+            return pc.multiply(raw, 1000)
+        return pc.divide(raw, div) if div != 1 else raw
     return col.cast(pa.int64())
 
 

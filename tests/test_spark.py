@@ -173,6 +173,7 @@ def test_multiple_topics(spark, tmp_path):
     assert df.count() == 11
 
 
+@pytest.mark.filterwarnings("ignore:Arrow optimization failed:RuntimeWarning")
 def test_failed_job_leaves_every_partition_as_it_was(spark, tmp_path):
     make_topic(tmp_path, "ab", partitions=2, records=10)
     before = log_contents(tmp_path, "ab")
