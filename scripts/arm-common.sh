@@ -4,7 +4,8 @@
 #   sysroot-<arch>/    Debian's own CPython 3.11 for the target, unpacked with a private apt
 #                      (dpkg -x; no dpkg --add-architecture, nothing installed system-wide)
 #   apt-<arch>/        that private apt's state, cache and sources
-#   site-<arch>/       test dependencies for the target (pip --target --platform, no emulation)
+#   sysroot-<arch>/usr/local/lib/python3.11/dist-packages
+#                      test dependencies (pip --target --platform, no emulation)
 #   tree-<arch>/       a copy of the working tree with the cross-built extension in it
 # Sysroots and site dirs are cached between runs (a stamp file records what they hold).
 # shellcheck shell=bash
@@ -22,10 +23,10 @@ ARM_CFFI_PIN=${ARM_CFFI_PIN:-2.1.1}
 ARM_PYVER=3.11
 
 # What each sysroot holds (Debian packages) and what PyPI adds for the tests. aarch64 gets
-# cffi, numpy and psutil as PyPI wheels; armhf gets them from Debian (PyPI has no armv7l
-# wheels of them: on a 32-bit Pi they come from apt or piwheels too).
+# cffi, numpy, psutil and crc32c as PyPI wheels; armhf gets them from Debian (PyPI has no
+# armv7l wheels of them: on a 32-bit Pi they come from apt or piwheels too).
 SYSROOT_PKGS_aarch64="python3 libpython3.11-dev libstdc++6"
-SYSROOT_PKGS_armhf="python3 libpython3.11-dev python3-distutils python3-cffi python3-numpy python3-psutil"
+SYSROOT_PKGS_armhf="python3 libpython3.11-dev python3-distutils python3-cffi python3-numpy python3-psutil python3-crc32c"
 PURE_TEST_DEPS="pytest hypothesis click rich"
 SITE_PKGS_aarch64="cffi==$ARM_CFFI_PIN numpy psutil crc32c $PURE_TEST_DEPS"
 SITE_PKGS_armhf="$PURE_TEST_DEPS"
@@ -43,7 +44,10 @@ arch_vars() {
     *) die "unknown arch $1" ;;
   esac
   SYSROOT=$ARM_WORK/sysroot-$1
-  SITE=$ARM_WORK/site-$1
+  # Test dependencies go where the target's own site.py looks (Debian's /usr/local
+  # dist-packages), so no PYTHONPATH is needed and tests that start children with a
+  # trimmed environment still find them.
+  SITE=$SYSROOT/usr/local/lib/python$ARM_PYVER/dist-packages
   PYQ=$SYSROOT/usr/bin/python3-qemu
 }
 
@@ -226,7 +230,7 @@ cross_build_ext() {  # cross_build_ext ARCH TREE
   local arch=$1 tree=$2
   arch_vars "$arch"
   local t0=$SECONDS args
-  (cd "$tree" && PYTHONPATH="$SITE" "$PYQ" - <<'PY'
+  (cd "$tree" && "$PYQ" - <<'PY'
 import runpy
 ns = runpy.run_path("csrc/_build_pylog.py")  # not __main__: builds nothing
 fb = ns["ffibuilder"]

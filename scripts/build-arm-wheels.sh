@@ -84,10 +84,10 @@ build_one() {  # build_one ARCH CPU
   # Install with the target's own pip, then import and use it from outside the source tree.
   QEMU_CPU=$cpu PYTHONPATH="$bsite" "$PYQ" -m pip install -q --no-deps --no-index --target "$inst" "$fixed" ||
     { echo "installing $fixed failed"; return 1; }
-  local site=$ARM_WORK/site-$arch si=SITE_PKGS_$arch
+  local si=SITE_PKGS_$arch
   # shellcheck disable=SC2086
-  ensure_site "$arch" "$site" ${!si}  # numpy (aarch64), as the tests use it
-  (cd "$(mktemp -d)" && QEMU_CPU=$cpu WHEEL_TARGET="$inst" PYTHONPATH="$inst:$site" "$PYQ" -c "$SMOKE") ||
+  ensure_site "$arch" "$SITE" ${!si}  # numpy on aarch64, as for the tests
+  (cd "$(mktemp -d)" && QEMU_CPU=$cpu WHEEL_TARGET="$inst" PYTHONPATH="$inst" "$PYQ" -c "$SMOKE") ||
     { echo "smoke test of $(basename "$fixed") failed"; return 1; }
   echo "wheel: $(basename "$fixed") ($((SECONDS - t0)) s)"
 }
