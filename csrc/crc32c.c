@@ -14,27 +14,12 @@
 #define _FILE_OFFSET_BITS 64
 #define _GNU_SOURCE
 #include "pylog.h"
+#include "endian.h"
 #include "crc32c_tables.h"
 
 #include <string.h>
 
-static inline uint64_t load64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
 
-static inline uint32_t load32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
 
 /* ---- portable: slicing-by-8 ------------------------------------------------------------ */
 
@@ -44,8 +29,8 @@ static uint32_t crc_raw_portable(uint32_t c, const uint8_t *p, size_t len) {
         len--;
     }
     while (len >= 8) {
-        uint32_t lo = load32(p) ^ c;
-        uint32_t hi = load32(p + 4);
+        uint32_t lo = plog_ld32(p) ^ c;
+        uint32_t hi = plog_ld32(p + 4);
         c = plog_crc32c_table[7][lo & 0xff] ^ plog_crc32c_table[6][(lo >> 8) & 0xff] ^
             plog_crc32c_table[5][(lo >> 16) & 0xff] ^ plog_crc32c_table[4][lo >> 24] ^
             plog_crc32c_table[3][hi & 0xff] ^ plog_crc32c_table[2][(hi >> 8) & 0xff] ^
@@ -75,9 +60,9 @@ static inline uint32_t crc_shift(const uint32_t zeros[4][256], uint32_t c) {
     while (len >= 3 * PLOG_CRC_LONG) {                                                     \
         c1 = 0; c2 = 0; end = p + PLOG_CRC_LONG;                                           \
         do {                                                                               \
-            c0 = CRC64(c0, load64(p));                                                     \
-            c1 = CRC64(c1, load64(p + PLOG_CRC_LONG));                                     \
-            c2 = CRC64(c2, load64(p + 2 * PLOG_CRC_LONG));                                 \
+            c0 = CRC64(c0, plog_ld64(p));                                                     \
+            c1 = CRC64(c1, plog_ld64(p + PLOG_CRC_LONG));                                     \
+            c2 = CRC64(c2, plog_ld64(p + 2 * PLOG_CRC_LONG));                                 \
             p += 8;                                                                        \
         } while (p < end);                                                                 \
         c0 = crc_shift(plog_crc32c_long, (uint32_t)c0) ^ (uint32_t)c1;                     \
@@ -87,16 +72,16 @@ static inline uint32_t crc_shift(const uint32_t zeros[4][256], uint32_t c) {
     while (len >= 3 * PLOG_CRC_SHORT) {                                                    \
         c1 = 0; c2 = 0; end = p + PLOG_CRC_SHORT;                                          \
         do {                                                                               \
-            c0 = CRC64(c0, load64(p));                                                     \
-            c1 = CRC64(c1, load64(p + PLOG_CRC_SHORT));                                    \
-            c2 = CRC64(c2, load64(p + 2 * PLOG_CRC_SHORT));                                \
+            c0 = CRC64(c0, plog_ld64(p));                                                     \
+            c1 = CRC64(c1, plog_ld64(p + PLOG_CRC_SHORT));                                    \
+            c2 = CRC64(c2, plog_ld64(p + 2 * PLOG_CRC_SHORT));                                \
             p += 8;                                                                        \
         } while (p < end);                                                                 \
         c0 = crc_shift(plog_crc32c_short, (uint32_t)c0) ^ (uint32_t)c1;                    \
         c0 = crc_shift(plog_crc32c_short, (uint32_t)c0) ^ (uint32_t)c2;                    \
         p += 2 * PLOG_CRC_SHORT; len -= 3 * PLOG_CRC_SHORT;                                \
     }                                                                                      \
-    while (len >= 8) { c0 = CRC64(c0, load64(p)); p += 8; len -= 8; }                      \
+    while (len >= 8) { c0 = CRC64(c0, plog_ld64(p)); p += 8; len -= 8; }                      \
     while (len) { c0 = CRC8((uint32_t)c0, *p++); len--; }                                  \
     return ~(uint32_t)c0;
 

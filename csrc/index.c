@@ -9,32 +9,17 @@
  */
 #define _FILE_OFFSET_BITS 64
 #include "pylog.h"
+#include "endian.h"
 
 #include <string.h>
 
-static inline uint32_t ld32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
-static inline int64_t ld64s(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return (int64_t)v;
-}
 
 int plog_index_lookup(const uint8_t *index, size_t n, uint32_t rel, size_t *slot) {
     /* largest i with entry[i].rel <= rel */
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (ld32(index + mid * PLOG_INDEX_ENTRY_SIZE) <= rel)
+        if (plog_ld32(index + mid * PLOG_INDEX_ENTRY_SIZE) <= rel)
             lo = mid + 1;
         else
             hi = mid;
@@ -49,7 +34,7 @@ int plog_timeindex_lookup(const uint8_t *tindex, size_t n, int64_t ts, size_t *s
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (ld64s(tindex + mid * PLOG_TIMEINDEX_ENTRY_SIZE) < ts)
+        if ((int64_t)plog_ld64(tindex + mid * PLOG_TIMEINDEX_ENTRY_SIZE) < ts)
             lo = mid + 1;
         else
             hi = mid;
@@ -63,7 +48,7 @@ int plog_index_check(const uint8_t *index, size_t n, uint64_t store_len, size_t 
     uint32_t prev_rel = 0, prev_pos = 0;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *e = index + i * PLOG_INDEX_ENTRY_SIZE;
-        uint32_t rel = ld32(e), pos = ld32(e + 4);
+        uint32_t rel = plog_ld32(e), pos = plog_ld32(e + 4);
         if (pos < PLOG_FILE_HEADER_SIZE || (uint64_t)pos + PLOG_FRAME_HEADER_SIZE > store_len ||
             (i > 0 && (rel <= prev_rel || pos <= prev_pos))) {
             *bad_slot = i;
@@ -80,8 +65,8 @@ int plog_timeindex_check(const uint8_t *tindex, size_t n, uint64_t store_len, si
     uint32_t prev_rel = 0, prev_pos = 0;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *e = tindex + i * PLOG_TIMEINDEX_ENTRY_SIZE;
-        int64_t ts = ld64s(e);
-        uint32_t rel = ld32(e + 8), pos = ld32(e + 12);
+        int64_t ts = (int64_t)plog_ld64(e);
+        uint32_t rel = plog_ld32(e + 8), pos = plog_ld32(e + 12);
         if (pos < PLOG_FILE_HEADER_SIZE || (uint64_t)pos + PLOG_FRAME_HEADER_SIZE > store_len ||
             (i > 0 && (ts < prev_ts || rel <= prev_rel || pos <= prev_pos))) {
             *bad_slot = i;

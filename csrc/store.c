@@ -16,40 +16,13 @@
  */
 #define _FILE_OFFSET_BITS 64
 #include "pylog.h"
+#include "endian.h"
 
 #include <string.h>
 
 #define BODY_FIXED (PLOG_FRAME_HEADER_SIZE - PLOG_FRAME_PREFIX_SIZE) /* 28 */
 #define MAX_BODY 0x7fffffffu
 
-static inline uint32_t ld32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
-static inline uint64_t ld64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-static inline void st32(uint8_t *p, uint32_t v) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    memcpy(p, &v, 4);
-}
-static inline void st64(uint8_t *p, uint64_t v) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    memcpy(p, &v, 8);
-}
 
 /* ---- file headers ----------------------------------------------------------------------- */
 
@@ -59,10 +32,10 @@ int plog_header_encode(uint8_t *dst, const uint8_t *magic, uint64_t base_offset,
     dst[9] = (PLOG_VERSION >> 8) & 0xff;
     dst[10] = PLOG_FILE_HEADER_SIZE;
     dst[11] = 0;
-    st32(dst + 12, flags);
-    st64(dst + 16, base_offset);
-    st32(dst + 24, 0);
-    st32(dst + 28, plog_crc32c(0, dst, 28));
+    plog_st32(dst + 12, flags);
+    plog_st64(dst + 16, base_offset);
+    plog_st32(dst + 24, 0);
+    plog_st32(dst + 28, plog_crc32c(0, dst, 28));
     return PLOG_OK;
 }
 
@@ -70,12 +43,12 @@ int plog_header_check(const uint8_t *src, size_t len, const uint8_t *magic, uint
                       uint32_t *flags) {
     if (len < PLOG_FILE_HEADER_SIZE) return PLOG_E_SHORT;
     if (memcmp(src, magic, 8) != 0) return PLOG_E_ARG;
-    if (ld32(src + 28) != plog_crc32c(0, src, 28)) return PLOG_E_CRC;
+    if (plog_ld32(src + 28) != plog_crc32c(0, src, 28)) return PLOG_E_CRC;
     if ((src[8] | (src[9] << 8)) != PLOG_VERSION) return PLOG_E_ATTRIBUTES;
     if ((src[10] | (src[11] << 8)) != PLOG_FILE_HEADER_SIZE) return PLOG_E_LENGTH;
-    if (ld32(src + 12) & ~(uint32_t)PLOG_HEADER_COMPACTED) return PLOG_E_ATTRIBUTES;
-    *base_offset = ld64(src + 16);
-    *flags = ld32(src + 12);
+    if (plog_ld32(src + 12) & ~(uint32_t)PLOG_HEADER_COMPACTED) return PLOG_E_ATTRIBUTES;
+    *base_offset = plog_ld64(src + 16);
+    *flags = plog_ld32(src + 12);
     return PLOG_OK;
 }
 
@@ -86,13 +59,13 @@ static int frame_decode(const uint8_t *buf, size_t len, uint64_t pos, int check_
                         plog_frame *f) {
     if (pos > len || len - pos < PLOG_FRAME_PREFIX_SIZE) return PLOG_E_SHORT;
     const uint8_t *p = buf + pos;
-    uint32_t body = ld32(p);
+    uint32_t body = plog_ld32(p);
     if (body < BODY_FIXED || body > MAX_BODY) return PLOG_E_LENGTH;
     if ((uint64_t)body > len - pos - PLOG_FRAME_PREFIX_SIZE) return PLOG_E_SHORT;
-    uint32_t crc = ld32(p + 4);
+    uint32_t crc = plog_ld32(p + 4);
     if (check_crc && plog_crc32c(0, p + PLOG_FRAME_PREFIX_SIZE, body) != crc) return PLOG_E_CRC;
-    uint32_t attrs = ld32(p + 24);
-    uint32_t klen = ld32(p + 28), mlen = ld32(p + 32);
+    uint32_t attrs = plog_ld32(p + 24);
+    uint32_t klen = plog_ld32(p + 28), mlen = plog_ld32(p + 32);
     if (attrs & ~(uint32_t)PLOG_ATTR_KNOWN) return PLOG_E_ATTRIBUTES;
     if ((uint64_t)klen + mlen > body - BODY_FIXED) return PLOG_E_LENGTH;
     uint32_t vlen = body - BODY_FIXED - klen - mlen;
@@ -100,8 +73,8 @@ static int frame_decode(const uint8_t *buf, size_t len, uint64_t pos, int check_
         ((attrs & PLOG_ATTR_NULL_VALUE) && vlen))
         return PLOG_E_ATTRIBUTES;
     f->position = pos;
-    f->offset = ld64(p + 8);
-    f->timestamp = (int64_t)ld64(p + 16);
+    f->offset = plog_ld64(p + 8);
+    f->timestamp = (int64_t)plog_ld64(p + 16);
     f->frame_size = body + PLOG_FRAME_PREFIX_SIZE;
     f->attributes = attrs;
     f->key_length = klen;
@@ -117,15 +90,15 @@ static inline void index_add(plog_appender *st, uint64_t pos, int64_t ts) {
     uint32_t rel = (uint32_t)(st->next_offset - st->base_offset);
     if (st->index) {
         uint8_t *e = st->index + st->index_count * PLOG_INDEX_ENTRY_SIZE;
-        st32(e, rel);
-        st32(e + 4, (uint32_t)pos);
+        plog_st32(e, rel);
+        plog_st32(e + 4, (uint32_t)pos);
         st->index_count++;
     }
     if (st->timeindex) {
         uint8_t *e = st->timeindex + st->timeindex_count * PLOG_TIMEINDEX_ENTRY_SIZE;
-        st64(e, (uint64_t)ts);
-        st32(e + 8, rel);
-        st32(e + 12, (uint32_t)pos);
+        plog_st64(e, (uint64_t)ts);
+        plog_st32(e + 8, rel);
+        plog_st32(e + 12, (uint32_t)pos);
         st->timeindex_count++;
     }
     st->bytes_since_index = 0;
@@ -149,19 +122,19 @@ static inline void write_frame(uint8_t *d, uint64_t offset, int64_t ts, uint32_t
                                const uint8_t *key, uint32_t klen, const uint8_t *meta,
                                uint32_t mlen, const uint8_t *value, uint32_t vlen) {
     uint32_t body = BODY_FIXED + klen + mlen + vlen;
-    st32(d, body);
-    st64(d + 8, offset);
-    st64(d + 16, (uint64_t)ts);
-    st32(d + 24, attrs);
-    st32(d + 28, klen);
-    st32(d + 32, mlen);
+    plog_st32(d, body);
+    plog_st64(d + 8, offset);
+    plog_st64(d + 16, (uint64_t)ts);
+    plog_st32(d + 24, attrs);
+    plog_st32(d + 28, klen);
+    plog_st32(d + 32, mlen);
     uint8_t *q = d + PLOG_FRAME_HEADER_SIZE;
     if (klen) memcpy(q, key, klen);
     q += klen;
     if (mlen) memcpy(q, meta, mlen);
     q += mlen;
     if (vlen) memcpy(q, value, vlen);
-    st32(d + 4, plog_crc32c(0, d + PLOG_FRAME_PREFIX_SIZE, body));
+    plog_st32(d + 4, plog_crc32c(0, d + PLOG_FRAME_PREFIX_SIZE, body));
 }
 
 int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *key,
@@ -337,14 +310,14 @@ int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_ind
     size_t slot;
     if (index && n_index &&
         plog_index_lookup(index, n_index, (uint32_t)(target - base_offset), &slot) == PLOG_OK)
-        pos = ld32(index + slot * PLOG_INDEX_ENTRY_SIZE + 4);
+        pos = plog_ld32(index + slot * PLOG_INDEX_ENTRY_SIZE + 4);
     uint64_t prev = 0;
     int first = 1;
     while (pos < len) {
         if (len - pos < PLOG_FRAME_HEADER_SIZE) return PLOG_E_SHORT;
         const uint8_t *p = buf + pos;
-        uint32_t body = ld32(p);
-        uint64_t off = ld64(p + 8);
+        uint32_t body = plog_ld32(p);
+        uint64_t off = plog_ld64(p + 8);
         if (body < BODY_FIXED || body > MAX_BODY) return PLOG_E_LENGTH;
         if (!first && (gaps ? off <= prev : off != prev + 1)) return PLOG_E_OFFSET;
         if (off == target || (gaps && off > target)) return frame_decode(buf, len, pos, 1, out);
@@ -361,13 +334,13 @@ int plog_find_time(const uint8_t *buf, size_t len, const uint8_t *tindex, size_t
     uint64_t pos = PLOG_FILE_HEADER_SIZE;
     size_t slot;
     if (tindex && n_tindex && plog_timeindex_lookup(tindex, n_tindex, ts, &slot) == PLOG_OK)
-        pos = ld32(tindex + slot * PLOG_TIMEINDEX_ENTRY_SIZE + 12);
+        pos = plog_ld32(tindex + slot * PLOG_TIMEINDEX_ENTRY_SIZE + 12);
     while (pos < len) {
         if (len - pos < PLOG_FRAME_HEADER_SIZE) return PLOG_E_SHORT;
         const uint8_t *p = buf + pos;
-        uint32_t body = ld32(p);
+        uint32_t body = plog_ld32(p);
         if (body < BODY_FIXED || body > MAX_BODY) return PLOG_E_LENGTH;
-        if ((int64_t)ld64(p + 16) >= ts) return frame_decode(buf, len, pos, 1, out);
+        if ((int64_t)plog_ld64(p + 16) >= ts) return frame_decode(buf, len, pos, 1, out);
         pos += (uint64_t)body + PLOG_FRAME_PREFIX_SIZE;
     }
     return PLOG_E_NOT_FOUND;
