@@ -31,13 +31,13 @@ import os
 import time
 from typing import Any, Callable
 
-from pylog import fileutil, index, vfs
+from pylog import fileutil, vfs
 from pylog import format as fmt
 from pylog import store as store_mod
 from pylog._backend import impl
 from pylog.errors import CorruptRecordError
 from pylog.log import CLEANED_SUFFIX, SWAP_SUFFIX, Log, finish_swaps
-from pylog.segment import SealedSegment, corrupt_error, paths
+from pylog.segment import SealedSegment, corrupt_error, paths, walker
 
 __all__ = ["compact", "CompactionReport", "STEPS", "finish_swaps"]
 
@@ -186,12 +186,7 @@ def _write_cleaned(log: Log, seg: SealedSegment, sm: Any, keep: list[tuple[int, 
         new_map = store_mod.StoreMap(fd, size)
     finally:
         vfs.close(fd)
-    interval = log.config.index_interval_bytes
-    app = impl.Appender(base, next_offset=base, position=fmt.FILE_HEADER_SIZE,
-                        max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None,
-                        index_interval=interval, bytes_since_index=interval, index_cap=64,
-                        buffer_bytes=0)
-    app.gaps = True
+    app = walker(base, log.config.index_interval_bytes, gaps=True)
     rc, _n = app.recover(new_map.buf, new_map.length)
     del new_map
     if rc != impl.OK:  # cannot happen: every frame was CRC-checked as it was read

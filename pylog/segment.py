@@ -44,6 +44,19 @@ _U64_MAX = (1 << 64) - 1
 _SCAN_CHUNK = 4096
 
 
+def walker(base_offset: int, index_interval: int | None, gaps: bool = False):
+    """An appender that only walks an existing store from its first frame (recovery,
+    verification, index rebuilds): no write buffer; with ``index_interval`` None it keeps
+    no index entries."""
+    i = (1 << 31) if index_interval is None else index_interval
+    a = impl.Appender(base_offset, next_offset=base_offset, position=fmt.FILE_HEADER_SIZE,
+                      max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None, index_interval=i,
+                      bytes_since_index=0 if index_interval is None else i,
+                      index_cap=1 if index_interval is None else 64, buffer_bytes=0)
+    a.gaps = gaps
+    return a
+
+
 def reason(rc: int) -> str:
     return _REASONS.get(rc, f"status {rc}")
 
@@ -192,10 +205,7 @@ class _Reader:
         if rc != impl.OK or hbase != self.base_offset or bool(hflags & fmt.HEADER_COMPACTED) != self.gaps:
             why = reason(rc) if rc != impl.OK else f"header names base offset {hbase}, flags {hflags}"
             bad.append(CorruptRecordError(self.store_path, 0, None, f"bad file header: {why}"))
-        a = impl.Appender(self.base_offset, next_offset=self.base_offset, position=fmt.FILE_HEADER_SIZE,
-                          max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None,
-                          index_interval=1 << 31, bytes_since_index=0, index_cap=1, buffer_bytes=0)
-        a.gaps = self.gaps
+        a = walker(self.base_offset, None, self.gaps)
         rc, _n = a.recover(m.buf, m.length)
         if rc != impl.OK:
             return bad + [corrupt_error(self.store_path, a.position, a.next_offset, rc)]
@@ -308,11 +318,7 @@ class SealedSegment(_Reader):
 
     def _rebuild_index(self, st: store_mod.StoreMap) -> tuple[index.MappedIndex, index.MappedIndex]:
         """Rebuild both index files from the store (they are hints), atomically."""
-        a = impl.Appender(self.base_offset, next_offset=self.base_offset, position=fmt.FILE_HEADER_SIZE,
-                          max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None,
-                          index_interval=self.index_interval, bytes_since_index=self.index_interval,
-                          index_cap=64, buffer_bytes=0)
-        a.gaps = self.gaps
+        a = walker(self.base_offset, self.index_interval, self.gaps)
         a.recover(st.buf, st.length)  # a bad frame stops it; reads past it raise later
         n = a.index_count
         sp, ip, tp = paths(self.dir, self.base_offset)

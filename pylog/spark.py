@@ -33,7 +33,6 @@ store file); everything else goes through the public :class:`pylog.Log` API.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json

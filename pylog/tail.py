@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import os
 
-from pylog import format as fmt
 from pylog import vfs
 from pylog import store as store_mod
-from pylog._backend import impl
-from pylog.segment import _Reader, paths
+from pylog.segment import _Reader, paths, walker
 
 
 class TailSegment(_Reader):
@@ -29,11 +27,7 @@ class TailSegment(_Reader):
         self.refresh()
 
     def _reset(self) -> None:
-        i = self.config.index_interval_bytes
-        self.app = impl.Appender(self.base_offset, next_offset=self.base_offset,
-                                 position=fmt.FILE_HEADER_SIZE, max_position=fmt.MAX_SEGMENT_BYTES,
-                                 max_timestamp=None, index_interval=i, bytes_since_index=i,
-                                 index_cap=64, buffer_bytes=0)
+        self.app = walker(self.base_offset, self.config.index_interval_bytes)
         self._map = None
 
     @property
