@@ -82,7 +82,12 @@ build_one() {  # build_one ARCH CPU
   fixed=$(ls "$WHEELHOUSE"/*manylinux*"$tag"*.whl 2>/dev/null | head -1)
   [ -n "$fixed" ] || { echo "no repaired wheel for $arch"; return 1; }
   # Install with the target's own pip, then import and use it from outside the source tree.
-  QEMU_CPU=$cpu PYTHONPATH="$bsite" "$PYQ" -m pip install -q --no-deps --no-index --target "$inst" "$fixed" ||
+  # On armv7l pip decides whether manylinux tags apply by reading the ELF header of
+  # sys.executable (hard-float?), which here is the qemu launcher script: name the platform.
+  local plat=()
+  [ "$arch" = armhf ] && plat=(--platform manylinux_2_17_armv7l --python-version "$ARM_PYVER" --implementation cp)
+  QEMU_CPU=$cpu PYTHONPATH="$bsite" "$PYQ" -m pip install -q --root-user-action=ignore --no-deps --no-index \
+    "${plat[@]}" --target "$inst" "$fixed" ||
     { echo "installing $fixed failed"; return 1; }
   local si=SITE_PKGS_$arch
   # shellcheck disable=SC2086

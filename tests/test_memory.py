@@ -174,12 +174,10 @@ def test_10000_segments_fit_a_pi(many_segments, tmp_path, record_property):
     assert peak_maps <= (CACHED + 1) * 3, figures
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "Log.scan fetches 8 MiB batches and keeps the whole batch's record views alive while it "
-    "yields them: with 4 KiB segments that is ~2,000 segments mapped at once (and on CPython "
-    "< 3.13 one descriptor per map), whatever cached_segments says. Capping a scan batch at "
-    "segment_bytes would bound it by the LRU"))
 def test_scan_keeps_few_segments_mapped(many_segments):
+    """Log.scan reads segment by segment: the LRU bounds what it maps, not its batch size
+    (a scan that fetched 8 MiB batches across 4 KiB segments once held ~2,000 maps, and on
+    CPython < 3.13 as many descriptors)."""
     path, _ = many_segments
     fds0 = n_fds()
     peak_fds = peak_maps = 0
