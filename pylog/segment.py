@@ -12,6 +12,7 @@ This module is the one place that turns the C core's status codes into exception
 """
 from __future__ import annotations
 
+import gc
 import os
 import struct
 from itertools import repeat
@@ -117,7 +118,17 @@ def build_records(mv: memoryview, frames: np.ndarray, lazy: bool = False) -> Any
         for i in np.flatnonzero(null_m).tolist():
             metas[i] = None
     records = map(new_record, repeat(Record, n), zip(offsets, stamps, keys, values, metas))
-    return records if lazy else list(records)
+    if lazy:
+        return records
+    # Thousands of new, surviving objects would set off young-generation collections over
+    # and over while the list fills (none can free anything: every record is kept).
+    if gc.isenabled():
+        gc.disable()
+        try:
+            return list(records)
+        finally:
+            gc.enable()
+    return list(records)
 
 
 def record_at(mv: memoryview, f: tuple) -> Record:
