@@ -98,13 +98,11 @@ def build_records(mv: memoryview, frames: np.ndarray, lazy: bool = False) -> Any
     null_m = (attrs & fmt.ATTR_NULL_METADATA) != 0
     null_v = (attrs & fmt.ATTR_NULL_VALUE) != 0
     plain = not null_v.any()
-    if lazy and plain:
-        values: Iterable = map(getitem, map(slice, vstart.tolist(), vend.tolist()))
-    else:
-        values = [mv[a:b] for a, b in zip(vstart.tolist(), vend.tolist())]
-        if not plain:
-            for i in np.flatnonzero(null_v).tolist():
-                values[i] = None  # type: ignore[index]
+    # A comprehension slices about twice as fast as map(getitem, map(slice, ...)).
+    values: Iterable = [mv[a:b] for a, b in zip(vstart.tolist(), vend.tolist())]
+    if not plain:
+        for i in np.flatnonzero(null_v).tolist():
+            values[i] = None  # type: ignore[index]
     if null_k.all():
         keys: Iterable = repeat(None)
     else:
