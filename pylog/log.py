@@ -50,7 +50,8 @@ _BYTES_LIKE = (bytes, bytearray, memoryview)
 _ALWAYS, _INTERVAL, _NEVER = 0, 1, 2
 _POLICIES = {"always": _ALWAYS, "interval": _INTERVAL, "never": _NEVER}
 _QUEUE_MAX = 4096          # per-record appends queued before they are framed
-_BATCH_BUFFER = 4 << 20    # write buffer a batch append grows to
+_BATCH_BUFFER = 1 << 20    # write buffer a batch append grows to: 1 MiB keeps the framed bytes in
+                           # L2 for the kernel copy (4 MiB measured 2x slower per record)
 _time_ns = time.time_ns
 _bisect_right = bisect.bisect_right
 
