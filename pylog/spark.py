@@ -1153,18 +1153,24 @@ def _recover(root: str, topic: str) -> None:
     shutil.rmtree(os.path.join(root, _SPARK_DIR, _STAGING_DIR, journal["txn"]), ignore_errors=True)
 
 
+def _writer_parts(options: dict[str, str], schema: StructType) -> tuple["_Committer", int, "_StagingWriter"]:
+    """What the batch writer and the streaming sink both start from: the checked schema and
+    topic, the driver-side committer, and the task-side staging writer."""
+    _check_write_schema(schema)
+    root = _root_opt(options)
+    topic = options.get("topic")
+    if not topic:
+        raise _err("topic", "required: the topic to write")
+    committer = _Committer(root, _check_topic_name(str(topic), "topic"), options)
+    n_partitions = committer.partition_count()
+    return committer, n_partitions, _StagingWriter(committer.staging, n_partitions, options)
+
+
 class PylogWriter(DataSourceArrowWriter):
     """Batch writer (mode "append"): nothing is visible unless the job commits."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        _check_write_schema(schema)
-        root = _root_opt(options)
-        topic = options.get("topic")
-        if not topic:
-            raise _err("topic", "required: the topic to write")
-        self.committer = _Committer(root, _check_topic_name(str(topic), "topic"), options)
-        self.n_partitions = self.committer.partition_count()
-        self.stager = _StagingWriter(self.committer.staging, self.n_partitions, options)
+        self.committer, self.n_partitions, self.stager = _writer_parts(options, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self.stager.write(iterator)
@@ -1180,14 +1186,7 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):
     """Streaming sink: exactly once per batch id (replays are skipped)."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        _check_write_schema(schema)
-        root = _root_opt(options)
-        topic = options.get("topic")
-        if not topic:
-            raise _err("topic", "required: the topic to write")
-        self.committer = _Committer(root, _check_topic_name(str(topic), "topic"), options)
-        self.n_partitions = self.committer.partition_count()
-        self.stager = _StagingWriter(self.committer.staging, self.n_partitions, options)
+        self.committer, self.n_partitions, self.stager = _writer_parts(options, schema)
         sink_id = options.get("sinkid")
         if not sink_id:
             where = options.get("checkpointlocation") or options.get("path")
