@@ -114,10 +114,6 @@ int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap,
                      const int64_t *timestamps, int64_t default_timestamp,
                      size_t n, size_t *n_done, size_t *written);
 
-/* Framed size of n records (for sizing a buffer). */
-int plog_batch_size(const uint32_t *value_lens, const uint32_t *key_lens,
-                    const uint32_t *meta_lens, size_t n, uint64_t *total);
-
 /* Walk and validate frames from st->position, adding index entries (index may be NULL). */
 int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_frames);
 

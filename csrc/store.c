@@ -175,19 +175,6 @@ static inline int is_null(const uint32_t *lens, size_t i) {
     return !lens || lens[i] == (uint32_t)PLOG_NULL_LEN;
 }
 
-int plog_batch_size(const uint32_t *value_lens, const uint32_t *key_lens,
-                    const uint32_t *meta_lens, size_t n, uint64_t *total) {
-    uint64_t t = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t body = (uint64_t)BODY_FIXED + real_len(value_lens, i) + real_len(key_lens, i) +
-                        real_len(meta_lens, i);
-        if (body > MAX_BODY) return PLOG_E_LENGTH;
-        t += body + PLOG_FRAME_PREFIX_SIZE;
-    }
-    *total = t;
-    return PLOG_OK;
-}
-
 int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *values,
                      const uint32_t *value_lens, const uint8_t *keys, const uint32_t *key_lens,
                      const uint8_t *metas, const uint32_t *meta_lens, const int64_t *timestamps,

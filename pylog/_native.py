@@ -321,10 +321,6 @@ class Appender:
         if cap > self._st.index_cap:
             self._set_index_cap(cap, self._st.index_count)
 
-    def truncate_index(self, count: int) -> None:
-        """Forget every index entry from slot ``count`` on."""
-        self._st.index_count = self._st.timeindex_count = min(count, self._st.index_count)
-
     def load_index(self, index_bytes: bytes, timeindex_bytes: bytes, max_cap: int | None = None) -> None:
         """Replace the in-memory entries with these (raw entry bytes, no header); room for
         more up to ``max_cap`` entries."""
@@ -346,10 +342,6 @@ class Appender:
         """Raw time-index entries of slots [start, stop)."""
         e = fmt.TIMEINDEX_ENTRY_SIZE
         return ffi.buffer(self._tbuf + start * e, (stop - start) * e)[:]
-
-    def index_entry(self, slot: int) -> tuple[int, int]:
-        """(relative_offset, position) of one offset-index slot."""
-        return struct.unpack_from("<II", ffi.buffer(self._ibuf + slot * 8, 8))
 
     def index_view(self) -> Buffer:
         """A Buffer over the offset-index entries (read ``index_count`` of them)."""
@@ -443,16 +435,3 @@ class Appender:
                 return rc, total
             self.grow_index(self._st.index_cap * 2)
 
-
-def batch_size(value_lens, key_lens, meta_lens) -> int:
-    """Bytes that framing these records takes."""
-    total = ffi.new("uint64_t *")
-    rc = lib.plog_batch_size(
-        ffi.from_buffer("uint32_t[]", value_lens),
-        ffi.from_buffer("uint32_t[]", key_lens) if key_lens is not None else ffi.NULL,
-        ffi.from_buffer("uint32_t[]", meta_lens) if meta_lens is not None else ffi.NULL,
-        len(value_lens), total,
-    )
-    if rc != OK:
-        raise ValueError("a record in the batch is too large to frame")
-    return total[0]

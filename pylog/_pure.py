@@ -299,16 +299,6 @@ def _real(lens, i) -> int:
     return int(lens[i])
 
 
-def batch_size(value_lens, key_lens, meta_lens) -> int:
-    total = 0
-    for i in range(len(value_lens)):
-        body = _BODY_FIXED + _real(value_lens, i) + _real(key_lens, i) + _real(meta_lens, i)
-        if body > fmt.MAX_FRAME_BODY:
-            raise ValueError("a record in the batch is too large to frame")
-        total += body + 8
-    return total
-
-
 class Appender:
     """Pure-Python twin of :class:`pylog._native.Appender`."""
 
@@ -345,10 +335,6 @@ class Appender:
     def grow_index(self, cap: int) -> None:
         self.index_cap = max(self.index_cap, cap)
 
-    def truncate_index(self, count: int) -> None:
-        del self._index[count * 8 :]
-        del self._tindex[count * 16 :]
-
     def load_index(self, index_bytes: bytes, timeindex_bytes: bytes, max_cap: int | None = None) -> None:
         n = len(index_bytes) // 8
         if len(timeindex_bytes) // 16 != n:
@@ -363,9 +349,6 @@ class Appender:
 
     def timeindex_bytes(self, start: int, stop: int) -> bytes:
         return bytes(self._tindex[start * 16 : stop * 16])
-
-    def index_entry(self, slot: int) -> tuple[int, int]:
-        return _IDX.unpack_from(self._index, slot * 8)
 
     def index_view(self) -> Buffer:
         return Buffer(bytes(self._index))

@@ -135,6 +135,8 @@ def record_at(mv: memoryview, f: tuple) -> Record:
     """The Record of one decoded frame tuple."""
     pos, off, ts, _size, attrs, klen, mlen, vlen, _crc = f
     p = pos + fmt.FRAME_HEADER_SIZE
+    if attrs == 3:  # the common record: no key, no metadata
+        return new_record(Record, (off, ts, None, mv[p : p + vlen], None))
     key = None if attrs & 1 else mv[p : p + klen]
     p += klen
     meta = None if attrs & 2 else mv[p : p + mlen]
@@ -300,12 +302,7 @@ class SealedSegment(_Reader):
             f = self._locate_slow(st, target)
         if f[1] != target:
             raise OffsetRemovedError(target)
-        pos, off, ts, _size, attrs, klen, mlen, vlen, _crc = f
-        mv = st.mv
-        p = pos + 36
-        if attrs == 3:  # the common record: no key, no metadata
-            return new_record(Record, (off, ts, None, mv[p : p + vlen], None))
-        return record_at(mv, f)
+        return record_at(st.mv, f)
 
     def _open(self) -> _SealedMaps:
         sp, ip, tp = paths(self.dir, self.base_offset)
@@ -608,8 +605,4 @@ class ActiveSegment(_Reader):
             f = self._locate_slow(m, target)
         if f[1] != target:
             raise OffsetRemovedError(target)
-        pos, off, ts, _size, attrs, klen, mlen, vlen, _crc = f
-        if attrs == 3:  # the common record: no key, no metadata
-            p = pos + 36
-            return new_record(Record, (off, ts, None, m.mv[p : p + vlen], None))
         return record_at(m.mv, f)
