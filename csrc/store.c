@@ -303,6 +303,10 @@ int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_ind
     while (pos < len) {
         if (len - pos < PLOG_FRAME_HEADER_SIZE) return PLOG_E_SHORT;
         const uint8_t *p = buf + pos;
+#if defined(__GNUC__)
+        /* the walk is a chain of dependent loads, one per frame: fetch ahead of it */
+        if (len - pos > 1024) __builtin_prefetch(p + 1024);
+#endif
         uint32_t body = plog_ld32(p);
         uint64_t off = plog_ld64(p + 8);
         if (body < BODY_FIXED || body > MAX_BODY) return PLOG_E_LENGTH;
@@ -314,6 +318,12 @@ int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_ind
         pos += (uint64_t)body + PLOG_FRAME_PREFIX_SIZE;
     }
     return PLOG_E_NOT_FOUND;
+}
+
+int64_t plog_locate(const plog_view *v, uint64_t target) {
+    plog_frame f;
+    int rc = plog_find(v->buf, v->len, v->index, v->n_index, v->base_offset, target, v->gaps, &f);
+    return rc ? (int64_t)rc : (int64_t)f.position;
 }
 
 int plog_find_time(const uint8_t *buf, size_t len, const uint8_t *tindex, size_t n_tindex,

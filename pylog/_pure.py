@@ -226,6 +226,18 @@ def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base
     return E_NOT_FOUND, None
 
 
+
+def locator(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int,
+            gaps: bool = False):
+    """``locate(target)``: the position of the CRC-verified frame of ``target`` in this map
+    (with ``gaps``, the first frame at or after it), or a negative status."""
+
+    def locate(target: int) -> int:
+        rc, f = find(store, store_len, index, n_index, base_offset, target, gaps)
+        return rc if rc else f[0]
+
+    return locate
+
 def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: int, ts: int):
     pos = fmt.FILE_HEADER_SIZE
     if tindex is not None and n_tindex:

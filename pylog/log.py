@@ -18,6 +18,8 @@ import fcntl
 import os
 import threading
 import time
+from array import array
+from itertools import chain
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -49,7 +51,7 @@ __all__ = ["Log", "PackedBytes"]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _ALWAYS, _INTERVAL, _NEVER = 0, 1, 2
 _POLICIES = {"always": _ALWAYS, "interval": _INTERVAL, "never": _NEVER}
-_QUEUE_MAX = 4096          # per-record appends queued before they are framed
+_FRAME_HEADER = fmt.FRAME_HEADER_SIZE
 _BATCH_BUFFER = 1 << 20    # write buffer a batch append grows to: 1 MiB keeps the framed bytes in
                            # L2 for the kernel copy (4 MiB measured 2x slower per record)
 _time_ns = time.time_ns
@@ -536,15 +538,16 @@ class Log:
                         self._q_start = self._active.app.next_offset
                     off = self._q_start + len(q)
                     q.append(value)
-                    now = _time_ns() // 1_000_000
-                    self._q_ts.append(now)
-                    self._q_bytes += len(value)
-                    self._unflushed += 1
-                    if self._q_bytes >= self._q_limit or len(q) >= _QUEUE_MAX:
+                    self._q_ts.append(_time_ns())  # made milliseconds when the queue is framed
+                    # the queue holds at most a write buffer of frames
+                    size = self._q_bytes = self._q_bytes + len(value) + _FRAME_HEADER
+                    if size >= self._q_limit:
                         self._drain_locked()
-                    if self._policy == _INTERVAL and (
-                            self._unflushed >= self._flush_n or now - self._last_flush_ms >= self._flush_t):
-                        self._flush_locked()
+                    if self._policy == _INTERVAL:
+                        self._unflushed += 1
+                        if (self._unflushed >= self._flush_n
+                                or _time_ns() // 1_000_000 - self._last_flush_ms >= self._flush_t):
+                            self._flush_locked()
                     return off
                 seg = self._writable
                 if seg is not None and self._segment_ms is None and not q:
@@ -639,7 +642,7 @@ class Log:
         """
         if isinstance(values, (bytes, bytearray, memoryview, str)):
             raise TypeError(f"values must be a sequence of bytes-likes, not a single {type(values).__name__}")
-        if not isinstance(values, PackedBytes):
+        if type(values) is not list and not isinstance(values, PackedBytes):
             try:
                 values = list(values)
             except TypeError:
@@ -761,9 +764,10 @@ class Log:
         self._q = []
         self._q_ts = []
         self._q_bytes = 0
-        n = len(vals)
-        vlens = np.fromiter(map(len, vals), dtype=np.uint32, count=n)
-        ts_arr = np.maximum.accumulate(np.array(stamps, dtype=np.int64))
+        vlens = np.frombuffer(array("I", map(len, vals)), dtype=np.uint32)
+        if self._policy != _INTERVAL:
+            self._unflushed += len(vals)
+        ts_arr = np.maximum.accumulate(np.array(stamps, dtype=np.int64) // 1_000_000)
         seg = self._active
         mx = seg.app.max_timestamp
         if mx is not None and int(ts_arr[0]) < mx:
@@ -778,11 +782,18 @@ class Log:
             if len(items) != n:
                 raise ValueError(f"{what} has {len(items)} items, values has {n}")
             return items.data, items.lengths
-        items = list(items)
+        if type(items) is not list:
+            items = list(items)
         if len(items) != n:
             raise ValueError(f"{what} has {len(items)} items, values has {n}")
-        if set(map(type, items)) == {bytes}:  # the common case, without a Python-level loop
-            return b"".join(items), np.fromiter(map(len, items), dtype=np.uint32, count=n)
+        try:  # the common case, bytes-likes only, without a Python-level loop
+            joined = b"".join(items)
+            lens = np.frombuffer(array("I", map(len, items)), dtype=np.uint32)
+        except (TypeError, OverflowError):  # a None, a str, a non-buffer, a length >= 4 GiB
+            pass
+        else:
+            if int(lens.sum(dtype=np.uint64)) == len(joined):  # else a view with itemsize > 1
+                return joined, lens
         try:
             joined = b"".join([b"" if x is None else x for x in items])
             lens = np.fromiter((fmt.NULL_LEN if x is None else len(x) for x in items), dtype=np.uint32, count=n)
@@ -1117,9 +1128,13 @@ class Log:
             raise ValueError(f"start={start} is after stop={stop}")
         if start < self.start_offset or stop > self.next_offset:
             raise OffsetOutOfRangeError(start if start < self.start_offset else stop, self.start_offset, self.next_offset)
-        return self._scan(start, stop)
+        # The records of each chunk come from a C-level iterator (map over zip): chaining
+        # them, rather than re-yielding each record from a generator, keeps the Python frame
+        # out of the per-record path.
+        return chain.from_iterable(self._scan_chunks(start, stop))
 
-    def _scan(self, offset: int, stop: int) -> Iterator[Record]:
+    def _scan_chunks(self, offset: int, stop: int) -> Iterator[Iterator[Record]]:
+        """Iterators over consecutive chunks of records in [offset, stop)."""
         while offset < stop:
             (recs, n, last), rc, bad, _used = self._read_segment(
                 offset, 8 << 20, min(8192, stop - offset), False, lazy=True)
@@ -1133,9 +1148,9 @@ class Log:
                     raise corrupt_error(path, bad, offset, rc)
                 return
             if last >= stop:  # compacted segments skip offsets
-                yield from (r for r in recs if r[0] < stop)
+                yield (r for r in recs if r[0] < stop)
                 return
-            yield from recs
+            yield recs
             offset = last + 1
 
     def __iter__(self) -> Iterator[Record]:
@@ -1436,6 +1451,15 @@ class Log:
                 self._active.write_pending()
         except BaseException:  # never raise from a finalizer (a test's PowerCut included)
             pass
+
+    def read_arrow(self, start: int | None = None, stop: int | None = None,
+                   columns: Any = None) -> Any:
+        """The records in ``[start, stop)`` as a ``pyarrow.Table``: columns offset,
+        timestamp (ms, UTC), key, value, metadata. Needs pyarrow, imported only here; see
+        :func:`pylog.arrow.read_table`."""
+        from pylog.arrow import read_table
+
+        return read_table(self, start, stop, columns)
 
 
 def sizes_of(lens: np.ndarray, a: int, b: int) -> int:

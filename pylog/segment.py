@@ -41,6 +41,8 @@ _REASONS = {
 }
 _TIX_TS = struct.Struct("<q")
 _find = impl.find
+#: (length, offset, timestamp, attributes, key_length, metadata_length) of a frame header
+_HEAD = struct.Struct("<I4xQqIII").unpack_from
 _U64_MAX = (1 << 64) - 1
 _SCAN_CHUNK = 4096
 
@@ -229,12 +231,16 @@ class _Reader:
 
 
 class _SealedMaps:
-    __slots__ = ("store", "index", "timeindex")
+    __slots__ = ("store", "index", "timeindex", "mv", "locate")
 
-    def __init__(self, store: store_mod.StoreMap, idx: index.MappedIndex, tidx: index.MappedIndex) -> None:
+    def __init__(self, store: store_mod.StoreMap, idx: index.MappedIndex, tidx: index.MappedIndex,
+                 base_offset: int, gaps: bool) -> None:
         self.store = store
         self.index = idx
         self.timeindex = tidx
+        self.mv = store.mv
+        #: locate(offset) -> position of its CRC-checked frame, or a negative status
+        self.locate = impl.locator(store.buf, store.length, idx.buf, idx.n, base_offset, gaps)
 
 
 class SealedSegment(_Reader):
@@ -296,13 +302,22 @@ class SealedSegment(_Reader):
             m = self._open()
         else:
             self._cache.touch(self)
-        st = m.store
-        rc, f = _find(st.buf, st.length, m.index.buf, m.index.n, self.base_offset, target, self.gaps)
-        if rc:
+        pos = m.locate(target)
+        if pos < 0:  # the index was no help, or the frame is bad: the checked slow walk
+            st = m.store
             f = self._locate_slow(st, target)
-        if f[1] != target:
+            if f[1] != target:
+                raise OffsetRemovedError(target)
+            return record_at(st.mv, f)
+        mv = m.mv
+        body, off, ts, attrs, klen, mlen = _HEAD(mv, pos)
+        if off != target:  # a compacted segment: the first record after it
             raise OffsetRemovedError(target)
-        return record_at(st.mv, f)
+        p = pos + fmt.FRAME_HEADER_SIZE
+        if attrs == 3:  # the common record: no key, no metadata
+            return new_record(Record, (off, ts, None, mv[p : pos + fmt.FRAME_PREFIX_SIZE + body], None))
+        return record_at(mv, (pos, off, ts, body + fmt.FRAME_PREFIX_SIZE, attrs, klen, mlen,
+                              body + fmt.FRAME_PREFIX_SIZE - fmt.FRAME_HEADER_SIZE - klen - mlen, None))
 
     def _open(self) -> _SealedMaps:
         sp, ip, tp = paths(self.dir, self.base_offset)
@@ -319,7 +334,7 @@ class SealedSegment(_Reader):
         if (idx is None or tidx is None or idx.n != tidx.n or (st.length > fmt.FILE_HEADER_SIZE and idx.n == 0)
                 or not index.agree(idx.array, tidx.array, self.next_offset - self.base_offset)):
             idx, tidx = self._rebuild_index(st)
-        m = _SealedMaps(st, idx, tidx)
+        m = _SealedMaps(st, idx, tidx, self.base_offset, self.gaps)
         self._maps = m
         self._cache.add(self)
         return m
