@@ -98,8 +98,13 @@ def _build_records(mv: memoryview, frames: np.ndarray, lazy: bool) -> Any:
     n = len(frames)
     if n == 0:
         return iter(()) if lazy else []
-    offsets = frames["offset"].tolist()
-    stamps = frames["timestamp"].tolist()
+    # offsets are consecutive unless compaction removed some; timestamps are often all equal
+    # (a batch append): then no list of ints is made for them
+    offs = frames["offset"]
+    first = int(offs[0])
+    offsets: Iterable = range(first, first + n) if int(offs[-1]) - first == n - 1 else offs.tolist()
+    ts = frames["timestamp"]
+    stamps: Iterable = repeat(int(ts[0]), n) if ts.min() == ts.max() else ts.tolist()
     attrs = frames["attributes"]
     start = frames["position"] + fmt.FRAME_HEADER_SIZE
     klen = frames["key_length"].astype(np.uint64)
