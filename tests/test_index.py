@@ -28,6 +28,23 @@ def test_index_lookup_matches_bisect(rels, target, skip):
     assert _pure.index_lookup(_pure.Buffer(raw, skip=skip), len(rels), target) == got
 
 
+def test_index_lookup_every_target_of_even_and_skewed_indexes():
+    """The C lookup guesses by interpolation before it bisects: check every target in and
+    around the entries of an evenly spaced index (where the guess is right), a skewed one
+    (squares: where it is wrong) and one with a single huge jump."""
+    shapes = {
+        "even": [i * 30 for i in range(2000)],
+        "skewed": [i * i for i in range(2000)],
+        "jump": list(range(1000)) + [(1 << 31) + i for i in range(1000)],
+    }
+    for name, rels in shapes.items():
+        buf = impl.Buffer(_index(rels, range(32, 32 + len(rels))))
+        targets = sorted({t for r in rels[:: 7] + rels[-20:] for t in (r - 1, r, r + 1) if t >= 0})
+        targets += [0, rels[-1] + 1000, (1 << 32) - 1]
+        for t in targets:
+            assert impl.index_lookup(buf, len(rels), t) == bisect.bisect_right(rels, t) - 1, (name, t)
+
+
 @given(st.lists(st.integers(0, 1 << 50), max_size=300).map(sorted), st.integers(-5, 1 << 51))
 def test_timeindex_lookup_matches_bisect(stamps, target):
     raw = b"".join(struct.pack("<qII", t, i, 32 + i) for i, t in enumerate(stamps))
