@@ -160,6 +160,41 @@ uint32_t plog_murmur2(const uint8_t *data, size_t len);
 int plog_header_encode(uint8_t *dst, const uint8_t *magic, uint64_t base_offset, uint32_t flags);
 int plog_header_check(const uint8_t *src, size_t len, const uint8_t *magic, uint64_t *base_offset,
                       uint32_t *flags);
+/*
+ * Columnar scan: one pass over a store buffer that CRC-checks frames (as plog_scan does)
+ * and appends each record as a row of caller-owned column arrays in Arrow's layout.
+ *
+ * A binary column (key, metadata, value): row i is data[offsets[i] .. offsets[i+1]) and
+ * bit i of validity (least significant bit first) is 0 when the field is null (a null is
+ * stored as zero bytes). offsets has capacity + 1 entries; offsets[rows] must hold the
+ * bytes used so far (0 before the first row). offsets NULL: the column is not collected.
+ */
+typedef struct {
+    int32_t *offsets;         /* capacity + 1 entries, or NULL: not collected */
+    uint8_t *data;
+    uint64_t data_cap;        /* bytes of data (at most INT32_MAX of them are used) */
+    uint8_t *validity;        /* (capacity + 7) / 8 bytes, or NULL */
+    uint64_t null_count;      /* nulls so far: each null row adds one */
+    uint64_t need;            /* after PLOG_E_SPACE: the data_cap the refused row needs, else 0 */
+} plog_binary_column;
+
+typedef struct {
+    uint64_t rows;            /* rows so far: a scan appends from here */
+    uint64_t capacity;        /* rows the per-row arrays have room for */
+    int64_t *offsets;         /* capacity entries, or NULL */
+    int64_t *timestamps;      /* capacity entries (ms), or NULL */
+    uint8_t *attributes;      /* capacity entries (PLOG_ATTR_* bits), or NULL */
+    plog_binary_column key;
+    plog_binary_column metadata;
+    plog_binary_column value;
+} plog_columns;
+
+/* Append the valid frames from start to cols until it is full (OK), the buffer ends (OK),
+ * a frame's offset is >= stop_offset (OK; UINT64_MAX: no bound), a binary column's data is
+ * full (PLOG_E_SPACE, see need) or a frame is bad (its status). expected_offset and gaps as
+ * for plog_scan. Rows before the stop are kept; *end_position is where the next frame is. */
+int plog_scan_columns(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset,
+                      int gaps, uint64_t stop_offset, plog_columns *cols, uint64_t *end_position);
 /* CDEF END */
 
 #endif

@@ -342,3 +342,80 @@ int plog_find_time(const uint8_t *buf, size_t len, const uint8_t *tindex, size_t
     }
     return PLOG_E_NOT_FOUND;
 }
+
+/* ---- columnar scan ------------------------------------------------------------------------ */
+
+/* Whether `len` more bytes fit in column c after row `row` (always, when not collected). */
+static inline int column_fits(plog_binary_column *c, uint64_t row, uint32_t len) {
+    if (!c->offsets) return 1;
+    uint64_t cap = c->data_cap < 0x7fffffffu ? c->data_cap : 0x7fffffffu;
+    uint64_t need = (uint64_t)(uint32_t)c->offsets[row] + len;
+    if (need <= cap) return 1;
+    c->need = need;
+    return 0;
+}
+
+static inline void column_put(plog_binary_column *c, uint64_t row, const uint8_t *src,
+                              uint32_t len, int null) {
+    if (!c->offsets) return;
+    int32_t at = c->offsets[row];
+    if (len) memcpy(c->data + at, src, len);
+    c->offsets[row + 1] = at + (int32_t)len;
+    if (c->validity) {
+        uint8_t bit = (uint8_t)(1u << (row & 7));
+        uint8_t *v = c->validity + (row >> 3);
+        if ((row & 7) == 0)
+            *v = null ? 0 : bit; /* a new byte: its bits above this row are cleared too */
+        else
+            *v = null ? (uint8_t)(*v & ~bit) : (uint8_t)(*v | bit);
+    }
+    c->null_count += (uint64_t)(null != 0);
+}
+
+int plog_scan_columns(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset,
+                      int gaps, uint64_t stop_offset, plog_columns *cols, uint64_t *end_position) {
+    *end_position = start;
+    if (!cols || cols->rows > cols->capacity) return PLOG_E_ARG;
+    plog_binary_column *cs[3] = {&cols->key, &cols->metadata, &cols->value};
+    for (int i = 0; i < 3; i++) {
+        cs[i]->need = 0;
+        if (cs[i]->offsets && cs[i]->offsets[cols->rows] < 0) return PLOG_E_ARG;
+    }
+    uint64_t pos = start, n = cols->rows;
+    int rc = PLOG_OK;
+    plog_frame f;
+    while (n < cols->capacity && pos < len) {
+        rc = frame_decode(buf, len, pos, 1, &f);
+        if (rc) break;
+        if (expected_offset != UINT64_MAX && f.offset != expected_offset &&
+            !(gaps && f.offset > expected_offset)) {
+            rc = PLOG_E_OFFSET;
+            break;
+        }
+        if (f.offset >= stop_offset) break;
+        /* all three checked before any is written: a refused row leaves no trace */
+        int fits = column_fits(&cols->key, n, f.key_length);
+        fits &= column_fits(&cols->metadata, n, f.metadata_length);
+        fits &= column_fits(&cols->value, n, f.value_length);
+        if (!fits) {
+            rc = PLOG_E_SPACE;
+            break;
+        }
+        const uint8_t *p = buf + pos + PLOG_FRAME_HEADER_SIZE;
+        uint32_t a = f.attributes;
+        if (cols->offsets) cols->offsets[n] = (int64_t)f.offset;
+        if (cols->timestamps) cols->timestamps[n] = f.timestamp;
+        if (cols->attributes) cols->attributes[n] = (uint8_t)a;
+        column_put(&cols->key, n, p, f.key_length, a & PLOG_ATTR_NULL_KEY);
+        p += f.key_length;
+        column_put(&cols->metadata, n, p, f.metadata_length, a & PLOG_ATTR_NULL_METADATA);
+        p += f.metadata_length;
+        column_put(&cols->value, n, p, f.value_length, a & PLOG_ATTR_NULL_VALUE);
+        pos += f.frame_size;
+        n++;
+        if (expected_offset != UINT64_MAX) expected_offset = f.offset + 1;
+    }
+    cols->rows = n;
+    *end_position = pos;
+    return rc;
+}

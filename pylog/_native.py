@@ -456,3 +456,50 @@ class Appender:
                 return rc, total
             self.grow_index(self._st.index_cap * 2)
 
+
+
+def scan_columns(store: Buffer, store_len: int, start: int, expected_offset: int | None,
+                 stop_offset: int | None, cols, gaps: bool = False):
+    """Append the CRC-valid frames from ``start`` to ``cols`` (a :class:`pylog._columns.Columns`)
+    as rows, in one C pass (``plog_scan_columns``).
+
+    Stops when ``cols`` is full, the buffer ends, a frame's offset is >= ``stop_offset``
+    (None: no bound), a binary column's data is full (E_SPACE; that column's ``need`` says
+    how much it needs) or a frame is bad (its status). ``expected_offset`` and ``gaps`` as
+    for :func:`scan`. Returns ``(status, rows appended, end_position)``; the rows before a
+    stop are kept.
+    """
+    c = ffi.new("plog_columns *")
+    keep = []
+
+    def ptr(ctype, arr):
+        p = ffi.from_buffer(ctype, arr, require_writable=True)
+        keep.append(p)
+        return p
+
+    c.rows = before = cols.rows
+    c.capacity = cols.capacity
+    if cols.offsets is not None:
+        c.offsets = ptr("int64_t[]", cols.offsets)
+    if cols.timestamps is not None:
+        c.timestamps = ptr("int64_t[]", cols.timestamps)
+    if cols.attributes is not None:
+        c.attributes = ptr("uint8_t[]", cols.attributes)
+    binary = ((c.key, cols.key), (c.metadata, cols.metadata), (c.value, cols.value))
+    for cc, bc in binary:
+        if bc is not None:
+            cc.offsets = ptr("int32_t[]", bc.offsets)
+            cc.data = ptr("uint8_t[]", bc.data)
+            cc.data_cap = len(bc.data)
+            cc.validity = ptr("uint8_t[]", bc.validity)
+            cc.null_count = bc.null_count
+    end = ffi.new("uint64_t *")
+    rc = lib.plog_scan_columns(store.ptr, store_len, start,
+                               0xFFFFFFFFFFFFFFFF if expected_offset is None else expected_offset, gaps,
+                               0xFFFFFFFFFFFFFFFF if stop_offset is None else stop_offset, c, end)
+    cols.rows = c.rows
+    for cc, bc in binary:
+        if bc is not None:
+            bc.null_count = cc.null_count
+            bc.need = cc.need
+    return rc, cols.rows - before, end[0]

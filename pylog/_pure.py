@@ -508,3 +508,65 @@ class Appender:
                 self._max_ts = f[2]
             n += 1
         return OK, n
+
+
+def scan_columns(store: Buffer, store_len: int, start: int, expected_offset: int | None,
+                 stop_offset: int | None, cols, gaps: bool = False):
+    """Pure-Python twin of :func:`pylog._native.scan_columns`: ``(status, rows appended,
+    end_position)``, the same bytes written to ``cols``."""
+    if cols.rows > cols.capacity:
+        return E_ARG, 0, start
+    mv = store.mv
+    pos = start
+    n = before = cols.rows
+    binary = [(c, bit) for c, bit in ((cols.key, fmt.ATTR_NULL_KEY), (cols.metadata, fmt.ATTR_NULL_METADATA),
+                                      (cols.value, fmt.ATTR_NULL_VALUE))]
+    for c, _bit in binary:
+        if c is not None:
+            c.need = 0
+            if c.offsets[n] < 0:
+                return E_ARG, 0, start
+    rc = OK
+    while n < cols.capacity and pos < store_len:
+        rc, f = _decode(mv, store_len, pos)
+        if rc:
+            break
+        _pos, off, ts, size, attrs, klen, mlen, vlen, _crc = f
+        if expected_offset is not None and off != expected_offset and not (gaps and off > expected_offset):
+            rc = E_OFFSET
+            break
+        if stop_offset is not None and off >= stop_offset:
+            break
+        lens = (klen, mlen, vlen)
+        fits = True
+        for (c, _bit), length in zip(binary, lens):
+            if c is not None and int(c.offsets[n]) + length > min(len(c.data), 0x7FFFFFFF):
+                c.need = int(c.offsets[n]) + length
+                fits = False
+        if not fits:
+            rc = E_SPACE
+            break
+        if cols.offsets is not None:
+            cols.offsets[n] = off
+        if cols.timestamps is not None:
+            cols.timestamps[n] = ts
+        if cols.attributes is not None:
+            cols.attributes[n] = attrs
+        p = pos + fmt.FRAME_HEADER_SIZE
+        for (c, bit), length in zip(binary, lens):
+            if c is not None:
+                at = int(c.offsets[n])
+                c.data[at : at + length] = np.frombuffer(mv[p : p + length], np.uint8)
+                c.offsets[n + 1] = at + length
+                null = bool(attrs & bit)
+                mask = 1 << (n & 7)
+                byte = 0 if n & 7 == 0 else int(c.validity[n >> 3])
+                c.validity[n >> 3] = (byte & ~mask) if null else (byte | mask)
+                c.null_count += null
+            p += length
+        pos += size
+        n += 1
+        if expected_offset is not None:
+            expected_offset = off + 1
+    cols.rows = n
+    return rc, n - before, pos
