@@ -15,6 +15,7 @@ SECTIONS = [
     ("pylog.compaction", None),
     ("pylog.errors", None),
     ("pylog.testing", ["CrashFS", "PowerCut", "simulate_crash", "LogMachine"]),
+    ("pylog.arrow", None),
     ("pylog.spark", None),
 ]
 

@@ -11,8 +11,9 @@ The user guide is docs/spark.md. How it works:
 
 * **Reads** plan one input partition per segment slice of each topic partition (more with
   ``minPartitions``), with the end offsets fixed at planning time. A task maps the segment's
-  store file and decodes its frames with one C scan per batch (CRC-checked), then builds
-  Arrow arrays with numpy gathers: no Python object per record.
+  store file and decodes its frames with one C call per batch (CRC-checked) that writes the
+  columns straight into Arrow's layout (:mod:`pylog.arrow`'s scan): no Python object per
+  record.
 * **Writes** are transactional. Each task stages its rows, grouped by target partition, in
   Arrow IPC files under ``ROOT/~spark/staging/``. The driver's ``commit()`` takes the
   topic's commit lock, writes a journal (``TOPIC/~spark/txn.json``: every partition's
@@ -75,6 +76,8 @@ from pylog import fileutil
 from pylog import format as fmt
 from pylog import topics as topics_mod
 from pylog._backend import impl
+from pylog._columns import Columns
+from pylog.arrow import binary_array, int64_buffer, scan_buffer
 from pylog.log import PackedBytes
 from pylog.errors import ConfigError, CorruptRecordError, InvalidNameError, PylogError, UnknownTopicError
 
@@ -106,7 +109,9 @@ _STAGING_DIR = "staging"
 # 2.3 s in 64k-row batches, 1.2 s in 500k-row ones, against 1.2 s for Parquet), so batches
 # are large, bounded by the frame bytes they cover.
 _BATCH_ROWS = 1 << 19
-_BATCH_BYTES = 128 << 20
+_BATCH_BYTES = 128 << 20  # of data per binary column
+# What the columnar scan collects for a batch (topic, partition, timestampType are constants).
+_ARROW_COLUMNS = ("offset", "timestamp", "key", "value", "metadata")
 _U64_MAX = (1 << 64) - 1
 _EARLIEST, _LATEST = -2, -1
 
@@ -508,71 +513,33 @@ def _data_loss(topic: str, p: int, offset: int, start: int) -> PylogError:
     )
 
 
-def _binary(region: np.ndarray, starts: np.ndarray, lens: np.ndarray, nulls: np.ndarray | None,
-            base: int) -> pa.Array:
-    """An Arrow binary array of the byte ranges [starts, starts + lens) of ``region`` (whose
-    first byte is at position ``base``; ranges in increasing order, not overlapping).
-
-    The ranges and the gaps between them, taken together, tile the region: viewed as one
-    binary array of 2n elements (start, end, start, end... as its offsets) it needs no copy,
-    and Arrow's take kernel gathers the even elements into one data buffer in C++."""
-    n = len(starts)
-    if nulls is not None and nulls.all():
-        return pa.nulls(n, pa.binary())
-    lo = int(starts[0])
-    hi = int(starts[-1] + lens[-1])
-    if hi - lo >= 1 << 31:
-        raise PylogError("pylog: a read batch spans 2 GiB or more (records too large for one Arrow batch)")
-    bounds = np.empty(2 * n, np.int32)
-    bounds[0::2] = starts - lo
-    bounds[1::2] = starts + lens - lo
-    tiled = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds),
-                                                            pa.py_buffer(region[lo - base:hi - base])])
-    out = tiled.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
-    if nulls is not None and nulls.any():
-        validity = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
-        _v, offsets, data = out.buffers()
-        out = pa.Array.from_buffers(pa.binary(), n, [validity, offsets, data], int(nulls.sum()))
-    return out
-
-
 def _constant_string(s: str, n: int) -> pa.Array:
     b = s.encode()
     offsets = np.arange(n + 1, dtype=np.int32) * len(b)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
 
 
-def _batch(region: np.ndarray, base: int, frames: np.ndarray, topic: str, partition: int) -> pa.RecordBatch:
-    n = len(frames)
-    attrs = frames["attributes"]
-    kstart = (frames["position"] + fmt.FRAME_HEADER_SIZE).astype(np.int64)
-    klen = frames["key_length"].astype(np.int64)
-    mlen = frames["metadata_length"].astype(np.int64)
-    vlen = frames["value_length"].astype(np.int64)
-    null_k = (attrs & fmt.ATTR_NULL_KEY) != 0
-    null_m = (attrs & fmt.ATTR_NULL_METADATA) != 0
-    null_v = (attrs & fmt.ATTR_NULL_VALUE) != 0
-    klen[null_k] = 0
-    mlen[null_m] = 0
-    vlen[null_v] = 0
-    mstart = kstart + klen
-    vstart = mstart + mlen
-    ts = frames["timestamp"].astype(np.int64) * 1000
-    cols = [
-        _binary(region, kstart, klen, null_k, base),
-        _binary(region, vstart, vlen, null_v, base),
+def _batch(cols: Columns, topic: str, partition: int) -> pa.RecordBatch:
+    """A batch in Spark's schema from the columns pylog.arrow's scan filled (no copy)."""
+    n = cols.rows
+    ts = cols.timestamps[:n]
+    ts *= 1000  # ms -> Spark's microseconds, in place
+    arrays = [
+        binary_array(cols, "key"),
+        binary_array(cols, "value"),
         _constant_string(topic, n),
         pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, partition, np.int32))]),
-        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(frames["offset"].astype(np.int64))]),
+        pa.Array.from_buffers(pa.int64(), n, [None, int64_buffer(cols.offsets, n)]),
         pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(ts)]),
         pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.zeros(n, np.int32))]),
-        _binary(region, mstart, mlen, null_m, base),
+        binary_array(cols, "metadata"),
     ]
-    return pa.RecordBatch.from_arrays(cols, schema=_ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
 
 
 def _read_slice(sl: _Slice) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of one slice: a C scan (CRC-checked) of the mapped store file."""
+    """Arrow record batches of one slice: the C columnar scan (CRC-checked) of the mapped
+    store file that :mod:`pylog.arrow` uses, batch by batch."""
     if not isinstance(sl, _Slice):  # Spark's placeholder when there is nothing to read
         return
     try:
@@ -594,19 +561,11 @@ def _read_slice(sl: _Slice) -> Iterator[pa.RecordBatch]:
     buf = impl.Buffer(mm)
     rc, _b, flags = impl.header_check(memoryview(mm)[: fmt.FILE_HEADER_SIZE], fmt.STORE_MAGIC)
     gaps = bool(rc == impl.OK and flags & fmt.HEADER_COMPACTED)
-    region = np.frombuffer(mm, np.uint8)
-    pos, expected = sl.start_position, sl.start_offset
-    while expected < sl.end_offset and pos < sl.end_position:
-        want = min(_BATCH_ROWS, sl.end_offset - expected)
-        rc, frames, end = impl.scan(buf, sl.end_position, pos, expected, want, _BATCH_BYTES, gaps)
-        if len(frames):
-            yield _batch(region, 0, frames, sl.topic, sl.partition)
-            expected = int(frames[-1]["offset"]) + 1
-            pos = int(end)
-        if rc != impl.OK:
-            raise CorruptRecordError(sl.store_path, int(end), expected, _reason(rc))
-        if not len(frames):
-            break
+    rc, end, expected = yield from scan_buffer(
+        buf, sl.end_position, sl.start_position, sl.start_offset, sl.end_offset, sl.end_offset, gaps,
+        _ARROW_COLUMNS, _BATCH_ROWS, lambda cols: _batch(cols, sl.topic, sl.partition), _BATCH_BYTES)
+    if rc != impl.OK:
+        raise CorruptRecordError(sl.store_path, int(end), expected, _reason(rc))
     if expected < sl.end_offset and not gaps and sl.fail_on_data_loss:
         raise PylogError(f"pylog: {sl.store_path} ended at offset {expected}, expected records up to "
                          f"{sl.end_offset}: the log changed since the query was planned")

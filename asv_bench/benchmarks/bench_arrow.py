@@ -1,9 +1,15 @@
-"""Columnar read: a whole sealed log as Arrow (skipped until pylog has a columnar reader).
+"""Columnar read: a whole sealed log as Arrow.
 
 Goal (issue 6): >= 20 million records/s on sealed segments, 100 B values.
+
+* ``ArrowRead``: whichever columnar reader pylog has (``Log.read_arrow`` today; on older
+  commits ``pylog.arrow`` or the Spark data source's Arrow path; skipped with none).
+* ``ArrowReadTable``: ``pylog.arrow.read_table`` itself, with and without threads, one
+  column only, and ``iter_batches`` (skipped on commits without ``pylog.arrow``).
 """
 from __future__ import annotations
 
+import inspect
 import os
 
 import pylog
@@ -34,3 +40,40 @@ class ArrowRead:
 
     def peakmem_read_arrow(self, path: str) -> None:
         self.read(self.log)
+
+
+class ArrowReadTable:
+    params = [True, False]
+    param_names = ["use_threads"]
+
+    def setup_cache(self) -> str:
+        return build_log(os.path.abspath("arrow-table-log"), N, 100, segment_bytes=16 << 20)
+
+    setup_cache.timeout = 300
+
+    def setup(self, path: str, use_threads: bool) -> None:
+        optional("pyarrow")
+        self.arrow = optional("pylog.arrow")
+        if "use_threads" not in inspect.signature(self.arrow.read_table).parameters:
+            raise NotImplementedError("this pylog.arrow.read_table has no use_threads")
+        self.log = pylog.Log(path, readonly=True, cached_segments=None)
+        self.kw = {"use_threads": use_threads}
+        table = self.arrow.read_table(self.log, **self.kw)  # warm: maps made, pages faulted in
+        assert table.num_rows == N
+
+    def teardown(self, path: str, use_threads: bool) -> None:
+        if getattr(self, "log", None) is not None:
+            self.log.close()
+
+    def time_read_table(self, path: str, use_threads: bool) -> None:
+        self.arrow.read_table(self.log, **self.kw)
+
+    def time_read_table_value_only(self, path: str, use_threads: bool) -> None:
+        self.arrow.read_table(self.log, columns=["value"], **self.kw)
+
+    def time_iter_batches(self, path: str, use_threads: bool) -> None:
+        for _batch in self.arrow.iter_batches(self.log):
+            pass
+
+    def peakmem_read_table(self, path: str, use_threads: bool) -> None:
+        self.arrow.read_table(self.log, **self.kw)

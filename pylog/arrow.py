@@ -1,0 +1,413 @@
+"""Columnar reads: a log's records as Arrow tables and record batches.
+
+Needs pyarrow (``pip install "pylog[arrow]"``); ``import pylog`` never imports it, only
+``import pylog.arrow`` (or :meth:`pylog.Log.read_arrow`) does.
+
+::
+
+    import pylog.arrow
+    table = pylog.arrow.read_table(log)                  # every record
+    for batch in pylog.arrow.iter_batches(log, start=1000, batch_rows=50_000):
+        ...
+
+Columns (:data:`SCHEMA`): ``offset`` int64, ``timestamp`` timestamp[ms, UTC] (the record's
+milliseconds since the epoch, as stored: no conversion), ``key``, ``value`` and
+``metadata`` binary, null where the record has none (a tombstone's ``value`` is null).
+
+How it works: one C call per batch (``plog_scan_columns``) walks the segment's mapped store
+file, checks every frame's CRC32C, and writes the columns straight into Arrow's layout:
+int64 arrays, int32 offsets plus one data buffer per binary column, validity bitmaps. The
+Arrow arrays are then made over those buffers without a copy and without any per-record
+Python work. Sealed and active segments are read alike (queued appends are framed and
+written out first, as :meth:`pylog.Log.read_batch` does), compacted segments too. A frame
+that fails its CRC is never returned: the read raises :class:`pylog.errors.CorruptRecordError`
+(:func:`iter_batches` yields the batches before the bad frame first). Big buffers of
+batches that were dropped are reused by the next read (:func:`release_buffers`). The user
+guide is docs/arrow.md.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Collection, Generator, Iterator, NamedTuple, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from pylog import format as fmt
+from pylog._backend import impl
+from pylog._columns import MAX_DATA, Columns
+from pylog.errors import OffsetOutOfRangeError
+from pylog.segment import corrupt_error
+
+__all__ = ["SCHEMA", "COLUMNS", "read_table", "iter_batches", "release_buffers", "BUFFER_CACHE_BYTES"]
+
+#: The schema of a read: offset, timestamp (ms since the epoch, UTC), key, value, metadata.
+SCHEMA = pa.schema([
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("ms", tz="UTC")), ("key", pa.binary()),
+    ("value", pa.binary()), ("metadata", pa.binary()),
+])
+#: Column names, in schema order.
+COLUMNS = tuple(SCHEMA.names)
+
+#: Rows per batch :func:`iter_batches` yields unless told.
+DEFAULT_BATCH_ROWS = 1 << 17
+# Key and metadata data buffers start this small and grow (most logs have neither).
+_SMALL_DATA = 1 << 20
+_HDR = fmt.FRAME_HEADER_SIZE
+# read_table cuts a segment for threads only into parts of at least this many records.
+_MIN_PART_ROWS = 1 << 17
+_MAX_THREADS = 8
+
+
+class _BufferCache:
+    """Big buffers of batches nobody holds any more, kept for the next read.
+
+    Fresh memory costs page faults: ~13 ms per 100 MB of 4 KiB pages, and on a VM whose
+    host backs guest memory lazily, several ms per 2 MiB huge page the first time it is
+    touched (measured: reads of 1M records taking 140-250 ms instead of 30 ms until the
+    allocator's pages had all been touched once). A buffer handed to Arrow comes back here
+    when the last array over it is gone (a finalizer on the numpy view Arrow holds), up to
+    :data:`BUFFER_CACHE_BYTES` in all; :func:`release_buffers` frees them."""
+
+    def __init__(self) -> None:
+        self._free: list[pa.Buffer] = []
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, nbytes: int) -> pa.Buffer | None:
+        """The smallest free buffer of ``nbytes`` to ``1.5 * nbytes + 1 MiB``, or None."""
+        with self._lock:
+            best = -1
+            hi = nbytes + nbytes // 2 + (1 << 20)
+            for i, b in enumerate(self._free):
+                if nbytes <= b.size <= hi and (best < 0 or b.size < self._free[best].size):
+                    best = i
+            if best < 0:
+                return None
+            b = self._free.pop(best)
+            self._bytes -= b.size
+            return b
+
+    def put(self, buf: pa.Buffer) -> None:
+        with self._lock:
+            if self._bytes + buf.size <= BUFFER_CACHE_BYTES:
+                self._free.append(buf)
+                self._bytes += buf.size
+
+    def clear(self) -> int:
+        with self._lock:
+            freed, self._free, self._bytes = self._bytes, [], 0
+            return freed
+
+    def reset_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._free, self._bytes = [], 0
+
+
+#: Bytes of dropped read buffers kept for the next read (see :func:`release_buffers`); set
+#: it to 0 to keep none.
+BUFFER_CACHE_BYTES = 256 << 20
+_cache = _BufferCache()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_cache.reset_after_fork)
+_RECYCLE_MIN = 1 << 20
+
+
+def _alloc(nbytes: int) -> Any:
+    """A writable buffer of at least ``nbytes`` from pyarrow's memory pool (whose freed
+    pages are reused: a fresh 100 MB numpy array costs ~13 ms of page faults every time),
+    recycled through the buffer cache when it is big."""
+    if nbytes < _RECYCLE_MIN:
+        return pa.allocate_buffer(nbytes)
+    buf = _cache.get(nbytes)
+    if buf is None:
+        buf = pa.allocate_buffer(nbytes)
+    view = np.frombuffer(buf, np.uint8)  # every array made over the buffer keeps this alive
+    weakref.finalize(view, _cache.put, buf).atexit = False
+    return view
+
+
+def release_buffers() -> int:
+    """Free the read buffers kept for reuse (buffers of tables and batches that were
+    dropped, at most :data:`BUFFER_CACHE_BYTES`); returns the bytes freed."""
+    return _cache.clear()
+
+
+# ----------------------------------------------------------------------------------------
+# the scan shared with pylog.spark: one buffer range -> filled Columns, batch by batch
+def scan_buffer(buf: Any, length: int, pos: int, expected: int, stop: int, buffer_next: int, gaps: bool,
+                want: Collection[str], batch_rows: int | None, convert: Callable[[Columns], Any],
+                batch_bytes: int = MAX_DATA) -> Generator[Any, None, tuple[int, int, int]]:
+    """Yield ``convert(columns)`` for each batch of the frames of ``buf[pos:length]`` with
+    offsets in ``[expected, stop)``; return ``(status, end position, next offset)``.
+
+    ``buffer_next`` is the offset after the buffer's last record (it sizes the data
+    buffers); ``want`` names the columns to collect (offsets always are). A batch holds at
+    most ``batch_rows`` rows and ``batch_bytes`` of data per binary column (more only for a
+    single record; never 2 GiB, an Arrow binary array's limit). The status is OK
+    when the scan reached ``stop`` or the end of the buffer, else why a frame was refused
+    (the batches before it were yielded)."""
+    keys, metas, values = "key" in want, "metadata" in want, "value" in want
+    stamps = "timestamp" in want
+    rc = impl.OK
+    while expected < stop and pos < length:
+        left = length - pos
+        rows = max(1, min(stop - expected, left // _HDR, batch_rows or (1 << 62)))
+        # Data bytes of the next `rows` records: exact when they are all the buffer holds,
+        # else a share of it with some slack (a column that fills grows).
+        remaining = max(buffer_next - expected, rows)
+        if rows >= remaining:
+            est = left - _HDR * rows
+        else:
+            est = int(left * (rows / remaining) * 1.125) - _HDR * rows + 4096
+        est = max(0, min(est, left, batch_bytes))
+        small = min(est, _SMALL_DATA)
+        cols = Columns(rows, timestamps=stamps, key=small if keys else None,
+                       metadata=small if metas else None, value=est if values else None, alloc=_alloc)
+        while True:
+            rc, n, pos = impl.scan_columns(buf, length, pos, expected, stop, cols, gaps)
+            if n:
+                expected = int(cols.offsets[cols.rows - 1]) + 1
+            if rc == impl.E_SPACE and cols.grow_for_space(batch_bytes):
+                continue
+            break
+        if cols.rows:
+            yield convert(cols)
+        if rc == impl.E_SPACE:
+            if cols.rows:
+                rc = impl.OK
+                continue  # a column is full: the next batch takes the rest
+            rc = impl.E_LENGTH
+        if rc != impl.OK or cols.rows < cols.capacity:
+            break
+    return rc, pos, expected
+
+
+def _shrunk(data: np.ndarray, used: int) -> np.ndarray:
+    """``data[:used]``; copied when that would keep most of a buffer (over 64 KiB of it)
+    alive for nothing: a log without keys leaves its key buffers empty."""
+    if len(data) - used > (64 << 10) and used < len(data) // 2:
+        out = np.frombuffer(_alloc(used), np.uint8, count=used) if used else np.empty(0, np.uint8)
+        out[:] = data[:used]
+        return out
+    return data[:used]
+
+
+def binary_array(cols: Columns, name: str) -> pa.Array:
+    """The Arrow binary array of one binary column of ``cols`` (no copy of the data, unless
+    most of its buffer went unused)."""
+    c = getattr(cols, name)
+    n = cols.rows
+    validity = pa.py_buffer(c.validity[: (n + 7) // 8]) if c.null_count else None
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(c.offsets[: n + 1]),
+                                                  pa.py_buffer(_shrunk(c.data, c.used(n)))], c.null_count)
+
+
+def int64_buffer(arr: np.ndarray, n: int) -> pa.Buffer:
+    """An Arrow buffer over the first ``n`` int64s of ``arr`` (no copy)."""
+    return pa.py_buffer(arr[:n])
+
+
+def _record_batch(cols: Columns, names: Sequence[str]) -> pa.RecordBatch:
+    n = cols.rows
+    arrays = []
+    for name in names:
+        if name == "offset":
+            arrays.append(pa.Array.from_buffers(pa.int64(), n, [None, int64_buffer(cols.offsets, n)]))
+        elif name == "timestamp":
+            arrays.append(pa.Array.from_buffers(SCHEMA.field("timestamp").type, n,
+                                                [None, int64_buffer(cols.timestamps, n)]))
+        else:
+            arrays.append(binary_array(cols, name))
+    return pa.RecordBatch.from_arrays(arrays, schema=_schema(names))
+
+
+def _schema(names: Sequence[str]) -> pa.Schema:
+    return pa.schema([SCHEMA.field(n) for n in names])
+
+
+def _names(columns: Sequence[str] | None) -> list[str]:
+    if columns is None:
+        return list(COLUMNS)
+    if isinstance(columns, str):
+        raise TypeError("columns must be a sequence of column names, not a str")
+    names = list(columns)
+    bad = [c for c in names if c not in COLUMNS]
+    if bad:
+        raise ValueError(f"unknown columns {bad}: the columns are {list(COLUMNS)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"columns {names} name a column twice")
+    return names
+
+
+# ----------------------------------------------------------------------------------------
+# a Log's segments
+def _bounds(log: Any, start: int | None, stop: int | None) -> tuple[int, int]:
+    from pylog.log import _check_offset
+
+    log._check_open()
+    first, nxt = log.start_offset, log.next_offset
+    start = first if start is None else _check_offset(start, "start")
+    stop = nxt if stop is None else _check_offset(stop, "stop")
+    if start > stop:
+        raise ValueError(f"start={start} is after stop={stop}")
+    if start < first or stop > nxt:
+        raise OffsetOutOfRangeError(start if start < first else stop, first, nxt)
+    return start, stop
+
+
+class _Part(NamedTuple):
+    """One range of one segment to scan: records ``[off, stop)`` from store position ``pos``."""
+
+    seg: Any
+    map: Any
+    pos: int
+    off: int
+    stop: int
+    buffer_next: int
+
+
+def _segment_view(log: Any, seg: Any) -> tuple[Any, Any, int]:
+    """(store map, offset index Buffer, entries) of a segment: for the active one, after the
+    records queued or in the write buffer were handed to the OS (under the log's lock)."""
+    if seg is log._active:
+        with log._lock:
+            if log._q:
+                log._drain_locked()
+            m, ibuf, n, _ = seg._view(None)
+    else:
+        m, ibuf, n, _ = seg._view(None)
+    return m, ibuf, n
+
+
+def _parts(log: Any, start: int, stop: int, split: int) -> Iterator[_Part]:
+    """The ranges to scan for ``[start, stop)``, in offset order: one per segment, or with
+    ``split`` > 1 up to that many per segment (cut at records found through the index)."""
+    with log._lock:
+        if log._q:
+            log._drain_locked()
+        segs = [s for s in [*log._sealed, log._active] if s.base_offset < stop and s.next_offset > start]
+    split = max(1, split // max(len(segs), 1))
+    for seg in segs:
+        seg_next = seg.next_offset
+        a, b = max(start, seg.base_offset), min(stop, seg_next)
+        if a >= b:
+            continue
+        try:
+            m, ibuf, n = _segment_view(log, seg)
+        except FileNotFoundError:  # retention removed the segment meanwhile
+            raise OffsetOutOfRangeError(a, log.start_offset, log.next_offset) from None
+        rc, f = impl.find(m.buf, m.length, ibuf, n, seg.base_offset, a, seg.gaps)
+        if rc == impl.E_NOT_FOUND and seg.gaps:
+            continue  # a compacted segment keeps nothing from `a` on
+        if rc:
+            f = seg._locate_slow(m, a)  # the index was no help: a CRC-checked walk (raises if bad)
+        cuts = [(int(f[0]), int(f[1]))]
+        k = min(split, (b - a) // _MIN_PART_ROWS)
+        for i in range(1, k):
+            rc, g = impl.find(m.buf, m.length, ibuf, n, seg.base_offset, a + i * (b - a) // k, seg.gaps)
+            if rc:
+                cuts = cuts[:1]  # no cut where the index does not lead straight to a good frame
+                break
+            if cuts[-1][1] < g[1] < b:
+                cuts.append((int(g[0]), int(g[1])))
+        stops = [c[1] for c in cuts[1:]] + [b]
+        for (pos, off), end in zip(cuts, stops):
+            if off < end:
+                yield _Part(seg, m, pos, off, end, seg_next)
+
+
+def _scan_part(p: _Part, names: list[str], batch_rows: int | None) -> Generator[pa.RecordBatch, None, None]:
+    """Record batches of one part; raises CorruptRecordError (after the batches before it)."""
+    rc, end, nxt = yield from scan_buffer(p.map.buf, p.map.length, p.pos, p.off, p.stop, p.buffer_next,
+                                          p.seg.gaps, names, batch_rows, lambda cols: _record_batch(cols, names))
+    if rc == impl.OK and nxt < p.stop and not p.seg.gaps:
+        rc = impl.E_SHORT  # the store ends before the records the segment should hold
+    if rc != impl.OK:
+        raise corrupt_error(p.seg.store_path, end, nxt, rc)
+
+
+def _collect(p: _Part, names: list[str]) -> tuple[list[pa.RecordBatch], BaseException | None]:
+    out: list[pa.RecordBatch] = []
+    try:
+        out.extend(_scan_part(p, names, None))
+    except Exception as e:  # re-raised in order by read_table
+        return out, e
+    return out, None
+
+
+def _batches(log: Any, start: int, stop: int, names: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    for p in _parts(log, start, stop, 1):
+        yield from _scan_part(p, names, batch_rows)
+
+
+def _threads() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, _MAX_THREADS))
+
+
+def iter_batches(log: Any, start: int | None = None, stop: int | None = None,
+                 batch_rows: int = DEFAULT_BATCH_ROWS,
+                 columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Record batches of the records of ``log`` in ``[start, stop)``, in offset order.
+
+    ``start`` defaults to ``log.start_offset``, ``stop`` (exclusive) to ``log.next_offset``
+    when called; ``batch_rows`` bounds the rows of a batch (a batch never spans two
+    segments, so some are shorter); ``columns`` picks and orders columns of :data:`SCHEMA`
+    (default: all). A compacted segment's removed offsets are simply absent.
+
+    The bounds are checked when this is called; the records are read as the batches are
+    taken, in the calling thread. Raises :class:`~pylog.errors.OffsetOutOfRangeError` for
+    bounds outside the log and :class:`~pylog.errors.CorruptRecordError` at a frame that
+    fails its CRC or checks, after yielding the batches before it.
+    """
+    names = _names(columns)
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise ValueError(f"batch_rows={batch_rows!r} must be an int >= 1")
+    start, stop = _bounds(log, start, stop)
+    return _batches(log, start, stop, names, batch_rows)
+
+
+def read_table(log: Any, start: int | None = None, stop: int | None = None,
+               columns: Sequence[str] | None = None, use_threads: bool = True) -> pa.Table:
+    """The records of ``log`` in ``[start, stop)`` as one Arrow table.
+
+    Same bounds and columns as :func:`iter_batches`. With ``use_threads`` (as in pyarrow's
+    readers) segments, and parts of big segments, are scanned in parallel, one thread per
+    CPU (at most 8): the C scan runs without the GIL. The table has a chunk per part, so
+    at least one per segment. A corrupt frame anywhere in the range raises
+    :class:`~pylog.errors.CorruptRecordError` and no table is returned.
+    """
+    names = _names(columns)
+    start, stop = _bounds(log, start, stop)
+    threads = _threads() if use_threads and impl.NAME == "native" else 1
+    batches: list[pa.RecordBatch] = []
+
+    def take(result: tuple[list[pa.RecordBatch], BaseException | None]) -> None:
+        got, err = result
+        if err is not None:
+            raise err
+        batches.extend(got)
+
+    parts = _parts(log, start, stop, threads)
+    if threads == 1:
+        for p in parts:
+            take(_collect(p, names))
+    else:
+        # a bounded window of parts in flight: their maps stay alive only while needed
+        with ThreadPoolExecutor(threads) as ex:
+            window: deque = deque()
+            for p in parts:
+                window.append(ex.submit(_collect, p, names))
+                if len(window) > threads:
+                    take(window.popleft().result())
+            while window:
+                take(window.popleft().result())
+    return pa.Table.from_batches(batches, schema=_schema(names))
