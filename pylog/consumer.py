@@ -297,19 +297,18 @@ class Consumer:
 
     def seek_to_beginning(self, partitions: Iterable[int] | None = None) -> None:
         """Position ``partitions`` (default: all owned) at their ``start_offset``."""
-        for p in self._targets(partitions):
-            log = self._reader(p)
-            if log.readonly:
-                log.refresh()
-            self._pos[p] = log.start_offset
+        self._seek_edge(partitions, "start_offset")
 
     def seek_to_end(self, partitions: Iterable[int] | None = None) -> None:
         """Position ``partitions`` (default: all owned) at their ``next_offset``."""
+        self._seek_edge(partitions, "next_offset")
+
+    def _seek_edge(self, partitions: Iterable[int] | None, edge: str) -> None:
         for p in self._targets(partitions):
             log = self._reader(p)
             if log.readonly:
                 log.refresh()
-            self._pos[p] = log.next_offset
+            self._pos[p] = getattr(log, edge)
 
     def offsets_for_time(self, timestamp_ms: int, partitions: Iterable[int] | None = None) -> dict[int, int | None]:
         """Per partition, the first offset whose timestamp is >= ``timestamp_ms`` (None: no

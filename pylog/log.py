@@ -765,8 +765,6 @@ class Log:
         self._q_ts = []
         self._q_bytes = 0
         vlens = np.frombuffer(array("I", map(len, vals)), dtype=np.uint32)
-        if self._policy != _INTERVAL:
-            self._unflushed += len(vals)
         ts_arr = np.maximum.accumulate(np.array(stamps, dtype=np.int64) // 1_000_000)
         seg = self._active
         mx = seg.app.max_timestamp
@@ -815,12 +813,9 @@ class Log:
         if policy == _ALWAYS:
             self._write_out(seg)
             return
-        self._unflushed += count
-        if policy == _INTERVAL:
-            cfg = self.config
-            if (cfg.flush_messages is not None and self._unflushed >= cfg.flush_messages) or (
-                cfg.flush_ms is not None and _now_ms() - self._last_flush_ms >= cfg.flush_ms
-            ):
+        if policy == _INTERVAL:  # the count of unflushed records only matters here
+            self._unflushed += count
+            if self._unflushed >= self._flush_n or _now_ms() - self._last_flush_ms >= self._flush_t:
                 self._flush_locked()
 
     def _write_out(self, seg: ActiveSegment) -> None:

@@ -138,17 +138,20 @@ def _build_records(mv: memoryview, frames: np.ndarray, lazy: bool) -> Any:
     return records if lazy else list(records)
 
 
-def record_at(mv: memoryview, f: tuple) -> Record:
-    """The Record of one decoded frame tuple."""
-    pos, off, ts, _size, attrs, klen, mlen, vlen, _crc = f
+def record_at(mv: memoryview, pos: int, target: int) -> Record:
+    """The Record of the CRC-checked frame at ``pos``, which must hold offset ``target``
+    (a compacted segment may hand back the next record instead: OffsetRemovedError)."""
+    body, off, ts, attrs, klen, mlen = _HEAD(mv, pos)
+    if off != target:
+        raise OffsetRemovedError(target)
     p = pos + fmt.FRAME_HEADER_SIZE
+    end = pos + fmt.FRAME_PREFIX_SIZE + body
     if attrs == 3:  # the common record: no key, no metadata
-        return new_record(Record, (off, ts, None, mv[p : p + vlen], None))
+        return new_record(Record, (off, ts, None, mv[p:end], None))
     key = None if attrs & 1 else mv[p : p + klen]
     p += klen
     meta = None if attrs & 2 else mv[p : p + mlen]
-    p += mlen
-    value = None if attrs & 4 else mv[p : p + vlen]
+    value = None if attrs & 4 else mv[p + mlen : end]
     return new_record(Record, (off, ts, key, value, meta))
 
 
@@ -191,13 +194,8 @@ class _Reader:
         return m, f
 
     def read(self, target: int) -> Record:
-        m, ibuf, n, _ = self._view(target)
-        rc, f = _find(m.buf, m.length, ibuf, n, self.base_offset, target, self.gaps)
-        if rc:
-            f = self._locate_slow(m, target)
-        if f[1] != target:
-            raise OffsetRemovedError(target)
-        return record_at(m.mv, f)
+        m, f = self.find(target)
+        return record_at(m.mv, f[0], target)
 
     def read_batch(self, target: int, max_bytes: int, max_records: int) -> tuple[list[Record], int, int]:
         """Records from ``target``: ``(records, status, bad_position)``. ``status`` is OK, or
@@ -309,20 +307,8 @@ class SealedSegment(_Reader):
             self._cache.touch(self)
         pos = m.locate(target)
         if pos < 0:  # the index was no help, or the frame is bad: the checked slow walk
-            st = m.store
-            f = self._locate_slow(st, target)
-            if f[1] != target:
-                raise OffsetRemovedError(target)
-            return record_at(st.mv, f)
-        mv = m.mv
-        body, off, ts, attrs, klen, mlen = _HEAD(mv, pos)
-        if off != target:  # a compacted segment: the first record after it
-            raise OffsetRemovedError(target)
-        p = pos + fmt.FRAME_HEADER_SIZE
-        if attrs == 3:  # the common record: no key, no metadata
-            return new_record(Record, (off, ts, None, mv[p : pos + fmt.FRAME_PREFIX_SIZE + body], None))
-        return record_at(mv, (pos, off, ts, body + fmt.FRAME_PREFIX_SIZE, attrs, klen, mlen,
-                              body + fmt.FRAME_PREFIX_SIZE - fmt.FRAME_HEADER_SIZE - klen - mlen, None))
+            pos = self._locate_slow(m.store, target)[0]
+        return record_at(m.mv, pos, target)
 
     def _open(self) -> _SealedMaps:
         sp, ip, tp = paths(self.dir, self.base_offset)
@@ -623,6 +609,4 @@ class ActiveSegment(_Reader):
         rc, f = _find(m.buf, m.length, ibuf, n, self.base_offset, target, False)
         if rc:
             f = self._locate_slow(m, target)
-        if f[1] != target:
-            raise OffsetRemovedError(target)
-        return record_at(m.mv, f)
+        return record_at(m.mv, f[0], target)

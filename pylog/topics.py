@@ -357,28 +357,23 @@ class LogStore:
         """Apply ``retention_ms`` / ``retention_bytes`` to every partition of every topic
         whose ``cleanup_policy`` is ``"delete"`` (or only of ``topic``). Returns
         ``{(topic, partition): segments deleted}``."""
-        out = {}
-        for name in [topic] if topic is not None else self.topics():
-            t = self.topic(name)
-            if t.config.cleanup_policy != "delete":
-                continue
-            for i in range(t.partitions):
-                out[(name, i)] = t.partition(i).enforce_retention()
-        return out
+        return {key: log.enforce_retention() for key, log in self._partitions_under(topic, "delete")}
 
     def compact(self, topic: str | None = None, **options: Any) -> dict[tuple[str, int], "CompactionReport"]:
         """Compact every partition of every topic whose ``cleanup_policy`` is ``"compact"``
         (or only of ``topic``). Returns ``{(topic, partition): CompactionReport}``."""
         from pylog.compaction import compact
 
-        out = {}
+        return {key: compact(log, **options) for key, log in self._partitions_under(topic, "compact")}
+
+    def _partitions_under(self, topic: str | None, policy: str) -> Iterator[tuple[tuple[str, int], Log]]:
+        """``((topic, partition), Log)`` of every partition of ``topic`` (default: every
+        topic) whose ``cleanup_policy`` is ``policy``."""
         for name in [topic] if topic is not None else self.topics():
             t = self.topic(name)
-            if t.config.cleanup_policy != "compact":
-                continue
-            for i in range(t.partitions):
-                out[(name, i)] = compact(t.partition(i), **options)
-        return out
+            if t.config.cleanup_policy == policy:
+                for i in range(t.partitions):
+                    yield (name, i), t.partition(i)
 
     def flush(self) -> None:
         """Flush every open partition (everything appended so far becomes durable)."""
