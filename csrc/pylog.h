@@ -90,6 +90,8 @@ typedef struct {
 /* CRC32C (Castagnoli). crc is the running value, 0 to start. */
 uint32_t plog_crc32c(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t plog_crc32c_portable(uint32_t crc, const uint8_t *buf, size_t len);
+/* The CRC32C (from 0) of three buffers at once: out[i] = plog_crc32c(0, bufs[i], lens[i]). */
+void plog_crc32c_3(const uint8_t *const bufs[3], const size_t lens[3], uint32_t out[3]);
 uint32_t plog_crc32c_hw(uint32_t crc, const uint8_t *buf, size_t len);
 int plog_crc32c_hw_available(void);
 int plog_crc32c_impl(void);
@@ -113,6 +115,15 @@ int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap,
                      const uint8_t *metas, const uint32_t *meta_lens,
                      const int64_t *timestamps, int64_t default_timestamp,
                      size_t n, size_t *n_done, size_t *written);
+
+/* plog_frame_batch for records already laid out in buf[0..len): each record's key, metadata
+ * and value follow a header-sized gap, which this fills in (header and CRC); len must be
+ * exactly the frames' size. Nothing may be pending in the write buffer (st->used == 0): the
+ * caller writes buf[0..*written) at the store position the first frame had. */
+int plog_frame_in_place(plog_appender *st, uint8_t *buf, size_t len,
+                        const uint32_t *value_lens, const uint32_t *key_lens,
+                        const uint32_t *meta_lens, const int64_t *timestamps,
+                        int64_t default_timestamp, size_t n, size_t *n_done, size_t *written);
 
 /* Walk and validate frames from st->position, adding index entries (index may be NULL). */
 int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_frames);

@@ -118,9 +118,10 @@ static inline int room_for(const plog_appender *st, uint64_t size, int *need_ind
     return PLOG_OK;
 }
 
-static inline void write_frame(uint8_t *d, uint64_t offset, int64_t ts, uint32_t attrs,
-                               const uint8_t *key, uint32_t klen, const uint8_t *meta,
-                               uint32_t mlen, const uint8_t *value, uint32_t vlen) {
+/* Fill in the header of a frame whose key, metadata and value already follow it at d:
+ * everything but the CRC. Returns the length the CRC covers. */
+static inline uint32_t frame_fields(uint8_t *d, uint64_t offset, int64_t ts, uint32_t attrs,
+                                    uint32_t klen, uint32_t mlen, uint32_t vlen) {
     uint32_t body = BODY_FIXED + klen + mlen + vlen;
     plog_st32(d, body);
     plog_st64(d + 8, offset);
@@ -128,13 +129,52 @@ static inline void write_frame(uint8_t *d, uint64_t offset, int64_t ts, uint32_t
     plog_st32(d + 24, attrs);
     plog_st32(d + 28, klen);
     plog_st32(d + 32, mlen);
+    return body;
+}
+
+static inline void copy_body(uint8_t *d, const uint8_t *key, uint32_t klen, const uint8_t *meta,
+                             uint32_t mlen, const uint8_t *value, uint32_t vlen) {
     uint8_t *q = d + PLOG_FRAME_HEADER_SIZE;
     if (klen) memcpy(q, key, klen);
     q += klen;
     if (mlen) memcpy(q, meta, mlen);
     q += mlen;
     if (vlen) memcpy(q, value, vlen);
+}
+
+static inline void write_frame(uint8_t *d, uint64_t offset, int64_t ts, uint32_t attrs,
+                               const uint8_t *key, uint32_t klen, const uint8_t *meta,
+                               uint32_t mlen, const uint8_t *value, uint32_t vlen) {
+    copy_body(d, key, klen, meta, mlen, value, vlen);
+    uint32_t body = frame_fields(d, offset, ts, attrs, klen, mlen, vlen);
     plog_st32(d + 4, plog_crc32c(0, d + PLOG_FRAME_PREFIX_SIZE, body));
+}
+
+/* Frames whose CRC is still to be stored, three at a time (plog_crc32c_3). */
+typedef struct {
+    const uint8_t *body[3];
+    size_t len[3];
+    uint8_t *frame[3];
+    int n;
+} crc_queue;
+
+static inline void crc_flush(crc_queue *q) {
+    if (q->n == 3) {
+        uint32_t out[3];
+        plog_crc32c_3(q->body, q->len, out);
+        for (int i = 0; i < 3; i++) plog_st32(q->frame[i] + 4, out[i]);
+    } else {
+        for (int i = 0; i < q->n; i++)
+            plog_st32(q->frame[i] + 4, plog_crc32c(0, q->body[i], q->len[i]));
+    }
+    q->n = 0;
+}
+
+static inline void crc_push(crc_queue *q, uint8_t *frame, uint32_t body) {
+    q->frame[q->n] = frame;
+    q->body[q->n] = frame + PLOG_FRAME_PREFIX_SIZE;
+    q->len[q->n] = body;
+    if (++q->n == 3) crc_flush(q);
 }
 
 int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *key,
@@ -175,15 +215,19 @@ static inline int is_null(const uint32_t *lens, size_t i) {
     return !lens || lens[i] == (uint32_t)PLOG_NULL_LEN;
 }
 
-int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *values,
-                     const uint32_t *value_lens, const uint8_t *keys, const uint32_t *key_lens,
-                     const uint8_t *metas, const uint32_t *meta_lens, const int64_t *timestamps,
-                     int64_t default_timestamp, size_t n, size_t *n_done, size_t *written) {
+/* Frame n records into dst[0..cap): copied from the concatenated values / keys / metas, or,
+ * with in_place, already laid out there (each record's bytes after a header-sized gap). */
+static int frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *values,
+                       const uint32_t *value_lens, const uint8_t *keys, const uint32_t *key_lens,
+                       const uint8_t *metas, const uint32_t *meta_lens, const int64_t *timestamps,
+                       int64_t default_timestamp, size_t n, int in_place, size_t *n_done,
+                       size_t *written) {
     *n_done = 0;
     *written = 0;
     if (!value_lens) return PLOG_E_ARG;
     /* Validate everything first, so a bad record leaves nothing half-framed. */
     int64_t prev = st->max_timestamp;
+    uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         int64_t ts = timestamps ? timestamps[i] : default_timestamp;
         if (ts < prev) {
@@ -197,12 +241,13 @@ int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t 
             *n_done = i;
             return PLOG_E_LENGTH;
         }
+        total += body + PLOG_FRAME_PREFIX_SIZE;
     }
+    /* in place, the buffer holds exactly the frames the lengths describe */
+    if (in_place && total != cap) return PLOG_E_ARG;
     const uint8_t *vp = values, *kp = keys, *mp = metas;
-    if (st->used > cap) return PLOG_E_ARG;
-    dst += st->used;
-    cap -= st->used;
     size_t used = 0;
+    crc_queue q = {.n = 0};
     for (size_t i = 0; i < n; i++) {
         uint32_t vlen = real_len(value_lens, i), klen = real_len(key_lens, i),
                  mlen = real_len(meta_lens, i);
@@ -215,26 +260,56 @@ int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t 
         int rc = room_for(st, size, &need_index);
         if (!rc && cap - used < size) rc = PLOG_E_SPACE;
         if (rc) {
+            crc_flush(&q);
             *n_done = i;
             *written = used;
-            st->used += used;
             return rc;
         }
-        write_frame(dst + used, st->next_offset, ts, attrs, kp, klen, mp, mlen, vp, vlen);
+        uint8_t *d = dst + used;
+        if (!in_place) {
+            copy_body(d, kp, klen, mp, mlen, vp, vlen);
+            vp += vlen;
+            if (kp) kp += klen;
+            if (mp) mp += mlen;
+        }
+        crc_push(&q, d, frame_fields(d, st->next_offset, ts, attrs, klen, mlen, vlen));
         if (need_index) index_add(st, st->position, ts);
         st->bytes_since_index += (uint32_t)size;
         st->position += size;
         st->next_offset++;
         st->max_timestamp = ts;
         used += size;
-        vp += vlen;
-        if (kp) kp += klen;
-        if (mp) mp += mlen;
     }
+    crc_flush(&q);
     *n_done = n;
     *written = used;
-    st->used += used;
     return PLOG_OK;
+}
+
+int plog_frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *values,
+                     const uint32_t *value_lens, const uint8_t *keys, const uint32_t *key_lens,
+                     const uint8_t *metas, const uint32_t *meta_lens, const int64_t *timestamps,
+                     int64_t default_timestamp, size_t n, size_t *n_done, size_t *written) {
+    if (st->used > cap) {
+        *n_done = *written = 0;
+        return PLOG_E_ARG;
+    }
+    int rc = frame_batch(st, dst + st->used, cap - st->used, values, value_lens, keys, key_lens,
+                         metas, meta_lens, timestamps, default_timestamp, n, 0, n_done, written);
+    st->used += *written;
+    return rc;
+}
+
+int plog_frame_in_place(plog_appender *st, uint8_t *buf, size_t len, const uint32_t *value_lens,
+                        const uint32_t *key_lens, const uint32_t *meta_lens,
+                        const int64_t *timestamps, int64_t default_timestamp, size_t n,
+                        size_t *n_done, size_t *written) {
+    if (st->used) { /* the frames go straight after what is written: nothing may be pending */
+        *n_done = *written = 0;
+        return PLOG_E_ARG;
+    }
+    return frame_batch(st, buf, len, NULL, value_lens, NULL, key_lens, NULL, meta_lens,
+                       timestamps, default_timestamp, n, 1, n_done, written);
 }
 
 /* ---- decoding ---------------------------------------------------------------------------- */

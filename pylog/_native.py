@@ -83,6 +83,15 @@ def crc32c_hw(data, value: int = 0) -> int:
     return lib.plog_crc32c_hw(value, ffi.from_buffer("uint8_t[]", mv), len(mv))
 
 
+def crc32c_3(a, b, c) -> tuple[int, int, int]:
+    """The CRC32C of three bytes-likes at once: the interleaved path batch framing takes."""
+    mvs = [memoryview(x).cast("B") for x in (a, b, c)]
+    ptrs = [ffi.from_buffer("uint8_t[]", m) for m in mvs]
+    out = ffi.new("uint32_t[3]")
+    lib.plog_crc32c_3(ptrs, [len(m) for m in mvs], out)
+    return out[0], out[1], out[2]
+
+
 def crc32c_batch(buf, positions, lengths) -> np.ndarray:
     """CRC32C of ``buf[positions[i]:positions[i]+lengths[i]]`` for every i, in one call."""
     pos = np.ascontiguousarray(positions, dtype=np.uint64)
@@ -440,6 +449,26 @@ class Appender:
             default_timestamp, n, n_done, written,
         )
         return rc, n_done[0]
+
+    def frame_in_place(self, buf, value_lens, key_lens, meta_lens, timestamps,
+                       default_timestamp: int) -> tuple[int, int, int]:
+        """``frame_batch`` for records already laid out as frames in the writable ``buf``
+        (each record's key, metadata and value after a ``FRAME_HEADER_SIZE`` gap, which
+        this fills in). ``buf`` must be exactly the frames' size and the write buffer
+        empty: the caller writes the first ``written`` bytes of ``buf`` at the store
+        position the first frame had. Returns ``(status, records framed, written)``.
+        """
+        n_done = ffi.new("size_t *")
+        written = ffi.new("size_t *")
+        rc = lib.plog_frame_in_place(
+            self._st, ffi.from_buffer("uint8_t[]", buf, require_writable=True), len(buf),
+            ffi.from_buffer("uint32_t[]", value_lens),
+            ffi.from_buffer("uint32_t[]", key_lens) if key_lens is not None else ffi.NULL,
+            ffi.from_buffer("uint32_t[]", meta_lens) if meta_lens is not None else ffi.NULL,
+            ffi.from_buffer("int64_t[]", timestamps) if timestamps is not None else ffi.NULL,
+            default_timestamp, len(value_lens), n_done, written,
+        )
+        return rc, n_done[0], written[0]
 
     def recover(self, store: Buffer, store_len: int) -> tuple[int, int]:
         """Walk frames from ``position`` to ``store_len``, validating and indexing them.

@@ -65,6 +65,11 @@ crc32c_portable = crc32c
 crc32c_hw = crc32c
 
 
+def crc32c_3(a, b, c) -> tuple[int, int, int]:
+    """The CRC32C of three bytes-likes (the C core computes them interleaved)."""
+    return crc32c(a), crc32c(b), crc32c(c)
+
+
 def crc32c_batch(buf, positions, lengths) -> np.ndarray:
     mv = memoryview(buf).cast("B")
     pos = list(positions)
@@ -411,10 +416,14 @@ class Appender:
         frame = struct.pack("<II", body, crc32c(rest)) + rest
         self._wbuf += frame
         self.used += len(frame)
+        return self._advance(len(frame), ts, need_index)
+
+    def _advance(self, size: int, ts: int, need_index: bool) -> int:
+        """Account for a frame of ``size`` bytes just made; its offset."""
         if need_index:
             self._add_index(self.position, ts)
-        self.bytes_since_index = min(self.bytes_since_index + len(frame), 0xFFFFFFFF)
-        self.position += len(frame)
+        self.bytes_since_index = min(self.bytes_since_index + size, 0xFFFFFFFF)
+        self.position += size
         self.next_offset += 1
         self._max_ts = ts
         return self.next_offset - 1
@@ -449,18 +458,33 @@ class Appender:
             return E_SPACE
         return self._emit(value, key, metadata, attributes, timestamp, need)
 
-    def frame_batch(self, values, value_lens, keys, key_lens, metas, meta_lens, timestamps,
-                    default_timestamp: int) -> tuple[int, int]:
-        n = len(value_lens)
+    def _check_batch(self, value_lens, key_lens, meta_lens, timestamps, default_timestamp: int):
+        """``(status, index of the bad record, frames' total size)``."""
         prev = self._max_ts
-        for i in range(n):
+        total = 0
+        for i in range(len(value_lens)):
             ts = int(timestamps[i]) if timestamps is not None else default_timestamp
             if ts < prev:
-                return E_TIMESTAMP, i
+                return E_TIMESTAMP, i, total
             prev = ts
             body = _BODY_FIXED + _real(value_lens, i) + _real(key_lens, i) + _real(meta_lens, i)
             if body > fmt.MAX_FRAME_BODY:
-                return E_LENGTH, i
+                return E_LENGTH, i, total
+            total += body + 8
+        return OK, len(value_lens), total
+
+    @staticmethod
+    def _attributes(value_lens, key_lens, meta_lens, i: int) -> int:
+        return ((fmt.ATTR_NULL_KEY if key_lens is None or int(key_lens[i]) == fmt.NULL_LEN else 0)
+                | (fmt.ATTR_NULL_METADATA if meta_lens is None or int(meta_lens[i]) == fmt.NULL_LEN else 0)
+                | (fmt.ATTR_NULL_VALUE if int(value_lens[i]) == fmt.NULL_LEN else 0))
+
+    def frame_batch(self, values, value_lens, keys, key_lens, metas, meta_lens, timestamps,
+                    default_timestamp: int) -> tuple[int, int]:
+        rc, i, _ = self._check_batch(value_lens, key_lens, meta_lens, timestamps, default_timestamp)
+        if rc:
+            return rc, i
+        n = len(value_lens)
         vmv = memoryview(values).cast("B") if values is not None else memoryview(b"")
         kmv = memoryview(keys).cast("B") if keys is not None else memoryview(b"")
         mmv = memoryview(metas).cast("B") if metas is not None else memoryview(b"")
@@ -473,17 +497,37 @@ class Appender:
                 rc = E_SPACE
             if rc:
                 return rc, i
-            attrs = (
-                (fmt.ATTR_NULL_KEY if key_lens is None or int(key_lens[i]) == fmt.NULL_LEN else 0)
-                | (fmt.ATTR_NULL_METADATA if meta_lens is None or int(meta_lens[i]) == fmt.NULL_LEN else 0)
-                | (fmt.ATTR_NULL_VALUE if int(value_lens[i]) == fmt.NULL_LEN else 0)
-            )
+            attrs = self._attributes(value_lens, key_lens, meta_lens, i)
             ts = int(timestamps[i]) if timestamps is not None else default_timestamp
             self._emit(vmv[vp : vp + vlen], kmv[kp : kp + klen], mmv[mp : mp + mlen], attrs, ts, need)
             vp += vlen
             kp += klen
             mp += mlen
         return OK, n
+
+    def frame_in_place(self, buf, value_lens, key_lens, meta_lens, timestamps,
+                       default_timestamp: int) -> tuple[int, int, int]:
+        rc, i, total = self._check_batch(value_lens, key_lens, meta_lens, timestamps, default_timestamp)
+        if rc:
+            return rc, i, 0
+        mv = memoryview(buf).cast("B")
+        if self.used or total != len(mv):
+            return E_ARG, 0, 0
+        p = 0
+        for i in range(len(value_lens)):
+            vlen, klen, mlen = _real(value_lens, i), _real(key_lens, i), _real(meta_lens, i)
+            size = fmt.FRAME_HEADER_SIZE + vlen + klen + mlen
+            rc, need = self._room(size)
+            if rc:
+                return rc, i, p
+            ts = int(timestamps[i]) if timestamps is not None else default_timestamp
+            attrs = self._attributes(value_lens, key_lens, meta_lens, i)
+            struct.pack_into("<QqIII", mv, p + 8, self.next_offset, ts, attrs, klen, mlen)
+            body = size - 8
+            struct.pack_into("<II", mv, p, body, crc32c(mv[p + 8 : p + size]))
+            self._advance(size, ts, need)
+            p += size
+        return OK, len(value_lens), p
 
     def recover(self, store: Buffer, store_len: int) -> tuple[int, int]:
         mv = store.mv

@@ -651,15 +651,15 @@ class Log:
         if n == 0:
             raise ValueError("append_batch needs at least one value")
         cfg = self.config
-        vjoined, vlens = self._join(values, "values", n, nullable=True)
-        kjoined, klens = (None, None) if keys is None else self._join(keys, "keys", n, nullable=True)
-        mjoined, mlens = (None, None) if metadata is None else self._join(metadata, "metadata", n, nullable=True)
-        sizes = vlens.astype(np.int64) % (1 << 32) * (vlens != fmt.NULL_LEN)
-        if klens is not None:
-            sizes += klens.astype(np.int64) * (klens != fmt.NULL_LEN)
-        if mlens is not None:
-            sizes += mlens.astype(np.int64) * (mlens != fmt.NULL_LEN)
-        big = int(sizes.max())
+        laid = _lay_out(values, keys, metadata, n)
+        if laid is not None:  # a big batch of plain bytes-likes: framed where it lies
+            vlens, klens, mlens = laid[1:]
+            vjoined = kjoined = mjoined = None
+        else:
+            vjoined, vlens = self._join(values, "values", n, nullable=True)
+            kjoined, klens = (None, None) if keys is None else self._join(keys, "keys", n, nullable=True)
+            mjoined, mlens = (None, None) if metadata is None else self._join(metadata, "metadata", n, nullable=True)
+        big = _largest(vlens, klens, mlens)
         if big > cfg.max_record_bytes:
             raise RecordTooLargeError(big, cfg.max_record_bytes)
         ts_arr = None
@@ -695,7 +695,8 @@ class Log:
                 if mx is not None and default_ts < mx:
                     default_ts = mx
             first = seg.app.next_offset
-            seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, sizes, ts_arr, default_ts)
+            seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, ts_arr, default_ts,
+                                     laid[0] if laid is not None else None)
             last = seg.app.next_offset - 1
             self._after_append(seg, n)
         if cfg.fsync == "always":
@@ -703,38 +704,58 @@ class Log:
         return first
 
     def _frame_locked(self, seg: ActiveSegment, vjoined: Any, vlens: np.ndarray, kjoined: Any,
-                      klens: np.ndarray | None, mjoined: Any, mlens: np.ndarray | None, sizes: np.ndarray,
-                      ts_arr: np.ndarray | None, default_ts: int) -> ActiveSegment:
+                      klens: np.ndarray | None, mjoined: Any, mlens: np.ndarray | None,
+                      ts_arr: np.ndarray | None, default_ts: int, laid: bytearray | None = None) -> ActiveSegment:
         """Frame a validated batch into the active segment(s), writing out, rolling and
-        growing the index as needed. Returns the active segment after it."""
+        growing the index as needed. Returns the active segment after it.
+
+        With ``laid`` (see :func:`_lay_out`) the frames are made where they lie and written
+        from there, past the write buffer (one copy fewer); else they are copied from the
+        joined buffers into the write buffer."""
         cfg = self.config
         n = len(vlens)
         done = 0
-        vo = ko = mo = 0  # byte offsets into the joined buffers
+        vo = ko = mo = 0  # byte offsets into the joined buffers, or into laid
         while done < n:
             if cfg.segment_ms is not None:
                 seg = self._maybe_roll_by_time(seg, int(ts_arr[done]) if ts_arr is not None else default_ts)
             app = seg.app
             sl = slice(done, None)
-            rc, k = app.frame_batch(
-                memoryview(vjoined)[vo:], vlens[sl],
-                None if kjoined is None else memoryview(kjoined)[ko:], None if klens is None else klens[sl],
-                None if mjoined is None else memoryview(mjoined)[mo:], None if mlens is None else mlens[sl],
-                None if ts_arr is None else ts_arr[sl], default_ts,
-            )
-            if k:
-                vo += int(sizes_of(vlens, done, done + k))
-                if klens is not None:
-                    ko += int(sizes_of(klens, done, done + k))
-                if mlens is not None:
-                    mo += int(sizes_of(mlens, done, done + k))
-                done += k
+            if laid is not None:
+                if app.used:  # what is pending goes first: the frames follow it
+                    self._write_out(seg)
+                rc, k, w = app.frame_in_place(
+                    memoryview(laid)[vo:], vlens[sl], None if klens is None else klens[sl],
+                    None if mlens is None else mlens[sl], None if ts_arr is None else ts_arr[sl], default_ts)
+                if k:
+                    try:  # the index entries go out with the next write_pending
+                        seg.write_direct(memoryview(laid)[vo : vo + w])
+                    except OSError as e:
+                        self._fence(e)
+                        raise
+                    vo += w
+                    done += k
+            else:
+                rc, k = app.frame_batch(
+                    memoryview(vjoined)[vo:], vlens[sl],
+                    None if kjoined is None else memoryview(kjoined)[ko:], None if klens is None else klens[sl],
+                    None if mjoined is None else memoryview(mjoined)[mo:], None if mlens is None else mlens[sl],
+                    None if ts_arr is None else ts_arr[sl], default_ts,
+                )
+                if k:
+                    vo += int(sizes_of(vlens, done, done + k))
+                    if klens is not None:
+                        ko += int(sizes_of(klens, done, done + k))
+                    if mlens is not None:
+                        mo += int(sizes_of(mlens, done, done + k))
+                    done += k
             if rc == impl.OK:
                 break
             if rc == impl.E_SPACE:
                 if k == 0 and app.used == 0:
                     # one record larger than the buffer: grow it for good
-                    one = int(sizes[done]) + fmt.FRAME_HEADER_SIZE
+                    one = _largest(vlens[done : done + 1], None if klens is None else klens[done : done + 1],
+                                   None if mlens is None else mlens[done : done + 1]) + fmt.FRAME_HEADER_SIZE
                     app.reserve(max(one, app.buffer_capacity * 2))
                 else:
                     self._write_out(seg)
@@ -770,7 +791,7 @@ class Log:
         mx = seg.app.max_timestamp
         if mx is not None and int(ts_arr[0]) < mx:
             np.maximum(ts_arr, mx, out=ts_arr)  # the clock went back: never decrease
-        self._frame_locked(seg, b"".join(vals), vlens, None, None, None, None, vlens.astype(np.int64), ts_arr, 0)
+        self._frame_locked(seg, b"".join(vals), vlens, None, None, None, None, ts_arr, 0)
 
     @staticmethod
     def _join(items: Any, what: str, n: int, nullable: bool) -> tuple[bytes, np.ndarray]:
@@ -1455,6 +1476,59 @@ class Log:
         from pylog.arrow import read_table
 
         return read_table(self, start, stop, columns)
+
+
+#: A batch whose frames take at least this many bytes is laid out as frames and framed in
+#: place (see _lay_out); a smaller one is copied into the write buffer, where batches coalesce.
+IN_PLACE_MIN_BYTES = 64 << 10
+_GAP = bytes(fmt.FRAME_HEADER_SIZE)
+
+
+def _lay_out(values: Any, keys: Any, metadata: Any, n: int) -> tuple[bytearray, np.ndarray, Any, Any] | None:
+    """A batch laid out as its frames will be, with a gap for each header: ``(buffer,
+    value_lens, key_lens, metadata_lens)``; or None unless every item is a bytes-like of
+    single bytes (no None, no str: append_batch's general path handles those) and the
+    frames take at least IN_PLACE_MIN_BYTES."""
+    cols = [c for c in (keys, metadata) if c is not None]
+    cols.append(values)
+    try:
+        lens = [np.frombuffer(array("I", map(len, c)), dtype=np.uint32) if type(c) in (list, tuple) else None
+                for c in cols]
+    except (TypeError, OverflowError):  # a None, an int, a length >= 4 GiB
+        return None
+    if any(x is None or len(x) != n for x in lens):
+        return None  # a PackedBytes, an iterator, a wrong length: the general path
+    total = n * fmt.FRAME_HEADER_SIZE + int(lens[0].sum(dtype=np.uint64))
+    for x in lens[1:]:
+        total += int(x.sum(dtype=np.uint64))
+    if total < IN_PLACE_MIN_BYTES:
+        return None
+    stride = len(cols) + 1
+    parts = [_GAP] * (n * stride)
+    for j, c in enumerate(cols, 1):
+        parts[j::stride] = c
+    try:
+        buf = bytearray().join(parts)
+    except TypeError:  # a str or another non-buffer
+        return None
+    if len(buf) != total:  # a view whose items are wider than a byte
+        return None
+    return (buf, lens[-1], lens[0] if keys is not None else None,
+            lens[-2] if metadata is not None else None)
+
+
+def _largest(vlens: np.ndarray, klens: np.ndarray | None, mlens: np.ndarray | None) -> int:
+    """Bytes of the largest record's key, metadata and value (a null counts 0)."""
+    if klens is None and mlens is None:
+        big = int(vlens.max())
+        if big != fmt.NULL_LEN:
+            return big
+    sizes = vlens.astype(np.int64) * (vlens != fmt.NULL_LEN)
+    if klens is not None:
+        sizes += klens.astype(np.int64) * (klens != fmt.NULL_LEN)
+    if mlens is not None:
+        sizes += mlens.astype(np.int64) * (mlens != fmt.NULL_LEN)
+    return int(sizes.max())
 
 
 def sizes_of(lens: np.ndarray, a: int, b: int) -> int:

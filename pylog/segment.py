@@ -549,9 +549,11 @@ class ActiveSegment(_Reader):
             self.index_written = c
 
     def write_direct(self, data) -> None:
-        """Write framed bytes that did not go through the write buffer (a huge record)."""
+        """Write frames made outside the write buffer (framed in place), which must be
+        empty. Their index entries go out with the next ``write_pending``."""
         fileutil.pwrite_all(self.store_fd, data, self.written)
         self.written += len(data)
+        self.written_next = self.app.next_offset
 
     def sync(self, *, indexes: bool = False) -> None:
         """fdatasync the store (and the index files)."""

@@ -401,12 +401,21 @@ else:
             assert off == self.next
             self.model.append((key, value))
 
-        @rule(values=st.lists(_values, min_size=1, max_size=40), with_keys=st.booleans())
+        @rule(values=st.lists(_values, min_size=1, max_size=40), with_keys=st.booleans(),
+              in_place=st.booleans())
         @precondition(lambda self: self.log is not None)
-        def append_batch(self, values: list[bytes], with_keys: bool) -> None:
+        def append_batch(self, values: list[bytes], with_keys: bool, in_place: bool) -> None:
+            import pylog.log as log_mod
+
             keys = [b"k%d" % i for i in range(len(values))] if with_keys else None
-            first = self.log.append_batch(values, keys=keys)
-            note(f"append_batch {len(values)} -> {first}")
+            # in_place: frame the batch where it lies whatever its size (else only big ones)
+            saved = log_mod.IN_PLACE_MIN_BYTES
+            log_mod.IN_PLACE_MIN_BYTES = 0 if in_place else saved
+            try:
+                first = self.log.append_batch(values, keys=keys)
+            finally:
+                log_mod.IN_PLACE_MIN_BYTES = saved
+            note(f"append_batch {len(values)} in_place={in_place} -> {first}")
             assert first == self.next
             self.model.extend(zip(keys or [None] * len(values), values))
 

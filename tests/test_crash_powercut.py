@@ -292,8 +292,12 @@ def _nth(op_names: tuple[str, ...], n: int, err: int, suffix: str = fmt.STORE_SU
 
 @pytest.mark.parametrize("op,err", [("pwrite", errno.ENOSPC), ("pwrite", errno.EIO), ("pwrite", errno.EFBIG),
                                     ("fdatasync", errno.EIO), ("fdatasync", errno.ENOSPC)])
-@pytest.mark.parametrize("batch", [False, True])
-def test_io_error_fences_the_log(tmp_path, op, err, batch):
+@pytest.mark.parametrize("batch", [False, True, "in place"])
+def test_io_error_fences_the_log(tmp_path, monkeypatch, op, err, batch):
+    if batch == "in place":  # every batch framed where it lies and written past the buffer
+        import pylog.log as log_mod
+
+        monkeypatch.setattr(log_mod, "IN_PLACE_MIN_BYTES", 0)
     trials = scaled(6, 40)
     rng = random.Random(f"{op}{err}{batch}")
     for t in range(trials):

@@ -101,3 +101,61 @@ def test_min_one_frame_even_over_budget():
     _, store = _frame_all(impl, [(None, None, b"x" * 500)] * 3, 4096)
     rc, frames, _ = impl.scan(impl.Buffer(store), len(store), 32, 100, 10, 1)
     assert rc == impl.OK and len(frames) == 1
+
+
+def _lay_out(recs):
+    """Records as frames with a gap for each header, and their lengths (NULL_LEN for None)."""
+    gap = bytes(fmt.FRAME_HEADER_SIZE)
+    buf = bytearray(b"".join(gap + (k or b"") + (m or b"") + v for k, m, v in recs))
+    lens = [np.array([fmt.NULL_LEN if r[j] is None else len(r[j]) for r in recs], dtype=np.uint32)
+            for j in range(3)]
+    return buf, lens
+
+
+@given(records, st.sampled_from([0, 50, 4096]))
+def test_in_place_framing_equals_copying(recs, interval):
+    """Frames made in place (both backends) are the bytes plog_frame_batch copies, with the
+    same index entries."""
+    _, one = _frame_all(impl, recs, interval)
+    ts = np.arange(1000, 1000 + len(recs), dtype=np.int64)
+    for mod in (impl, _pure):
+        a = mod.Appender(100, next_offset=100, position=32, max_position=1 << 30, max_timestamp=None,
+                         index_interval=interval, bytes_since_index=interval, index_cap=len(recs) + 1,
+                         buffer_bytes=1 << 20)
+        buf, (kl, ml, vl) = _lay_out(recs)
+        rc, n, written = a.frame_in_place(buf, vl, kl, ml, ts, 0)
+        assert (rc, n, written) == (mod.OK, len(recs), len(buf))
+        assert impl.header_encode(fmt.STORE_MAGIC, 100) + bytes(buf) == one
+        assert a.position == len(one) and a.next_offset == 100 + len(recs) and a.used == 0
+        b, _ = _frame_all(mod, recs, interval)
+        assert a.index_bytes(0, a.index_count) == b.index_bytes(0, b.index_count)
+
+
+def test_in_place_framing_stops_at_a_full_segment_and_goes_on_in_the_next():
+    recs = [(None, None, bytes([i]) * 100) for i in range(10)]
+    for mod in (impl, _pure):
+        buf, (kl, ml, vl) = _lay_out(recs)
+        a = mod.Appender(0, next_offset=0, position=32, max_position=32 + 4 * 136, max_timestamp=None,
+                         index_interval=0, bytes_since_index=0, index_cap=64, buffer_bytes=1 << 16)
+        rc, n, written = a.frame_in_place(buf, vl, kl, ml, None, 7)
+        assert (rc, n, written) == (mod.E_SEGMENT_FULL, 4, 4 * 136)
+        b = mod.Appender(4, next_offset=4, position=32, max_position=1 << 20, max_timestamp=7,
+                         index_interval=0, bytes_since_index=0, index_cap=64, buffer_bytes=1 << 16)
+        rc, n, written = b.frame_in_place(memoryview(buf)[written:], vl[4:], None, None, None, 7)
+        assert (rc, n, written) == (mod.OK, 6, 6 * 136)
+        rc, frames, _ = mod.scan(mod.Buffer(bytes(32) + bytes(buf[4 * 136 :])), 32 + 6 * 136, 32, 4, 100, 1 << 20)
+        assert rc == mod.OK and frames["offset"].tolist() == list(range(4, 10))
+
+
+def test_in_place_framing_refuses_a_buffer_that_does_not_fit_or_pending_bytes():
+    recs = [(None, None, b"x" * 10)] * 3
+    for mod in (impl, _pure):
+        buf, (kl, ml, vl) = _lay_out(recs)
+        a = mod.Appender(0, next_offset=0, position=32, max_position=1 << 20, max_timestamp=None,
+                         index_interval=0, bytes_since_index=0, index_cap=64, buffer_bytes=1 << 16)
+        before = bytes(buf)
+        assert a.frame_in_place(buf + b"!", vl, kl, ml, None, 0)[0] == mod.E_ARG
+        assert a.frame_in_place(buf[:-1], vl, kl, ml, None, 0)[0] == mod.E_ARG
+        assert a.frame(b"y", None, None, 3, 0) == 0  # one record pending in the write buffer
+        assert a.frame_in_place(buf, vl, kl, ml, None, 0)[0] == mod.E_ARG
+        assert bytes(buf) == before and a.next_offset == 1

@@ -324,3 +324,81 @@ def test_preallocated_log_reopens_clean(tmp_path, monkeypatch):
     with pylog.Log(d) as log:
         assert log.next_offset == 50 and bytes(log.read(49).value) == b"y" * 100
     assert called == [], "a clean shutdown of a preallocated log needs no recovery"
+
+
+def _batches_in_two_logs(tmp_path, monkeypatch, script, **kw):
+    """Run ``script(log)`` on a log whose big batches are framed in place and on one whose
+    batches are all copied into the write buffer; the store and index files of both."""
+    import pylog.log as log_mod
+
+    out = []
+    lay_out = log_mod._lay_out
+    laid = []
+    monkeypatch.setattr(log_mod, "_lay_out", lambda *a: laid.append(lay_out(*a)) or laid[-1])
+    for name, threshold in (("in_place", 0), ("copied", 1 << 62)):
+        monkeypatch.setattr(log_mod, "IN_PLACE_MIN_BYTES", threshold)
+        laid.clear()
+        d = str(tmp_path / name)
+        with pylog.Log(d, **kw) as log:
+            script(log)
+        assert laid and all((x is not None) == (threshold == 0) for x in laid)
+        with pylog.Log(d, **kw) as log:
+            seen = [(r.offset, r.timestamp, r.key and bytes(r.key), r.value and bytes(r.value),
+                     r.metadata and bytes(r.metadata)) for r in log.scan()]
+        files = {k: v for k, v in _files(d).items() if k.endswith((".log", ".index", ".timeindex"))}
+        out.append((files, seen))
+    return out
+
+
+def test_in_place_batches_write_the_bytes_copied_batches_write(tmp_path, monkeypatch):
+    def script(log):
+        ts = 1_000_000
+        for i in range(12):
+            n = 1 + (i * 7) % 40
+            vals = [bytes([i, j]) * (5 + (i * j) % 150) for j in range(n)]
+            keys = [b"k%d" % j for j in range(n)] if i % 3 == 0 else None
+            meta = [b"m" * (j % 4) for j in range(n)] if i % 4 == 1 else None
+            log.append_batch(vals, keys=keys, metadata=meta, timestamps=[ts + i * 100 + j for j in range(n)])
+            log.append(b"one %d" % i, timestamp=ts + i * 100 + 99)  # between batches
+
+    (files_a, seen_a), (files_b, seen_b) = _batches_in_two_logs(
+        tmp_path, monkeypatch, script, segment_bytes=4096, index_interval_bytes=300)
+    assert len(files_a) > 6  # batches crossed several rolls
+    assert files_a == files_b and seen_a == seen_b
+    assert len(seen_a) == sum(1 + (i * 7) % 40 for i in range(12)) + 12
+
+
+def test_in_place_batch_leaves_the_log_readable_at_once_and_after_reopen(tmp_path, monkeypatch):
+    import pylog.log as log_mod
+
+    monkeypatch.setattr(log_mod, "IN_PLACE_MIN_BYTES", 0)
+    d = str(tmp_path / "log")
+    vals = [os.urandom(200 + i) for i in range(300)]
+    with pylog.Log(d, segment_bytes=16384) as log:
+        assert log.append_batch(vals[:150]) == 0
+        assert bytes(log.read(149).value) == vals[149] and bytes(log.read(3).value) == vals[3]
+        assert log.append_batch(vals[150:]) == 150
+        assert [bytes(r.value) for r in log.scan(140, 160)] == vals[140:160]
+    with pylog.Log(d) as log:
+        assert log.next_offset == 300 and [bytes(r.value) for r in log.scan()] == vals
+        assert not log.verify()
+
+
+def test_batches_that_cannot_be_laid_out_take_the_copying_path(make_log, monkeypatch):
+    """A None, a str, a view of wider items or packed bytes: _lay_out declines and the
+    general path frames them (or refuses them) as before."""
+    import array
+
+    import pylog.log as log_mod
+
+    monkeypatch.setattr(log_mod, "IN_PLACE_MIN_BYTES", 0)
+    wide = memoryview(array.array("H", [1, 2, 3]))
+    for values in ([b"a", None], [b"a", wide], log_mod.PackedBytes(b"abc", [1, 2])):
+        assert log_mod._lay_out(values, None, None, len(values)) is None
+    assert log_mod._lay_out([b"a", b"b"], [b"k", None], None, 2) is None
+    log = make_log()
+    assert log.append_batch([b"a", None, wide]) == 0
+    assert log.read(1).value is None and bytes(log.read(2).value) == wide.tobytes()
+    with pytest.raises(TypeError):
+        log.append_batch([b"a", "text"])
+    assert log.next_offset == 3
