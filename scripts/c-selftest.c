@@ -105,6 +105,19 @@ static void test_crc(void) {
     for (int i = 0; i < 5; i++) CHECK(out[i] == crc_ref(0, buf + pos[i], ln[i]), "batch %d", i);
     ln[4] = (uint32_t)sizeof buf;
     CHECK(plog_crc32c_batch(buf, sizeof buf, pos, ln, 5, out) == PLOG_E_ARG, "batch bounds");
+    /* three at once (batch framing's path): unequal lengths, odd addresses */
+    for (int t = 0; t < 300; t++) {
+        size_t l3[3];
+        const uint8_t *p3[3];
+        uint32_t o3[3];
+        for (int i = 0; i < 3; i++) {
+            l3[i] = t < 100 ? (size_t)(rnd() % 64) : (size_t)(rnd() % 5000);
+            p3[i] = buf + rnd() % (sizeof buf - 5000);
+        }
+        plog_crc32c_3(p3, l3, o3);
+        for (int i = 0; i < 3; i++)
+            CHECK(o3[i] == crc_ref(0, p3[i], l3[i]), "crc32c_3 #%d len %zu", i, l3[i]);
+    }
 }
 
 /* Framing, recovery, scan, find and index search, every buffer at an odd address. */
@@ -153,6 +166,40 @@ static void test_store_unaligned(void) {
     CHECK(rc == PLOG_OK && n_done == N, "frame_batch rc %d done %zu", rc, n_done);
     size_t len = PLOG_FILE_HEADER_SIZE + written;
     CHECK(st.position == len && st.next_offset == base + N, "appender state");
+
+    /* the same records laid out with header gaps (at an odd address) and framed in place */
+    static uint8_t laid_mem[1 << 16];
+    uint8_t *laid = laid_mem + 3;
+    size_t lp = 0, vo = 0, ko = 0;
+    for (size_t i = 0; i < N; i++) {
+        lp += PLOG_FRAME_HEADER_SIZE;
+        if (klens[i] != (uint32_t)PLOG_NULL_LEN) {
+            memcpy(laid + lp, keys + 1 + ko, klens[i]);
+            lp += klens[i];
+            ko += klens[i];
+        }
+        memcpy(laid + lp, values + 1 + vo, vlens[i]);
+        lp += vlens[i];
+        vo += vlens[i];
+    }
+    static uint8_t idx3_mem[4096], tidx3_mem[8192];
+    plog_appender ip = st;
+    ip.next_offset = base;
+    ip.position = PLOG_FILE_HEADER_SIZE;
+    ip.max_timestamp = INT64_MIN;
+    ip.bytes_since_index = 64;
+    ip.index = idx3_mem + 5;
+    ip.timeindex = tidx3_mem + 1;
+    ip.index_count = ip.timeindex_count = 0;
+    ip.used = 0;
+    CHECK(plog_frame_in_place(&ip, laid, lp - 1, vlens, klens, NULL, ts, 0, N, &n_done, &written) ==
+              PLOG_E_ARG, "frame_in_place refuses a short buffer");
+    rc = plog_frame_in_place(&ip, laid, lp, vlens, klens, NULL, ts, 0, N, &n_done, &written);
+    CHECK(rc == PLOG_OK && n_done == N && written == lp && lp == len - PLOG_FILE_HEADER_SIZE,
+          "frame_in_place rc %d done %zu", rc, n_done);
+    CHECK(memcmp(laid, store + PLOG_FILE_HEADER_SIZE, lp) == 0, "in-place frames = copied frames");
+    CHECK(ip.index_count == st.index_count &&
+              memcmp(ip.index, idx, ip.index_count * PLOG_INDEX_ENTRY_SIZE) == 0, "in-place index");
     size_t nidx = (size_t)st.index_count;
     CHECK(nidx > 2 && st.timeindex_count == nidx, "index entries %zu", nidx);
     size_t bad = 0;
