@@ -659,7 +659,9 @@ class Log:
             vjoined, vlens = self._join(values, "values", n, nullable=True)
             kjoined, klens = (None, None) if keys is None else self._join(keys, "keys", n, nullable=True)
             mjoined, mlens = (None, None) if metadata is None else self._join(metadata, "metadata", n, nullable=True)
-        big = _largest(vlens, klens, mlens)
+        # no record can be larger than the whole batch: most batches need no search
+        small = laid is not None and len(laid[0]) - n * _FRAME_HEADER <= cfg.max_record_bytes
+        big = 0 if small else _largest(vlens, klens, mlens)
         if big > cfg.max_record_bytes:
             raise RecordTooLargeError(big, cfg.max_record_bytes)
         ts_arr = None

@@ -402,3 +402,16 @@ def test_batches_that_cannot_be_laid_out_take_the_copying_path(make_log, monkeyp
     with pytest.raises(TypeError):
         log.append_batch([b"a", "text"])
     assert log.next_offset == 3
+
+
+def test_in_place_batch_refuses_a_record_over_max_record_bytes(make_log, monkeypatch):
+    import pylog.log as log_mod
+
+    monkeypatch.setattr(log_mod, "IN_PLACE_MIN_BYTES", 0)
+    log = make_log(max_record_bytes=1000)
+    assert log.append_batch([b"x" * 100] * 20) == 0  # 2,000 bytes in all, none over 1,000
+    with pytest.raises(RecordTooLargeError, match="1001"):
+        log.append_batch([b"y" * 10, b"z" * 1001])
+    with pytest.raises(RecordTooLargeError):
+        log.append_batch([b"v" * 500], keys=[b"k" * 501])
+    assert log.next_offset == 20 and bytes(log.read(19).value) == b"x" * 100
