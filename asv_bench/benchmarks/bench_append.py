@@ -64,6 +64,32 @@ class AppendBatch(BaseIO):
         self.log.append_batch(self.values)
 
 
+class AppendBatchPath(BaseIO):
+    """``append_batch`` of 1,000 records framed in place (laid out by one join, then
+    written from there: what batches of at least ``pylog.log.IN_PLACE_MIN_BYTES`` do) or
+    copied into the write buffer (what smaller ones do)."""
+
+    params = ([100, 1024], ["in_place", "copied"])
+    param_names = ["value_size", "path"]
+
+    def setup(self, value_size: int, path: str) -> None:
+        import pylog.log
+
+        self.saved = pylog.log.IN_PLACE_MIN_BYTES
+        pylog.log.IN_PLACE_MIN_BYTES = 0 if path == "in_place" else 1 << 62
+        self.values = make_values(1000, value_size)
+        self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync="never", segment_bytes=256 << 20))
+
+    def teardown(self, value_size: int, path: str) -> None:
+        import pylog.log
+
+        pylog.log.IN_PLACE_MIN_BYTES = self.saved
+        super().teardown(value_size, path)
+
+    def time_append_batch(self, value_size: int, path: str) -> None:
+        self.log.append_batch(self.values)
+
+
 class AppendBatchSizes(BaseIO):
     """``append_batch`` of 100 B records, by batch length (records per call)."""
 

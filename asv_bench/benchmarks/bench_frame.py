@@ -1,7 +1,8 @@
 """Frame encode and scan in the C core (and its pure-Python twin), below the Log.
 
 * ``FrameEncode``: frame 1,000 records into a write buffer, one ``frame_batch`` C call or
-  1,000 ``frame`` calls (what ``append`` does per record).
+  1,000 ``frame`` calls (what ``append`` does per record), or in place in a buffer the
+  records were laid out in (``frame_in_place``: what a big ``append_batch`` does).
 * ``FrameScan``: decode and CRC-check 1,000 frames (``scan``: what ``read_batch`` and
   ``scan`` do), and walk + validate + index them (``recover``: what reopen after a crash and
   ``verify()`` do).
@@ -52,11 +53,17 @@ class FrameEncode:
         self.joined = b"".join(self.values)
         self.lens = np.full(N, value_size, dtype=np.uint32)
         self.app = _appender(mod, N * (value_size + fmt.FRAME_HEADER_SIZE))
+        gap = bytes(fmt.FRAME_HEADER_SIZE)
+        self.laid = bytearray(b"".join(gap + v for v in self.values))
+        self.in_place = _appender(mod, 0)
 
     def time_frame_batch(self, value_size: int, backend: str) -> None:
         app = self.app
         app.frame_batch(self.joined, self.lens, None, None, None, None, None, TS)
         app.drain()
+
+    def time_frame_in_place(self, value_size: int, backend: str) -> None:
+        self.in_place.frame_in_place(self.laid, self.lens, None, None, None, TS)
 
     def time_frame_one_by_one(self, value_size: int, backend: str) -> None:
         app = self.app
