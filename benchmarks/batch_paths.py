@@ -1,0 +1,88 @@
+"""append_batch's two paths against the plain file's batched write, alternating in one process.
+
+    python -m benchmarks.batch_paths --size 1024 --records 100000 --repeat 9
+    python -m benchmarks.batch_paths --size 100 --records 1000000 --repeat 7
+
+Each repetition writes the same records, in batches of 1,000, three ways: the plain file
+(``f.write(b"".join([pack(len(v)) + v for v in batch]))``, as in benchmarks.compare), pylog
+with every batch framed in place (``pylog.log.IN_PLACE_MIN_BYTES = 0``) and pylog with every
+batch copied into the write buffer (the threshold out of reach). ``fsync="never"``; the
+time is the appends only, not the close. Prints each system's median and its ratio to the
+file's (above 1: faster than the file).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import struct
+import tempfile
+import time
+
+import numpy as np
+
+import pylog
+import pylog.log as log_mod
+
+LEN = struct.Struct("<I")
+
+
+def file_write(path: str, batches: list[list[bytes]]) -> float:
+    pack = LEN.pack
+    with open(os.path.join(path, "data"), "wb") as f:
+        t = time.perf_counter()
+        for b in batches:
+            f.write(b"".join([pack(len(v)) + v for v in b]))
+        f.flush()
+        return time.perf_counter() - t
+
+
+def pylog_write(path: str, batches: list[list[bytes]], threshold: int) -> float:
+    saved = log_mod.IN_PLACE_MIN_BYTES
+    log_mod.IN_PLACE_MIN_BYTES = threshold
+    try:
+        log = pylog.Log(path, fsync="never")
+        append_batch = log.append_batch
+        t = time.perf_counter()
+        for b in batches:
+            append_batch(b)
+        dt = time.perf_counter() - t
+        log.close()
+        return dt
+    finally:
+        log_mod.IN_PLACE_MIN_BYTES = saved
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, default=1024, help="value size in bytes (default 1024)")
+    ap.add_argument("--records", type=int, default=100_000, help="records per write (default 100,000)")
+    ap.add_argument("--repeat", type=int, default=9, help="repetitions (default 9)")
+    ap.add_argument("--tmpdir", default=None, help="where to write (default: the system temp dir)")
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(1)
+    values = [rng.bytes(args.size) for _ in range(args.records)]
+    batches = [values[i : i + 1000] for i in range(0, args.records, 1000)]
+    systems = {
+        "file join+write": lambda d: file_write(d, batches),
+        "pylog in place": lambda d: pylog_write(d, batches, 0),
+        "pylog copied": lambda d: pylog_write(d, batches, 1 << 62),
+    }
+    times: dict[str, list[float]] = {k: [] for k in systems}
+    for _ in range(args.repeat):
+        for name, run in systems.items():
+            d = tempfile.mkdtemp(dir=args.tmpdir)
+            try:
+                times[name].append(run(d))
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+    base = statistics.median(times["file join+write"])
+    print(f"{args.records:,} records x {args.size} B in batches of 1,000, {args.repeat} repetitions (median)")
+    for name, ts in times.items():
+        m = statistics.median(ts)
+        print(f"{name:16s} {m * 1e3:8.1f} ms  {args.records / m / 1e6:6.2f} M records/s  x file {base / m:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
