@@ -6,50 +6,28 @@
 Each repetition writes the same records, in batches of 1,000, three ways: the plain file
 (``f.write(b"".join([pack(len(v)) + v for v in batch]))``, as in benchmarks.compare), pylog
 with every batch framed in place (``pylog.log.IN_PLACE_MIN_BYTES = 0``) and pylog with every
-batch copied into the write buffer (the threshold out of reach). ``fsync="never"``; the
-time is the appends only, not the close. Prints each system's median and its ratio to the
+batch copied into the write buffer (the threshold out of reach), through the same workload
+code as benchmarks.compare. ``fsync="never"``; the time is the appends only, not the close. Prints each system's median and its ratio to the
 file's (above 1: faster than the file).
 """
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
-import struct
 import tempfile
-import time
 
 import numpy as np
 
-import pylog
 import pylog.log as log_mod
-
-LEN = struct.Struct("<I")
-
-
-def file_write(path: str, batches: list[list[bytes]]) -> float:
-    pack = LEN.pack
-    with open(os.path.join(path, "data"), "wb") as f:
-        t = time.perf_counter()
-        for b in batches:
-            f.write(b"".join([pack(len(v)) + v for v in b]))
-        f.flush()
-        return time.perf_counter() - t
-
+from benchmarks.compare import FileSystem, PylogSystem
 
 def pylog_write(path: str, batches: list[list[bytes]], threshold: int) -> float:
+    """compare's pylog batch workload, with IN_PLACE_MIN_BYTES set to ``threshold``."""
     saved = log_mod.IN_PLACE_MIN_BYTES
     log_mod.IN_PLACE_MIN_BYTES = threshold
     try:
-        log = pylog.Log(path, fsync="never")
-        append_batch = log.append_batch
-        t = time.perf_counter()
-        for b in batches:
-            append_batch(b)
-        dt = time.perf_counter() - t
-        log.close()
-        return dt
+        return PylogSystem().write_batches(path, batches)
     finally:
         log_mod.IN_PLACE_MIN_BYTES = saved
 
@@ -65,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     values = [rng.bytes(args.size) for _ in range(args.records)]
     batches = [values[i : i + 1000] for i in range(0, args.records, 1000)]
     systems = {
-        "file join+write": lambda d: file_write(d, batches),
+        "file join+write": lambda d: FileSystem().write_batches(d, batches),
         "pylog in place": lambda d: pylog_write(d, batches, 0),
         "pylog copied": lambda d: pylog_write(d, batches, 1 << 62),
     }
