@@ -507,11 +507,13 @@ class Appender:
 
     def frame_in_place(self, buf, value_lens, key_lens, meta_lens, timestamps,
                        default_timestamp: int) -> tuple[int, int, int]:
+        if self.used:  # the frames go straight after what is written: nothing may be pending
+            return E_ARG, 0, 0
         rc, i, total = self._check_batch(value_lens, key_lens, meta_lens, timestamps, default_timestamp)
         if rc:
             return rc, i, 0
         mv = memoryview(buf).cast("B")
-        if self.used or total != len(mv):
+        if total != len(mv):
             return E_ARG, 0, 0
         p = 0
         for i in range(len(value_lens)):

@@ -787,7 +787,7 @@ class Log:
         self._q = []
         self._q_ts = []
         self._q_bytes = 0
-        vlens = np.frombuffer(array("I", map(len, vals)), dtype=np.uint32)
+        vlens = _lengths(vals)
         ts_arr = np.maximum.accumulate(np.array(stamps, dtype=np.int64) // 1_000_000)
         seg = self._active
         mx = seg.app.max_timestamp
@@ -809,7 +809,7 @@ class Log:
             raise ValueError(f"{what} has {len(items)} items, values has {n}")
         try:  # the common case, bytes-likes only, without a Python-level loop
             joined = b"".join(items)
-            lens = np.frombuffer(array("I", map(len, items)), dtype=np.uint32)
+            lens = _lengths(items)
         except (TypeError, OverflowError):  # a None, a str, a non-buffer, a length >= 4 GiB
             pass
         else:
@@ -1494,8 +1494,7 @@ def _lay_out(values: Any, keys: Any, metadata: Any, n: int) -> tuple[bytearray, 
     cols = [c for c in (keys, metadata) if c is not None]
     cols.append(values)
     try:
-        lens = [np.frombuffer(array("I", map(len, c)), dtype=np.uint32) if type(c) in (list, tuple) else None
-                for c in cols]
+        lens = [_lengths(c) if type(c) in (list, tuple) else None for c in cols]
     except (TypeError, OverflowError):  # a None, an int, a length >= 4 GiB
         return None
     if any(x is None or len(x) != n for x in lens):
@@ -1517,6 +1516,13 @@ def _lay_out(values: Any, keys: Any, metadata: Any, n: int) -> tuple[bytearray, 
         return None
     return (buf, lens[-1], lens[0] if keys is not None else None,
             lens[-2] if metadata is not None else None)
+
+
+def _lengths(items: Any) -> np.ndarray:
+    """``len()`` of every item as a uint32 array, without a Python-level loop. TypeError for
+    an item without a length, OverflowError for one of 4 GiB or more; a view of wider items
+    counts items, not bytes (callers compare the sum with what a join made)."""
+    return np.frombuffer(array("I", map(len, items)), dtype=np.uint32)
 
 
 def _largest(vlens: np.ndarray, klens: np.ndarray | None, mlens: np.ndarray | None) -> int:
