@@ -13,7 +13,8 @@ Workloads, ``fsync="never"`` (no fsync anywhere) unless named otherwise, page ca
 * scan: every record read back in order, touching each value (``len``);
 * random read: latency of single reads at random offsets (p50 / p99);
 * bytes on disk per record after the batch append;
-* durability: ``fsync="always"`` one writer vs ``os.write`` + ``os.fdatasync`` per record,
+* durability: ``fsync="always"`` one writer (by default, and with ``preallocate=True``) vs
+  ``os.write`` + ``os.fdatasync`` per record,
   16 threads with ``fsync="always"`` (group commit) vs one writer; reopen of a 1,000-segment
   log after a clean shutdown, and with 10x the data; the C verify-scan of a sealed segment of
   1 KiB records; CRC32C vs the ``crc32c`` package.
@@ -867,16 +868,19 @@ class Run:
         reps = 3
         value = os.urandom(100)
         self.log(f"[durability] fsync='always' one writer vs write+fdatasync, {k} records x {reps} ...", flush=True)
-        pl, plain = [], []
+        pl, pre, plain = [], [], []
         for rep in range(reps):
-            d = self.path("dur", f"pylog-{rep}")
-            log = pylog.Log(d, fsync="always")
-            append = log.append
-            t = time.perf_counter()
-            for _ in range(k):
-                append(value)
-            pl.append(time.perf_counter() - t)
-            log.close()
+            # the default (files grow with each write), then preallocate=True (64 MiB segments,
+            # allocated up front: an fdatasync that need not record a new file size)
+            for opts, times in (({}, pl), ({"preallocate": True, "segment_bytes": 64 << 20}, pre)):
+                d = self.path("dur", f"pylog-{len(opts)}-{rep}")
+                log = pylog.Log(d, fsync="always", **opts)
+                append = log.append
+                t = time.perf_counter()
+                for _ in range(k):
+                    append(value)
+                times.append(time.perf_counter() - t)
+                log.close()
             os.makedirs(self.path("dur"), exist_ok=True)
             fd = os.open(self.path("dur", f"plain-{rep}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             rec = LEN.pack(len(value)) + value
@@ -888,6 +892,9 @@ class Run:
             os.close(fd)
         t1, t0 = median(pl), median(plain)
         self.add(Row("durable", "append fsync=always, 1 writer", "pylog", k, t1, k / t1, k * 100 / t1 / 1e6, samples=pl))
+        tp = median(pre)
+        self.add(Row("durable", "append fsync=always, 1 writer", "pylog preallocate=True", k, tp, k / tp,
+                     k * 100 / tp / 1e6, samples=pre))
         self.add(Row("durable", "append fsync=always, 1 writer", "file write+fdatasync", k, t0, k / t0,
                      k * 100 / t0 / 1e6, samples=plain))
         # group commit

@@ -1,13 +1,48 @@
 """The last segment as a read-only reader sees it: written by another process, followed by
 walking (CRC-checking) the frames that appeared since the last look. A reader never sees a
-torn or unchecked frame: the walk stops at the first one that is not whole and valid."""
+torn or unchecked frame: the walk stops at the first one that is not whole and valid.
+
+The new bytes are first read through ``pread`` copies, and the file is mapped only as far
+as whole frames reach. A preallocated writer (``preallocate=True``) leaves zeros after its
+last frame and trims them at roll and close; a map that still covered the trimmed pages
+would fault (SIGBUS) as soon as the walk touched them, and ``pread`` simply reads less."""
 from __future__ import annotations
 
 import os
 
+from pylog import format as fmt
 from pylog import vfs
 from pylog import store as store_mod
+from pylog._backend import impl
 from pylog.segment import _Reader, paths, walker
+
+#: the first pread of a refresh; doubled while a frame does not fit
+PROBE_BYTES = 64 << 10
+
+
+def whole_frames_end(fd: int, start: int, size: int, base_offset: int, next_offset: int) -> int:
+    """Where the whole, CRC-valid frames from ``start`` (the first holding ``next_offset``)
+    end in the first ``size`` bytes of the store file ``fd``, found in ``pread`` copies:
+    nothing past the end of the file is ever touched through a map."""
+    h = fmt.FILE_HEADER_SIZE  # the copy sits where a walker starts, after a blank header
+    end, want = start, PROBE_BYTES
+    while end < size:
+        n = min(want, size - end)
+        buf = bytearray(h + n)
+        got = os.preadv(fd, [memoryview(buf)[h:]], end)
+        a = walker(base_offset, None)
+        a.next_offset = next_offset
+        rc, _ = a.recover(impl.Buffer(buf), h + got)
+        end += a.position - h
+        next_offset = a.next_offset
+        if got < n or (rc != impl.OK and rc != impl.E_SHORT):
+            break  # the file ended, or a bad frame (a preallocated tail's zeros, a torn write)
+        if rc == impl.E_SHORT:
+            if end + (h + got - a.position) >= size:
+                break  # a frame still being written at the end of the file
+            if a.position == h:
+                want *= 2  # one frame larger than the copy: read more at once
+    return end
 
 
 class TailSegment(_Reader):
@@ -53,9 +88,11 @@ class TailSegment(_Reader):
             if self._ino is not None and st.st_ino != self._ino:
                 self._reset()  # the writer replaced the file (a truncation)
             self._ino = st.st_ino
+            app = self.app
+            end = min(st.st_size, whole_frames_end(fd, app.position, st.st_size, self.base_offset, app.next_offset))
             m = self._map
-            if m is None or st.st_size > m.length:
-                m = self._map = store_mod.StoreMap(fd, st.st_size)
+            if m is None or end > m.length:
+                m = self._map = store_mod.StoreMap(fd, end)
                 self.tracker.add(m)
         finally:
             vfs.close(fd)

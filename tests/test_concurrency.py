@@ -3,7 +3,9 @@
 * one writer per directory: a second one, in this process or another, gets LogLockedError
   at once;
 * reader processes (``readonly=True``) follow a writer across rolls and see only whole,
-  CRC-valid records, in order; a reader thread races the writer across rolls;
+  CRC-valid records, in order, whether the writer grows its files or preallocates them
+  (and then trims their zero tails: a reader never maps past its last whole frame); a
+  reader thread races the writer across rolls;
 * threads append concurrently (offsets unique and dense) while others read;
 * group commit with 16 threads under ``fsync="always"``: each append returns only once an
   fdatasync covered its bytes, and threads share fsyncs;
@@ -107,10 +109,12 @@ print(nxt, max(seen_segments))
 """
 
 
-def test_reader_processes_follow_the_writer_across_rolls(tmp_path):
+@pytest.mark.parametrize("preallocate", [False, True], ids=["grown", "preallocated"])
+def test_reader_processes_follow_the_writer_across_rolls(tmp_path, preallocate):
     path = str(tmp_path / "log")
     n = scaled(3000, 30000)
-    log = pylog.Log(path, fsync="never", write_buffer_bytes=0, segment_bytes=4096, index_interval_bytes=256)
+    log = pylog.Log(path, fsync="never", write_buffer_bytes=0, segment_bytes=4096, index_interval_bytes=256,
+                    preallocate=preallocate)
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + HERE}
     readers = [subprocess.Popen([sys.executable, "-c", READER, path, str(n)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
@@ -325,6 +329,38 @@ def test_double_close_and_close_after_failure(tmp_path):
         log.close()
     with pylog.Log(path) as log:
         assert bytes(log.read(0).value) == b"x" and bytes(log.read(1).value) == b"1"
+
+
+def test_reader_of_a_preallocated_tail_survives_the_writers_trim(tmp_path):
+    """A preallocated active segment has zeros after its last frame until the writer trims
+    them (roll, close). A reader that had looked at the untrimmed file and refreshes after
+    the trim must not touch the cut pages: here the last frame ends on a page boundary, so a
+    map of the old size faulted (SIGBUS, exit -7) on the walk's next header."""
+    r = run_py("""
+        import os, sys, pylog
+        d = sys.argv[1]
+        w = pylog.Log(d, fsync="never", write_buffer_bytes=0, segment_bytes=16384, preallocate=True)
+        store = os.path.join(d, "00000000000000000000.log")
+        w.append(b"a" * 4044)
+        w.append(b"b" * 4044)  # two 4,080-byte frames after the 32-byte header end at 8,192
+        w.flush()
+        assert os.path.getsize(store) == 16384, os.path.getsize(store)
+        r = pylog.Log(d, readonly=True)
+        assert r.next_offset == 2
+        w.close()  # trims the zeros: the file ends where the last frame does
+        assert os.path.getsize(store) == 8192, os.path.getsize(store)
+        r.refresh()
+        print(r.next_offset, bytes(r.read(1).value[:2]).decode())
+        with pylog.Log(d) as w:  # the writer comes back, preallocates again, and appends
+            w.append(b"c" * 4044)
+            w.flush()
+            r.refresh()
+            print(r.next_offset, bytes(r.read(2).value[:2]).decode())
+        r.refresh()
+        print(r.next_offset)
+        """, str(tmp_path / "log"))
+    assert r.returncode == 0, f"exit {r.returncode} (SIGBUS is -7): {r.stderr[-3000:]}"
+    assert r.stdout.split() == ["2", "bb", "3", "cc", "3"]
 
 
 # -- views across truncate, retention, remove and close (no SIGBUS) ------------------------------

@@ -4,6 +4,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import pylog
 from pylog import format as fmt
@@ -415,3 +417,46 @@ def test_in_place_batch_refuses_a_record_over_max_record_bytes(make_log, monkeyp
     with pytest.raises(RecordTooLargeError):
         log.append_batch([b"v" * 500], keys=[b"k" * 501])
     assert log.next_offset == 20 and bytes(log.read(19).value) == b"x" * 100
+
+
+@given(sizes=st.lists(st.integers(0, 3000), min_size=0, max_size=12),
+       tail=st.sampled_from(["none", "zeros", "garbage", "torn"]), probe=st.sampled_from([16, 64, 4096]),
+       data=st.data())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_whole_frames_end_matches_a_walk_of_the_whole_file(tmp_path_factory, monkeypatch, sizes, tail, probe, data):
+    """A read-only reader finds where the whole frames end through pread copies (tail.py),
+    growing its read when a frame is larger than the copy; it must stop exactly where a
+    walk of the whole file does, whatever follows the last frame."""
+    from pylog import tail as tail_mod
+    from pylog._backend import impl
+    from pylog.segment import walker
+
+    monkeypatch.setattr(tail_mod, "PROBE_BYTES", probe)
+    d = str(tmp_path_factory.mktemp("wfe"))
+    with pylog.Log(d, fsync="never") as log:
+        for i, n in enumerate(sizes):
+            log.append(bytes([i % 251]) * n)
+    store = os.path.join(d, "00000000000000000000.log")
+    with open(store, "ab") as f:
+        if tail == "zeros":  # a preallocated tail
+            f.write(bytes(data.draw(st.integers(1, 5000))))
+        elif tail == "garbage":
+            f.write(data.draw(st.binary(min_size=1, max_size=200)))
+        elif tail == "torn" and sizes:  # the start of a copy of the last frame
+            raw = open(store, "rb").read()
+            last = sizes[-1] + fmt.FRAME_HEADER_SIZE
+            f.write(raw[-last:][: data.draw(st.integers(1, last - 1))] if last > 1 else b"")
+    raw = open(store, "rb").read()
+    a = walker(0, None)
+    a.recover(impl.Buffer(raw), len(raw))
+    fd = os.open(store, os.O_RDONLY)
+    try:
+        got = tail_mod.whole_frames_end(fd, fmt.FILE_HEADER_SIZE, len(raw), 0, 0)
+        mid = data.draw(st.integers(0, len(sizes)))  # also from a frame in the middle
+        start = fmt.FILE_HEADER_SIZE + sum(n + fmt.FRAME_HEADER_SIZE for n in sizes[:mid])
+        got_mid = tail_mod.whole_frames_end(fd, start, len(raw), 0, mid)
+    finally:
+        os.close(fd)
+    whole = fmt.FILE_HEADER_SIZE + sum(n + fmt.FRAME_HEADER_SIZE for n in sizes)
+    assert got == a.position == whole
+    assert got_mid == whole
