@@ -542,7 +542,8 @@ class Log:
                         self._q_start = self._active.app.next_offset
                     off = self._q_start + len(q)
                     q.append(value)
-                    self._q_ts.append(_time_ns())  # made milliseconds when the queue is framed
+                    now = _time_ns()
+                    self._q_ts.append(now)  # made milliseconds when the queue is framed
                     # the queue holds at most a write buffer of frames
                     size = self._q_bytes = self._q_bytes + len(value) + _FRAME_HEADER
                     if size >= self._q_limit:
@@ -550,7 +551,7 @@ class Log:
                     if self._policy == _INTERVAL:
                         self._unflushed += 1
                         if (self._unflushed >= self._flush_n
-                                or _time_ns() // 1_000_000 - self._last_flush_ms >= self._flush_t):
+                                or now // 1_000_000 - self._last_flush_ms >= self._flush_t):
                             self._flush_locked()
                     return off
                 seg = self._writable
