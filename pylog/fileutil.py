@@ -5,6 +5,7 @@ fsync the directory; a created or renamed file is durable only once its director
 """
 from __future__ import annotations
 
+import errno
 import os
 
 from pylog import format as fmt
@@ -34,6 +35,37 @@ def pwrite_all(fd: int, data, position: int) -> None:
         n = vfs.pwrite(fd, mv, position)
         mv = mv[n:]
         position += n
+
+
+def data_end(fd: int, start: int, end: int, limit: int = 16 << 20) -> int:
+    """Where the last non-zero byte of ``fd`` in ``[start, end)`` ends (``start`` if none).
+
+    Holes, and the unwritten extents of preallocated space, are skipped with SEEK_DATA /
+    SEEK_HOLE where the file system has them; then the zeros before that end are read back
+    from it, at most ``limit`` bytes of them (past that, ``end`` is returned: too much to
+    read to tell)."""
+    last = end
+    try:
+        pos = last = start
+        while pos < end:
+            d = os.lseek(fd, pos, os.SEEK_DATA)
+            if d >= end:
+                break
+            last = pos = min(os.lseek(fd, d, os.SEEK_HOLE), end)
+    except OSError as e:  # ENXIO: no data after pos; anything else: no SEEK_DATA here
+        if e.errno != errno.ENXIO:
+            last = end
+    hi, read = last, 0
+    while hi > start:
+        lo = max(start, hi - (1 << 20))
+        n = len(os.pread(fd, hi - lo, lo).rstrip(b"\0"))
+        if n:
+            return lo + n
+        read += hi - lo
+        if read >= limit:
+            return last
+        hi = lo
+    return start
 
 
 def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:

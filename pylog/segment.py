@@ -47,6 +47,16 @@ _U64_MAX = (1 << 64) - 1
 _SCAN_CHUNK = 4096
 
 
+def _preallocate(store_path: str, config, end: int) -> None:
+    """With ``preallocate=True``, reserve ``segment_bytes`` for a reopened active store."""
+    if config.preallocate and vfs.posix_fallocate is not None:
+        fd = vfs.open(store_path, os.O_RDWR)
+        try:
+            vfs.posix_fallocate(fd, 0, max(config.segment_bytes, end))
+        finally:
+            vfs.close(fd)
+
+
 def walker(base_offset: int, index_interval: int | None, gaps: bool = False):
     """An appender that only walks an existing store from its first frame (recovery,
     verification, index rebuilds): no write buffer; with ``index_interval`` None it keeps
@@ -471,7 +481,8 @@ class ActiveSegment(_Reader):
             bytes_since=(size - last_pos) if last_pos is not None else config.index_interval_bytes,
         )
         app.load_index(ib, tb, config.index_max_entries)
-        return cls(dirpath, base, app, size, n)
+        _preallocate(sp, config, size)
+        return cls(dirpath, base, app, size, n, preallocated=config.preallocate)
 
     @classmethod
     def recover(cls, dirpath: str, base: int, config, *, save_broken: bool = True) -> tuple["ActiveSegment", int]:
@@ -496,8 +507,15 @@ class ActiveSegment(_Reader):
         app.recover(st.buf, st.length)
         end = app.position
         cut = size - end
-        if cut:
-            if save_broken:
+        if cut and config.preallocate:
+            # the zeros of space preallocated and never written are not torn bytes
+            fd = vfs.open(sp, os.O_RDONLY)
+            try:
+                cut = fileutil.data_end(fd, end, size) - end
+            finally:
+                vfs.close(fd)
+        if size > end:
+            if cut and save_broken:
                 with open(sp + fmt.BROKEN_SUFFIX, "wb") as f:
                     f.write(st.mv[end : end + min(cut, 16 << 20)])
             del st
@@ -507,12 +525,7 @@ class ActiveSegment(_Reader):
         n = app.index_count
         index.write(ip, fmt.INDEX_SUFFIX, base, app.index_bytes(0, n))
         index.write(tp, fmt.TIMEINDEX_SUFFIX, base, app.timeindex_bytes(0, n))
-        if config.preallocate and vfs.posix_fallocate is not None:
-            pfd = vfs.open(sp, os.O_RDWR)
-            try:
-                vfs.posix_fallocate(pfd, 0, max(config.segment_bytes, end))
-            finally:
-                vfs.close(pfd)
+        _preallocate(sp, config, end)
         seg = cls(dirpath, base, app, end, n, preallocated=config.preallocate)
         return seg, cut
 

@@ -5,7 +5,8 @@ commands on stdin and forks one writer per command, so each kill costs a ``fork`
 a fresh interpreter. Protocol (one line each, every line written with one ``os.write``
 so lines from the zygote and its children never interleave):
 
-stdin   ``RUN <id> <dir> <seed> <segment_bytes> <index_interval_bytes>``   fork a writer
+stdin   ``RUN <id> <dir> <seed> <segment_bytes> <index_interval_bytes> <preallocate 0|1>``
+        fork a writer
         ``QUIT``
 stdout  ``P <id> <pid>``        the zygote forked writer <id> as <pid>
         ``R <id> <next>``       writer <id> opened the log (after recovery); next_offset
@@ -48,11 +49,12 @@ def _say(line: str) -> None:
         data = data[n:]
 
 
-def writer(wid: str, path: str, seed: int, segment_bytes: int, interval: int) -> None:
+def writer(wid: str, path: str, seed: int, segment_bytes: int, interval: int, preallocate: bool) -> None:
     import pylog
 
     rng = random.Random(seed)
-    log = pylog.Log(path, fsync="always", segment_bytes=segment_bytes, index_interval_bytes=interval)
+    log = pylog.Log(path, fsync="always", segment_bytes=segment_bytes, index_interval_bytes=interval,
+                    preallocate=preallocate)
     _say(f"R {wid} {log.next_offset}")
 
     def loop(r: random.Random) -> None:
@@ -84,12 +86,12 @@ def zygote() -> None:
             continue
         if parts[0] == "QUIT":
             return
-        _, wid, path, seed, seg, interval = parts
+        _, wid, path, seed, seg, interval, pre = parts
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                writer(wid, path, int(seed), int(seg), int(interval))
+                writer(wid, path, int(seed), int(seg), int(interval), pre == "1")
             except BaseException as e:  # a writer never ends on its own: report why it did
                 _say(f"E {wid} {type(e).__name__}: {e}".replace("\n", " "))
                 code = 3

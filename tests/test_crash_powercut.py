@@ -12,7 +12,9 @@ appends torn at a random byte, sometimes with a zeroed sector) is opened, and:
 * sealed segments pass their CRC check and appends resume.
 
 Scenarios: appends with rolls, explicit rolls, retention (``retention_bytes`` +
-``enforce_retention``), truncation, and close/reopen (checkpoint and clean-shutdown marker).
+``enforce_retention``), truncation, close/reopen (checkpoint and clean-shutdown marker), and
+appends, rolls and reopens of a ``preallocate=True`` log (cuts also land on its
+``posix_fallocate`` and trimming ``ftruncate``).
 A directory-entry test shows that a new segment survives the cut only once its directory was
 fsynced. Then injected ENOSPC and EIO on ``pwrite`` and on ``fdatasync``: no partial record
 visible, the log is fenced (``LogFencedError``) until reopened, and the reopened log holds
@@ -50,6 +52,8 @@ WEIGHTS = {
     "retention": {"append": 2, "batch": 4, "retention": 2},
     "truncate": {"append": 3, "batch": 3, "truncate": 2},
     "checkpoint": {"append": 3, "batch": 2, "reopen": 2, "roll": 1},
+    # preallocate=True: store files reserved up front, trimmed at roll and close
+    "preallocated": {"append": 4, "batch": 2, "roll": 1, "reopen": 1},
 }
 STEPS = 24
 
@@ -68,6 +72,8 @@ def workload(path: str, scenario: str, seed: int, model: Model, box: dict) -> No
     opts = dict(OPTS)
     if scenario == "retention":
         opts["retention_bytes"] = 3 * 4096
+    if scenario == "preallocated":
+        opts["preallocate"] = True
     log = box["log"] = pylog.Log(path, **opts)
     ops, weights = zip(*WEIGHTS[scenario].items())
     for _ in range(STEPS * 2 if scenario == "retention" else STEPS):

@@ -560,3 +560,100 @@ def test_store_modified_after_close_is_recovered(pristine, tmp_path):
         assert log.next_offset == off
         assert log.truncated_bytes == os.path.getsize(active) - pos
     check_log(d, values, off)
+
+
+# -- preallocated stores (preallocate=True) ----------------------------------------------------
+PRE = dict(fsync="always", preallocate=True, segment_bytes=1 << 20)
+
+
+def _kill_preallocated_writer(path: str, n: int) -> str:
+    """A ``preallocate=True`` writer appends ``n`` acknowledged records and is SIGKILLed:
+    its store still holds the zeros of the space it reserved. Returns the store's path."""
+    import subprocess
+    import sys
+
+    code = f"import os, pylog\nlog = pylog.Log({path!r}, **{PRE!r})\n" \
+           f"for i in range({n}):\n    log.append(b'v%d' % i)\nos.kill(os.getpid(), 9)\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
+    assert r.returncode == -9, r.stderr[-2000:]
+    st = stores(path)[-1]
+    assert os.path.getsize(st) == PRE["segment_bytes"]  # the reserved space is still there
+    return st
+
+
+@pytest.mark.parametrize("tail", ["none", "garbage", "torn frame"])
+def test_preallocated_zeros_are_not_torn_bytes(tmp_path, tail):
+    """After a crash, the zeros of preallocated space are cut without being counted or
+    saved as torn bytes; what the writer really left after its last frame is."""
+    path = str(tmp_path / "pre")
+    n = 50
+    st = _kill_preallocated_writer(path, n)
+    fr = frames(st)
+    assert len(fr) == n
+    end = fr[-1][0] + fr[-1][1]
+    junk = b""
+    if tail == "garbage":
+        junk = random.Random(7).randbytes(300) + b"\x01"
+    elif tail == "torn frame":  # the first 20 bytes of a copy of the last frame, bumped offset
+        with open(st, "rb") as f:
+            f.seek(fr[-1][0])
+            head = bytearray(f.read(20))
+        head[8:16] = struct.pack("<Q", n)
+        junk = bytes(head)
+    with open(st, "r+b") as f:
+        f.seek(end)
+        f.write(junk)
+    with pylog.Log(path, **PRE) as log:
+        assert log.next_offset == n and log.recovery_report == []
+        assert log.truncated_bytes == len(junk)
+        assert [bytes(r.value) for r in log.scan()] == [b"v%d" % i for i in range(n)]
+        log.append(b"after")
+        assert os.path.getsize(st) == PRE["segment_bytes"]  # reserved again after recovery
+    assert os.path.exists(st + fmt.BROKEN_SUFFIX) == bool(junk)
+    if junk:
+        with open(st + fmt.BROKEN_SUFFIX, "rb") as f:
+            assert f.read() == junk
+    assert os.path.getsize(st) == end + fmt.FRAME_HEADER_SIZE + len(b"after")  # trimmed at close
+
+
+def test_clean_reopen_of_a_preallocated_log_reserves_space_again(tmp_path):
+    path = str(tmp_path / "pre")
+    with pylog.Log(path, **PRE) as log:
+        log.append_batch([b"x" * 100] * 10)
+    st = stores(path)[-1]
+    size = os.path.getsize(st)
+    assert size == HDR + 10 * (fmt.FRAME_HEADER_SIZE + 100)  # trimmed at close
+    with pylog.Log(path, **PRE) as log:
+        assert log.truncated_bytes == 0 and log.next_offset == 10
+        assert os.path.getsize(st) == PRE["segment_bytes"]
+        log.append(b"y")
+        assert bytes(log.read(10).value) == b"y"
+    assert os.path.getsize(st) == size + fmt.FRAME_HEADER_SIZE + 1
+
+
+def test_data_end_finds_the_last_non_zero_byte(tmp_path):
+    from pylog.fileutil import data_end
+
+    r = random.Random(11)
+    p = str(tmp_path / "f")
+    for trial in range(40):
+        size = r.choice([0, 1, 100, 4096, 70_000, 3 << 20])
+        with open(p, "wb") as f:
+            f.truncate(size)  # a sparse file: holes read as zeros
+            for _ in range(r.randint(0, 4)):
+                if size:
+                    at = r.randrange(size)
+                    f.seek(at)
+                    f.write(bytes([r.randint(1, 255)]) * r.randint(1, 64))
+            f.truncate(size)
+        data = open(p, "rb").read()
+        start = r.randint(0, size)
+        want = max(start, len(data.rstrip(b"\0")))
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            assert data_end(fd, start, size) == want, (trial, size, start)
+            got = data_end(fd, start, size, limit=4096)  # gives up on long runs of zeros
+            assert want <= got <= size
+        finally:
+            os.close(fd)
