@@ -652,8 +652,15 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
                     expected = int(frames[-1]["offset"]) + 1
                     pos = int(end)
                 if rc != impl.OK:
+                    from pylog.fileutil import data_end
                     from pylog.segment import reason
 
+                    if data_end(f.fileno(), int(end), size) == int(end):
+                        # nothing but zeros from here: preallocated space (preallocate=True),
+                        # or a crash's unwritten tail that recovery cuts; no record is lost
+                        out.write(f"zeros: {size - int(end)} bytes after the last record "
+                                  f"(preallocated, or never written)\n".encode())
+                        return
                     out.flush()
                     raise CliError(f"{path}: bad frame at position {int(end)} (expected offset {expected}): "
                                    f"{reason(rc)}")

@@ -245,6 +245,16 @@ def test_dump_files(root):
     p = run(None, "dump", str(torn))
     assert "offset: 0" in p.stdout.decode()
     one_line_error(p, 1)
+    # zeros after the last frame (a preallocated store, or a tail never written) are no
+    # bad frame: dump says how many and exits 0; garbage after them still fails
+    zeroed = root / "zeroed.log"
+    zeroed.write_bytes(data + bytes(5000))
+    out = ok(run(None, "dump", str(zeroed)))
+    assert "offset: 1" in out and "zeros: 5000 bytes after the last record" in out
+    zeroed.write_bytes(data + bytes(5000) + b"\x07")
+    p = run(None, "dump", str(zeroed))
+    assert "offset: 1" in p.stdout.decode()
+    one_line_error(p, 1)
 
 
 def test_recover_retention_compact(root):
