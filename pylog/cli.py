@@ -546,6 +546,18 @@ def compact(ctx: click.Context, topic_name: str | None) -> None:
 
 
 # -- dump ----------------------------------------------------------------------------------
+def _is_sealed(path: str, base: int) -> bool:
+    """Whether the store file ``path`` has a later segment beside it (so it is sealed)."""
+    from pylog import format as fmt
+
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return False
+    return any((b := fmt.parse_segment_name(n, fmt.STORE_SUFFIX)) is not None and b > base for n in names)
+
+
 def _show_bytes(b: Any, limit: int) -> str:
     if b is None:
         return "null"
@@ -655,10 +667,12 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
                     from pylog.fileutil import data_end
                     from pylog.segment import reason
 
-                    if data_end(f.fileno(), int(end), size) == int(end):
-                        # nothing but zeros from here: preallocated space (preallocate=True),
-                        # or a crash's unwritten tail that recovery cuts; no record is lost
-                        out.write(f"zeros: {size - int(end)} bytes after the last record "
+                    if not _is_sealed(path, base) and data_end(f.fileno(), int(end), size) == int(end):
+                        # nothing but zeros after the last frame of the active segment: space
+                        # preallocated (preallocate=True) or a tail a crash left unwritten,
+                        # which recovery cuts. (In a sealed segment they would be lost records.)
+                        after = "the last record" if shown else "the file header"
+                        out.write(f"zeros: {size - int(end)} bytes after {after} "
                                   f"(preallocated, or never written)\n".encode())
                         return
                     out.flush()

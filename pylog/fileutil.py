@@ -41,9 +41,9 @@ def data_end(fd: int, start: int, end: int, limit: int = 16 << 20) -> int:
     """Where the last non-zero byte of ``fd`` in ``[start, end)`` ends (``start`` if none).
 
     Holes, and the unwritten extents of preallocated space, are skipped with SEEK_DATA /
-    SEEK_HOLE where the file system has them; then the zeros before that end are read back
-    from it, at most ``limit`` bytes of them (past that, ``end`` is returned: too much to
-    read to tell)."""
+    SEEK_HOLE where the file system has them; then the zeros before the end of the last
+    data extent are read back, at most ``limit`` bytes of them (past that, the end of that
+    extent is returned, or ``end`` where SEEK_DATA is missing: too much to read to tell)."""
     last = end
     try:
         pos = last = start

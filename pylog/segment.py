@@ -12,6 +12,7 @@ This module is the one place that turns the C core's status codes into exception
 """
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import struct
@@ -48,11 +49,16 @@ _SCAN_CHUNK = 4096
 
 
 def _preallocate(store_path: str, config, end: int) -> None:
-    """With ``preallocate=True``, reserve ``segment_bytes`` for a reopened active store."""
+    """With ``preallocate=True``, reserve ``segment_bytes`` for a reopened active store.
+    Best effort: a full disk (or a file system without fallocate) must not stop a log from
+    opening, if only to read it or free space by retention; appends then grow the file."""
     if config.preallocate and vfs.posix_fallocate is not None:
         fd = vfs.open(store_path, os.O_RDWR)
         try:
             vfs.posix_fallocate(fd, 0, max(config.segment_bytes, end))
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
         finally:
             vfs.close(fd)
 
@@ -488,7 +494,8 @@ class ActiveSegment(_Reader):
     def recover(cls, dirpath: str, base: int, config, *, save_broken: bool = True) -> tuple["ActiveSegment", int]:
         """Reopen by walking every frame (CRC-checked): cut the store at the first torn or
         bad frame (after saving the cut bytes to ``.broken``), rebuild both indexes.
-        Returns (segment, bytes cut)."""
+        Returns (segment, bytes cut); with ``preallocate=True`` the zeros of reserved space
+        at the end are cut but not counted (nor saved)."""
         sp, ip, tp = paths(dirpath, base)
         fd = vfs.open(sp, os.O_RDWR | os.O_CREAT, 0o644)
         try:

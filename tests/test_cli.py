@@ -255,6 +255,18 @@ def test_dump_files(root):
     p = run(None, "dump", str(zeroed))
     assert "offset: 1" in p.stdout.decode()
     one_line_error(p, 1)
+    # in a sealed segment (a later one beside it) zeros where records were are lost records
+    ok(run(root, "topic", "create", "z", "-c", "segment_bytes=4096"))
+    ok(run(root, "produce", "z", input=b"".join(b"%s\n" % (b"v" * 100) for _ in range(100))))
+    zd = root / "z" / "partition-0"
+    first = sorted(zd.glob("*.log"))[0]
+    assert len(list(zd.glob("*.log"))) > 1
+    raw = bytearray(first.read_bytes())
+    frame = int.from_bytes(raw[32:36], "little") + 8  # every record here has the same size
+    assert (len(raw) - 32) % frame == 0
+    raw[-2 * frame:] = bytes(2 * frame)  # the last two records, exactly
+    first.write_bytes(bytes(raw))
+    one_line_error(run(None, "dump", str(first)), 1)
 
 
 def test_recover_retention_compact(root):

@@ -657,3 +657,28 @@ def test_data_end_finds_the_last_non_zero_byte(tmp_path):
             assert want <= got <= size
         finally:
             os.close(fd)
+
+
+def test_a_full_disk_does_not_stop_a_preallocated_log_from_opening(tmp_path, monkeypatch):
+    """Reserving space is best effort: with the disk full the log still opens (to read, or
+    to free space by retention) and appends grow the file as usual."""
+    import errno
+
+    from pylog import vfs
+
+    path = str(tmp_path / "pre")
+    with pylog.Log(path, **PRE) as log:
+        log.append(b"a")
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(vfs, "posix_fallocate", full)
+    for reopen in ("clean", "unclean"):
+        if reopen == "unclean":
+            unclean(path)
+        with pylog.Log(path, **PRE) as log:
+            log.append(b"b")
+            assert bytes(log.read(log.next_offset - 1).value) == b"b"
+    with pylog.Log(path) as log:
+        assert [bytes(r.value) for r in log.scan()] == [b"a", b"b", b"b"]
