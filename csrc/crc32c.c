@@ -88,6 +88,11 @@ static inline uint32_t crc_shift(const uint32_t zeros[4][256], uint32_t c) {
 typedef uint32_t (*crc_fn)(uint32_t, const uint8_t *, size_t);
 typedef void (*crc3_fn)(const uint8_t *const[3], const size_t[3], uint32_t[3]);
 
+/* Three CRCs one after the other: the portable path, and crc_hw3 where there is no hardware. */
+static void crc_portable3(const uint8_t *const p[3], const size_t len[3], uint32_t out[3]) {
+    for (int i = 0; i < 3; i++) out[i] = plog_crc32c_portable(0, p[i], len[i]);
+}
+
 /* Three independent CRCs at once (three frames' bodies): one interleaved loop over their
  * common 8-byte-aligned length keeps three CRC instructions in flight, then each buffer's
  * rest goes through the single-buffer loop. Nothing needs combining. */
@@ -172,9 +177,7 @@ static int hw_detect(void) { return (getauxval(AT_HWCAP2) & HWCAP2_CRC32) != 0; 
 static uint32_t crc_hw(uint32_t crc, const uint8_t *buf, size_t len) {
     return plog_crc32c_portable(crc, buf, len);
 }
-static void crc_hw3(const uint8_t *const p[3], const size_t len[3], uint32_t out[3]) {
-    for (int i = 0; i < 3; i++) out[i] = plog_crc32c_portable(0, p[i], len[i]);
-}
+#define crc_hw3 crc_portable3
 static int hw_detect(void) { return 0; }
 #endif
 
@@ -184,10 +187,6 @@ static int hw_detect(void) { return 0; }
 static int chosen_impl = -1;
 static crc_fn chosen_fn = 0;
 static crc3_fn chosen_fn3 = 0;
-
-static void crc_portable3(const uint8_t *const p[3], const size_t len[3], uint32_t out[3]) {
-    for (int i = 0; i < 3; i++) out[i] = plog_crc32c_portable(0, p[i], len[i]);
-}
 
 void plog_crc32c_select(int force_portable) {
     int hw = !force_portable && hw_detect();

@@ -341,6 +341,12 @@ int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_
     return PLOG_OK;
 }
 
+/* Whether a scan expecting `expected` (UINT64_MAX: anything) must refuse a frame holding
+ * offset `got`: in a compacted segment (gaps) offsets may skip forward, never back. */
+static inline int unexpected(uint64_t got, uint64_t expected, int gaps) {
+    return expected != UINT64_MAX && got != expected && !(gaps && got > expected);
+}
+
 int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset, int gaps,
               plog_frame *out, size_t max_out, uint64_t max_bytes, size_t *n_out,
               uint64_t *end_position) {
@@ -352,9 +358,7 @@ int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_of
         plog_frame *f = &out[n];
         int rc = frame_decode(buf, len, pos, 1, f);
         if (rc) return rc;
-        if (expected_offset != UINT64_MAX && f->offset != expected_offset &&
-            !(gaps && f->offset > expected_offset))
-            return PLOG_E_OFFSET;
+        if (unexpected(f->offset, expected_offset, gaps)) return PLOG_E_OFFSET;
         if (n > 0 && used + f->frame_size > max_bytes) break;
         used += f->frame_size;
         pos += f->frame_size;
@@ -462,8 +466,7 @@ int plog_scan_columns(const uint8_t *buf, size_t len, size_t start, uint64_t exp
     while (n < cols->capacity && pos < len) {
         rc = frame_decode(buf, len, pos, 1, &f);
         if (rc) break;
-        if (expected_offset != UINT64_MAX && f.offset != expected_offset &&
-            !(gaps && f.offset > expected_offset)) {
+        if (unexpected(f.offset, expected_offset, gaps)) {
             rc = PLOG_E_OFFSET;
             break;
         }

@@ -231,7 +231,6 @@ def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base
     return E_NOT_FOUND, None
 
 
-
 def locator(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int,
             gaps: bool = False):
     """``locate(target)``: the position of the CRC-verified frame of ``target`` in this map
@@ -242,6 +241,7 @@ def locator(store: Buffer, store_len: int, index: Buffer | None, n_index: int, b
         return rc if rc else f[0]
 
     return locate
+
 
 def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: int, ts: int):
     pos = fmt.FILE_HEADER_SIZE
@@ -565,8 +565,8 @@ def scan_columns(store: Buffer, store_len: int, start: int, expected_offset: int
     mv = store.mv
     pos = start
     n = before = cols.rows
-    binary = [(c, bit) for c, bit in ((cols.key, fmt.ATTR_NULL_KEY), (cols.metadata, fmt.ATTR_NULL_METADATA),
-                                      (cols.value, fmt.ATTR_NULL_VALUE))]
+    binary = ((cols.key, fmt.ATTR_NULL_KEY), (cols.metadata, fmt.ATTR_NULL_METADATA),
+              (cols.value, fmt.ATTR_NULL_VALUE))
     for c, _bit in binary:
         if c is not None:
             c.need = 0

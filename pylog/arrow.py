@@ -246,20 +246,6 @@ def _names(columns: Sequence[str] | None) -> list[str]:
 
 # ----------------------------------------------------------------------------------------
 # a Log's segments
-def _bounds(log: Any, start: int | None, stop: int | None) -> tuple[int, int]:
-    from pylog.log import _check_offset
-
-    log._check_open()
-    first, nxt = log.start_offset, log.next_offset
-    start = first if start is None else _check_offset(start, "start")
-    stop = nxt if stop is None else _check_offset(stop, "stop")
-    if start > stop:
-        raise ValueError(f"start={start} is after stop={stop}")
-    if start < first or stop > nxt:
-        raise OffsetOutOfRangeError(start if start < first else stop, first, nxt)
-    return start, stop
-
-
 class _Part(NamedTuple):
     """One range of one segment to scan: records ``[off, stop)`` from store position ``pos``."""
 
@@ -371,7 +357,7 @@ def iter_batches(log: Any, start: int | None = None, stop: int | None = None,
     names = _names(columns)
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
         raise ValueError(f"batch_rows={batch_rows!r} must be an int >= 1")
-    start, stop = _bounds(log, start, stop)
+    start, stop = log._range(start, stop)
     return _batches(log, start, stop, names, batch_rows)
 
 
@@ -386,7 +372,7 @@ def read_table(log: Any, start: int | None = None, stop: int | None = None,
     :class:`~pylog.errors.CorruptRecordError` and no table is returned.
     """
     names = _names(columns)
-    start, stop = _bounds(log, start, stop)
+    start, stop = log._range(start, stop)
     threads = _threads() if use_threads and impl.NAME == "native" else 1
     batches: list[pa.RecordBatch] = []
 

@@ -1147,21 +1147,24 @@ class Log:
     def scan(self, start: int | None = None, stop: int | None = None) -> Iterator[Record]:
         """Iterate records from ``start`` (default ``start_offset``) up to ``stop``
         (exclusive; default the ``next_offset`` when iteration starts)."""
-        self._check_open()
-        if start is None:
-            start = self.start_offset
-        start = _check_offset(start, "start")
-        if stop is None:
-            stop = self.next_offset
-        stop = _check_offset(stop, "stop")
-        if start > stop:
-            raise ValueError(f"start={start} is after stop={stop}")
-        if start < self.start_offset or stop > self.next_offset:
-            raise OffsetOutOfRangeError(start if start < self.start_offset else stop, self.start_offset, self.next_offset)
+        start, stop = self._range(start, stop)
         # The records of each chunk come from a C-level iterator (map over zip): chaining
         # them, rather than re-yielding each record from a generator, keeps the Python frame
         # out of the per-record path.
         return chain.from_iterable(self._scan_chunks(start, stop))
+
+    def _range(self, start: int | None, stop: int | None) -> tuple[int, int]:
+        """Checked ``[start, stop)`` of a read (defaults: ``start_offset``, ``next_offset``):
+        ValueError when start is after stop, OffsetOutOfRangeError outside the log."""
+        self._check_open()
+        first, nxt = self.start_offset, self.next_offset
+        start = first if start is None else _check_offset(start, "start")
+        stop = nxt if stop is None else _check_offset(stop, "stop")
+        if start > stop:
+            raise ValueError(f"start={start} is after stop={stop}")
+        if start < first or stop > nxt:
+            raise OffsetOutOfRangeError(start if start < first else stop, first, nxt)
+        return start, stop
 
     def _scan_chunks(self, offset: int, stop: int) -> Iterator[Iterator[Record]]:
         """Iterators over consecutive chunks of records in [offset, stop)."""

@@ -30,6 +30,7 @@ def whole_frames_end(fd: int, start: int, size: int, base_offset: int, next_offs
         n = min(want, size - end)
         buf = bytearray(h + n)
         got = os.preadv(fd, [memoryview(buf)[h:]], end)
+        copy_end = end + got  # where the copy ends in the file
         a = walker(base_offset, None)
         a.next_offset = next_offset
         rc, _ = a.recover(impl.Buffer(buf), h + got)
@@ -38,7 +39,7 @@ def whole_frames_end(fd: int, start: int, size: int, base_offset: int, next_offs
         if got < n or (rc != impl.OK and rc != impl.E_SHORT):
             break  # the file ended, or a bad frame (a preallocated tail's zeros, a torn write)
         if rc == impl.E_SHORT:
-            if end + (h + got - a.position) >= size:
+            if copy_end >= size:
                 break  # a frame still being written at the end of the file
             if a.position == h:
                 want *= 2  # one frame larger than the copy: read more at once
