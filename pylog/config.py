@@ -62,10 +62,12 @@ class LogConfig:
     initial_offset
         The first offset of an empty log. Cannot change once the log holds data.
     preallocate
-        Reserve ``segment_bytes`` of disk for the active store file when it is created
-        (trimmed to its records at roll and close). Each active segment then holds that much
+        Reserve ``segment_bytes`` of disk for the active store file when it is created, and
+        again when it is reopened (best effort: a full disk leaves the file to grow); it is
+        trimmed to its records at roll and close. Each active segment then holds that much
         disk, but under ``fsync="always"`` an fdatasync need not record a new file size:
-        about 1.3x the durable appends a second on ext4 (docs/benchmarks.md). Readers in
+        1.3-1.4x the durable appends a second on the benchmark VM (ext4 on virtio;
+        docs/benchmarks.md). Readers in
         other processes never map past the last whole record, so the trim cannot fault them.
     cleanup_policy
         ``"delete"`` (retention) or ``"compact"`` (keep the latest record per key).
