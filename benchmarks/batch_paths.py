@@ -7,8 +7,9 @@ Each repetition writes the same records, in batches of 1,000, three ways: the pl
 (``f.write(b"".join([pack(len(v)) + v for v in batch]))``, as in benchmarks.compare), pylog
 with every batch framed in place (``pylog.log.IN_PLACE_MIN_BYTES = 0``) and pylog with every
 batch copied into the write buffer (the threshold out of reach), through the same workload
-code as benchmarks.compare. ``fsync="never"``; the time is the appends only, not the close. Prints each system's median and its ratio to the
-file's (above 1: faster than the file).
+code and values as benchmarks.compare, the order rotating from one repetition to the next.
+``fsync="never"``; the time is the appends only, not the close. Prints each system's
+median and its ratio to the file's (above 1: faster than the file).
 """
 from __future__ import annotations
 
@@ -17,10 +18,9 @@ import shutil
 import statistics
 import tempfile
 
-import numpy as np
-
 import pylog.log as log_mod
-from benchmarks.compare import FileSystem, PylogSystem
+from benchmarks.compare import FileSystem, PylogSystem, dataset_values
+
 
 def pylog_write(path: str, batches: list[list[bytes]], threshold: int) -> float:
     """compare's pylog batch workload, with IN_PLACE_MIN_BYTES set to ``threshold``."""
@@ -39,8 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=9, help="repetitions (default 9)")
     ap.add_argument("--tmpdir", default=None, help="where to write (default: the system temp dir)")
     args = ap.parse_args(argv)
-    rng = np.random.default_rng(1)
-    values = [rng.bytes(args.size) for _ in range(args.records)]
+    values = dataset_values(args.records, args.size)
     batches = [values[i : i + 1000] for i in range(0, args.records, 1000)]
     systems = {
         "file join+write": lambda d: FileSystem().write_batches(d, batches),
@@ -48,8 +47,10 @@ def main(argv: list[str] | None = None) -> None:
         "pylog copied": lambda d: pylog_write(d, batches, 1 << 62),
     }
     times: dict[str, list[float]] = {k: [] for k in systems}
-    for _ in range(args.repeat):
-        for name, run in systems.items():
+    names = list(systems)
+    for rep in range(args.repeat):
+        for name in names[rep % 3:] + names[: rep % 3]:
+            run = systems[name]
             d = tempfile.mkdtemp(dir=args.tmpdir)
             try:
                 times[name].append(run(d))

@@ -778,9 +778,7 @@ class Run:
     # -- throughput workloads on one dataset -----------------------------------------
     def dataset(self, label: str, n: int, size: int, systems: list[System], reps: int) -> None:
         self.log(f"[{label}] {n:,} records x {size} B, {reps} repetitions ...", flush=True)
-        rng = np.random.default_rng(1234)
-        pool = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for _ in range(1024)]
-        values = [pool[i & 1023] for i in range(n)]
+        values = dataset_values(n, size)
         each_t: dict[str, list[float]] = {s.name: [] for s in systems}
         batch_t: dict[str, list[float]] = {s.name: [] for s in systems}
         scan_t: dict[str, list[float]] = {s.name: [] for s in systems}
@@ -1168,6 +1166,14 @@ class Run:
             "commit": commit, "quick": self.quick, "argv": sys.argv[1:],
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
+
+
+def dataset_values(n: int, size: int) -> list[bytes]:
+    """The values of a dataset: ``n`` references to a seeded pool of 1,024 random values
+    of ``size`` bytes (so 1,000,000 records do not take 1,000,000 allocations)."""
+    rng = np.random.default_rng(1234)
+    pool = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for _ in range(1024)]
+    return [pool[i & 1023] for i in range(n)]
 
 
 def _git_commit() -> str:

@@ -6,6 +6,9 @@ Profiles (``HYPOTHESIS_PROFILE``): ``default`` for a quick local run, ``ci`` (se
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -24,6 +27,35 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "expensive" if LONG e
 def scaled(ci: int, long: int) -> int:
     """An iteration count: ``ci`` normally, ``long`` with PYLOG_LONG=1."""
     return long if LONG else ci
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def run_py(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``code`` (dedented) in a fresh interpreter that imports this checkout's pylog
+    and the tests' helpers; its output is captured as text."""
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + HERE}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def store_files(path: str) -> list[str]:
+    """The store files (``*.log``) of the log at ``path``, in offset order, as paths."""
+    from pylog import format as fmt
+
+    return sorted(os.path.join(path, n) for n in os.listdir(path)
+                  if fmt.parse_segment_name(n, fmt.STORE_SUFFIX) is not None)
+
+
+def scan_rows(log, start=None, stop=None) -> list[tuple]:
+    """(offset, timestamp, key, value, metadata) of every record of ``log.scan()``, the
+    fields as bytes (None where the record has none)."""
+    def b(x):
+        return None if x is None else bytes(x)
+
+    return [(r.offset, r.timestamp, b(r.key), b(r.value), b(r.metadata)) for r in log.scan(start, stop)]
 
 
 @pytest.fixture

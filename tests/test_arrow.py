@@ -10,16 +10,9 @@ import pylog  # noqa: E402
 import pylog.arrow  # noqa: E402
 from pylog.errors import CorruptRecordError, OffsetOutOfRangeError  # noqa: E402
 
+from conftest import scan_rows, store_files  # noqa: E402
+
 NOW = 10**12
-
-
-def _b(x):
-    return None if x is None else bytes(x)
-
-
-def scan_rows(log, start=None, stop=None):
-    """(offset, timestamp, key, value, metadata) of every record, from log.scan()."""
-    return [(r.offset, r.timestamp, _b(r.key), _b(r.value), _b(r.metadata)) for r in log.scan(start, stop)]
 
 
 def table_rows(table):
@@ -178,8 +171,7 @@ def test_readonly_reader_sees_the_writers_records(make_log, log_dir):
 
 def _corrupt_sealed(log_dir):
     """Flip a byte in the middle of the first segment's store file; returns its path."""
-    store = sorted(f for f in os.listdir(log_dir) if f.endswith(".log"))[0]
-    path = os.path.join(log_dir, store)
+    path = store_files(log_dir)[0]
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.seek(size // 2)

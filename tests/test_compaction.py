@@ -14,7 +14,7 @@ import pylog
 from pylog import compaction
 from pylog.log import CLEANED_SUFFIX, SWAP_SUFFIX
 
-from conftest import scaled
+from conftest import scaled, scan_rows
 
 NOW = 10**12  # "now" for tombstone expiry in these tests
 
@@ -24,8 +24,7 @@ class Crash(Exception):
 
 
 def records_of(log):
-    return [(r.offset, None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value))
-            for r in log.scan()]
+    return [(off, key, value) for off, _ts, key, value, _meta in scan_rows(log)]
 
 
 def check_against_model(log, history, compacted: bool, tombstones_expired: bool):

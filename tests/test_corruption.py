@@ -21,7 +21,7 @@ import pytest
 import pylog
 from pylog import format as fmt
 
-from conftest import scaled
+from conftest import scaled, store_files
 
 HDR = fmt.FILE_HEADER_SIZE
 
@@ -37,11 +37,6 @@ def build(path: str, n: int = 400, seed: int = 3, **kw) -> tuple[list[bytes], li
             log.append_batch(values[i : i + 7], timestamps=stamps[i : i + 7],
                              keys=[b"k%d" % j if j % 3 else None for j in range(i, min(n, i + 7))])
     return values, stamps
-
-
-def store_files(path: str) -> list[str]:
-    return sorted(os.path.join(path, n) for n in os.listdir(path)
-                  if fmt.parse_segment_name(n, fmt.STORE_SUFFIX) is not None)
 
 
 def frame_map(store: str) -> list[tuple[int, int, int]]:

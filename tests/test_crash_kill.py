@@ -32,6 +32,8 @@ import pytest
 
 import pylog
 from pylog import format as fmt
+from pylog._backend import impl
+from pylog.segment import walker
 from pylog.testing import simulate_crash
 
 from conftest import scaled
@@ -189,8 +191,19 @@ def test_sigkill_loop(zygote, tmp_path, capsys):
                     if len(data) > fmt.FILE_HEADER_SIZE:
                         junk = data[fmt.FILE_HEADER_SIZE : fmt.FILE_HEADER_SIZE + rng.randint(1, 40)]
                 # a store killed before its header was written: recovery rewrites the header
-                head_missing = max(0, fmt.FILE_HEADER_SIZE - os.path.getsize(last))
-                with open(last, "ab") as f:
+                size = os.path.getsize(last)
+                head_missing = max(0, fmt.FILE_HEADER_SIZE - size)
+                at = size
+                if preallocate and not head_missing:
+                    # a torn write lands right after the last whole frame, inside the zeros
+                    # of the reserved space (not after them)
+                    with open(last, "rb") as f:
+                        data = f.read()
+                    a = walker(fmt.parse_segment_name(stores[-1], fmt.STORE_SUFFIX), None)
+                    a.recover(impl.Buffer(data), len(data))
+                    at = a.position
+                with open(last, "r+b") as f:
+                    f.seek(at)
                     f.write(junk)
                 stats["junk_tails"] += 1
 

@@ -14,6 +14,8 @@ from pylog.errors import (
     OffsetOutOfRangeError, RecordTooLargeError,
 )
 
+from conftest import scan_rows
+
 
 def _files(d):
     out = {}
@@ -345,8 +347,7 @@ def _batches_in_two_logs(tmp_path, monkeypatch, script, **kw):
             script(log)
         assert laid and all((x is not None) == (threshold == 0) for x in laid)
         with pylog.Log(d, **kw) as log:
-            seen = [(r.offset, r.timestamp, r.key and bytes(r.key), r.value and bytes(r.value),
-                     r.metadata and bytes(r.metadata)) for r in log.scan()]
+            seen = scan_rows(log)
         files = {k: v for k, v in _files(d).items() if k.endswith((".log", ".index", ".timeindex"))}
         out.append((files, seen))
     return out

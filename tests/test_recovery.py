@@ -22,7 +22,8 @@ import pylog
 from pylog import checkpoint
 from pylog import format as fmt
 
-from conftest import scaled
+from conftest import run_py, scaled
+from conftest import store_files as stores
 
 HDR = fmt.FILE_HEADER_SIZE
 
@@ -40,11 +41,6 @@ def build(path: str, values: list[bytes], **kw) -> None:
     with pylog.Log(path, **opts) as log:
         for i, v in enumerate(values):
             log.append(v, key=b"k%d" % i if i % 2 else None, timestamp=1_000 + 10 * i)
-
-
-def stores(path: str) -> list[str]:
-    return sorted(os.path.join(path, n) for n in os.listdir(path)
-                  if fmt.parse_segment_name(n, fmt.STORE_SUFFIX) is not None)
 
 
 def frames(store: str) -> list[tuple[int, int, int]]:
@@ -569,13 +565,13 @@ PRE = dict(fsync="always", preallocate=True, segment_bytes=1 << 20)
 def _kill_preallocated_writer(path: str, n: int) -> str:
     """A ``preallocate=True`` writer appends ``n`` acknowledged records and is SIGKILLed:
     its store still holds the zeros of the space it reserved. Returns the store's path."""
-    import subprocess
-    import sys
-
-    code = f"import os, pylog\nlog = pylog.Log({path!r}, **{PRE!r})\n" \
-           f"for i in range({n}):\n    log.append(b'v%d' % i)\nos.kill(os.getpid(), 9)\n"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
+    r = run_py(f"""
+        import os, pylog
+        log = pylog.Log({path!r}, **{PRE!r})
+        for i in range({n}):
+            log.append(b"v%d" % i)
+        os.kill(os.getpid(), 9)
+        """, timeout=60)
     assert r.returncode == -9, r.stderr[-2000:]
     st = stores(path)[-1]
     assert os.path.getsize(st) == PRE["segment_bytes"]  # the reserved space is still there

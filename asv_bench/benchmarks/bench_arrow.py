@@ -2,10 +2,12 @@
 
 Goal (issue 6): >= 20 million records/s on sealed segments, 100 B values.
 
-* ``ArrowRead``: whichever columnar reader pylog has (``Log.read_arrow`` today; on older
-  commits ``pylog.arrow`` or the Spark data source's Arrow path; skipped with none).
-* ``ArrowReadTable``: ``pylog.arrow.read_table`` itself, with and without threads, one
-  column only, and ``iter_batches`` (skipped on commits without ``pylog.arrow``).
+* ``ArrowRead``: whichever columnar reader pylog has (``Log.read_arrow`` today, which is
+  ``read_table`` with threads; on older commits ``pylog.arrow`` or the Spark data source's
+  Arrow path; skipped with none): the one line to follow across the history.
+* ``ArrowReadTable``: ``pylog.arrow.read_table`` itself, with and without threads, and one
+  column only (skipped on commits without ``pylog.arrow``).
+* ``ArrowIterBatches``: ``pylog.arrow.iter_batches`` (one thread by design).
 """
 from __future__ import annotations
 
@@ -71,9 +73,26 @@ class ArrowReadTable:
     def time_read_table_value_only(self, path: str, use_threads: bool) -> None:
         self.arrow.read_table(self.log, columns=["value"], **self.kw)
 
-    def time_iter_batches(self, path: str, use_threads: bool) -> None:
-        for _batch in self.arrow.iter_batches(self.log):
-            pass
-
     def peakmem_read_table(self, path: str, use_threads: bool) -> None:
         self.arrow.read_table(self.log, **self.kw)
+
+
+class ArrowIterBatches:
+    def setup_cache(self) -> str:
+        return build_log(os.path.abspath("arrow-batches-log"), N, 100, segment_bytes=16 << 20)
+
+    setup_cache.timeout = 300
+
+    def setup(self, path: str) -> None:
+        optional("pyarrow")
+        self.arrow = optional("pylog.arrow")
+        self.log = pylog.Log(path, readonly=True, cached_segments=None)
+        assert sum(b.num_rows for b in self.arrow.iter_batches(self.log)) == N  # warm
+
+    def teardown(self, path: str) -> None:
+        if getattr(self, "log", None) is not None:
+            self.log.close()
+
+    def time_iter_batches(self, path: str) -> None:
+        for _batch in self.arrow.iter_batches(self.log):
+            pass
