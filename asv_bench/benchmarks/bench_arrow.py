@@ -21,21 +21,26 @@ from .common import arrow_reader, build_log, optional, setup  # noqa: F401
 N = 200_000
 
 
-class ArrowRead:
+class _SealedLog:
+    """A sealed log of N x 100 B built once (one setup_cache, shared by the classes below)
+    and opened read-only by each benchmark's setup as ``self.log``."""
+
     def setup_cache(self) -> str:
         return build_log(os.path.abspath("arrow-log"), N, 100, segment_bytes=16 << 20)
 
     setup_cache.timeout = 300
 
+    def teardown(self, path: str, *params: object) -> None:
+        if getattr(self, "log", None) is not None:
+            self.log.close()
+
+
+class ArrowRead(_SealedLog):
     def setup(self, path: str) -> None:
         optional("pyarrow")
         self.read = arrow_reader()
         self.log = pylog.Log(path, readonly=True, cached_segments=None)
         self.read(self.log)  # warm: maps made, pages faulted in
-
-    def teardown(self, path: str) -> None:
-        if getattr(self, "log", None) is not None:
-            self.log.close()
 
     def time_read_arrow(self, path: str) -> None:
         self.read(self.log)
@@ -44,14 +49,9 @@ class ArrowRead:
         self.read(self.log)
 
 
-class ArrowReadTable:
+class ArrowReadTable(_SealedLog):
     params = [True, False]
     param_names = ["use_threads"]
-
-    def setup_cache(self) -> str:
-        return build_log(os.path.abspath("arrow-table-log"), N, 100, segment_bytes=16 << 20)
-
-    setup_cache.timeout = 300
 
     def setup(self, path: str, use_threads: bool) -> None:
         optional("pyarrow")
@@ -63,10 +63,6 @@ class ArrowReadTable:
         table = self.arrow.read_table(self.log, **self.kw)  # warm: maps made, pages faulted in
         assert table.num_rows == N
 
-    def teardown(self, path: str, use_threads: bool) -> None:
-        if getattr(self, "log", None) is not None:
-            self.log.close()
-
     def time_read_table(self, path: str, use_threads: bool) -> None:
         self.arrow.read_table(self.log, **self.kw)
 
@@ -77,21 +73,12 @@ class ArrowReadTable:
         self.arrow.read_table(self.log, **self.kw)
 
 
-class ArrowIterBatches:
-    def setup_cache(self) -> str:
-        return build_log(os.path.abspath("arrow-batches-log"), N, 100, segment_bytes=16 << 20)
-
-    setup_cache.timeout = 300
-
+class ArrowIterBatches(_SealedLog):
     def setup(self, path: str) -> None:
         optional("pyarrow")
         self.arrow = optional("pylog.arrow")
         self.log = pylog.Log(path, readonly=True, cached_segments=None)
         assert sum(b.num_rows for b in self.arrow.iter_batches(self.log)) == N  # warm
-
-    def teardown(self, path: str) -> None:
-        if getattr(self, "log", None) is not None:
-            self.log.close()
 
     def time_iter_batches(self, path: str) -> None:
         for _batch in self.arrow.iter_batches(self.log):
