@@ -1,5 +1,7 @@
 /*
  * CRC32C (Castagnoli) with run-time dispatch:
+ *   - on x86-64 with VPCLMULQDQ and AVX2: carry-less multiplication folding fused with
+ *     crc32 instructions for buffers of 256 bytes and more (below: as SSE4.2),
  *   - SSE4.2 crc32 instructions on x86-64,
  *   - ARMv8 CRC32 instructions on aarch64 and 32-bit ARMv8 (AArch32),
  *   - portable slicing-by-8 everywhere else.
@@ -7,9 +9,10 @@
  * and combine them with the zero-shift tables of crc32c_tables.h, so the CRC unit's
  * 3-cycle latency does not limit throughput.
  *
- * plog_crc32c_select(1) forces the portable path (pylog sets it from the environment
- * variable PYLOG_CRC32C_FORCE_PORTABLE at import), so the fallback is tested on CPUs that
- * have the instructions.
+ * plog_crc32c_select(PLOG_CRC_SELECT_PORTABLE) forces the portable path and
+ * plog_crc32c_select(PLOG_CRC_SELECT_NO_CLMUL) the crc32 instructions alone (pylog sets them
+ * from the environment variables PYLOG_CRC32C_FORCE_PORTABLE and PYLOG_CRC32C_NO_CLMUL at
+ * import), so each fallback is tested on CPUs that have the faster path.
  */
 #define _FILE_OFFSET_BITS 64
 #define _GNU_SOURCE
@@ -113,7 +116,7 @@ static void crc_portable3(const uint8_t *const p[3], const size_t len[3], uint32
 
 
 #if defined(__x86_64__) || defined(_M_X64)
-#include <nmmintrin.h>
+#include <immintrin.h>
 #define PLOG_HW_NAME PLOG_CRC_SSE42
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *buf,
                                                          size_t len) {
@@ -129,6 +132,105 @@ static int hw_detect(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("sse4.2");
 }
+
+/* ---- x86-64 with VPCLMULQDQ: folding by carry-less multiplication, fused with crc32 ----
+ *
+ * The message is a polynomial; its CRC depends only on it modulo P, so a 128-bit lane can be
+ * replaced by its product with x^D mod P placed D bits further on ("folding", as in Intel's
+ * paper "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ"; the constants and
+ * their derivation are in gen_tables.py). Four 256-bit registers fold 128 bytes a step; at
+ * the end the eight lanes fold into one, whose CRC two crc32 instructions give.
+ *
+ * The carry-less multiplier and the crc32 unit are separate execution units, so large
+ * buffers go through fused blocks: the first CLMUL_BLOCK bytes fold, while three crc32
+ * streams run over the next 3 x PLOG_CRC_LONG bytes in the same loop; the four results
+ * combine with the PLOG_CRC_LONG shift table. On the AMD Zen 3 this was tuned on, 1 MiB:
+ * crc32 streams alone ~24 GB/s, folding alone ~25 GB/s, fused ~34 GB/s. */
+#define CLMUL_STEPS (PLOG_CRC_LONG / 32) /* each step: 128 B folded, 32 B per crc32 stream */
+#define CLMUL_BLOCK (CLMUL_STEPS * 128)
+#define FUSED_BLOCK (CLMUL_BLOCK + 3 * PLOG_CRC_LONG)
+#define CLMUL_MIN 256 /* below this the crc32 streams are as fast */
+#define CLMUL_TARGET "sse4.2,pclmul,avx,avx2,vpclmulqdq"
+
+__attribute__((target(CLMUL_TARGET))) static inline __m128i fold128(__m128i x) {
+    const __m128i k = _mm_set_epi64x((long long)PLOG_CRC_FOLD_128_HI, (long long)PLOG_CRC_FOLD_128_LO);
+    return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
+}
+
+__attribute__((target(CLMUL_TARGET))) static inline __m256i fold1024(__m256i x) {
+    const __m256i k = _mm256_set_epi64x((long long)PLOG_CRC_FOLD_1024_HI, (long long)PLOG_CRC_FOLD_1024_LO,
+                                        (long long)PLOG_CRC_FOLD_1024_HI, (long long)PLOG_CRC_FOLD_1024_LO);
+    return _mm256_xor_si256(_mm256_clmulepi64_epi128(x, k, 0x00), _mm256_clmulepi64_epi128(x, k, 0x11));
+}
+
+#define LOAD256(q) _mm256_loadu_si256((const __m256i *)(const void *)(q))
+
+/* The raw CRC register after the 128-byte-aligned-in-length region that the four registers
+ * folded (they were loaded with the register c already xored into the first bytes). */
+__attribute__((target(CLMUL_TARGET))) static inline uint64_t fold_finish(__m256i y0, __m256i y1,
+                                                                       __m256i y2, __m256i y3) {
+    __m128i x = _mm256_castsi256_si128(y0);
+    x = _mm_xor_si128(fold128(x), _mm256_extracti128_si256(y0, 1));
+    x = _mm_xor_si128(fold128(x), _mm256_castsi256_si128(y1));
+    x = _mm_xor_si128(fold128(x), _mm256_extracti128_si256(y1, 1));
+    x = _mm_xor_si128(fold128(x), _mm256_castsi256_si128(y2));
+    x = _mm_xor_si128(fold128(x), _mm256_extracti128_si256(y2, 1));
+    x = _mm_xor_si128(fold128(x), _mm256_castsi256_si128(y3));
+    x = _mm_xor_si128(fold128(x), _mm256_extracti128_si256(y3, 1));
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
+    return _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(x, 1));
+}
+
+__attribute__((target(CLMUL_TARGET))) static uint32_t crc_clmul(uint32_t crc, const uint8_t *p,
+                                                                size_t len) {
+    if (len < CLMUL_MIN) return crc_hw(crc, p, len);
+    uint64_t c = (uint32_t)~crc; /* the raw register */
+    while (len >= FUSED_BLOCK) {
+        const uint8_t *q = p + CLMUL_BLOCK;
+        __m256i y0 = _mm256_xor_si256(LOAD256(p), _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)(uint32_t)c)));
+        __m256i y1 = LOAD256(p + 32), y2 = LOAD256(p + 64), y3 = LOAD256(p + 96);
+        uint64_t c1 = 0, c2 = 0, c3 = 0;
+        for (size_t i = 0; i < CLMUL_STEPS; i++) {
+            const uint8_t *v = p + 128 * i, *s = q + 32 * i;
+            if (i) {
+                y0 = _mm256_xor_si256(fold1024(y0), LOAD256(v));
+                y1 = _mm256_xor_si256(fold1024(y1), LOAD256(v + 32));
+                y2 = _mm256_xor_si256(fold1024(y2), LOAD256(v + 64));
+                y3 = _mm256_xor_si256(fold1024(y3), LOAD256(v + 96));
+            }
+            for (int j = 0; j < 32; j += 8) {
+                c1 = _mm_crc32_u64(c1, plog_ld64(s + j));
+                c2 = _mm_crc32_u64(c2, plog_ld64(s + PLOG_CRC_LONG + j));
+                c3 = _mm_crc32_u64(c3, plog_ld64(s + 2 * PLOG_CRC_LONG + j));
+            }
+        }
+        c = fold_finish(y0, y1, y2, y3);
+        c = crc_shift(plog_crc32c_long, (uint32_t)c) ^ (uint32_t)c1;
+        c = crc_shift(plog_crc32c_long, (uint32_t)c) ^ (uint32_t)c2;
+        c = crc_shift(plog_crc32c_long, (uint32_t)c) ^ (uint32_t)c3;
+        p += FUSED_BLOCK;
+        len -= FUSED_BLOCK;
+    }
+    if (len >= CLMUL_MIN) { /* fold alone over the rest's multiple of 128 bytes */
+        __m256i y0 = _mm256_xor_si256(LOAD256(p), _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)(uint32_t)c)));
+        __m256i y1 = LOAD256(p + 32), y2 = LOAD256(p + 64), y3 = LOAD256(p + 96);
+        for (p += 128, len -= 128; len >= 128; p += 128, len -= 128) {
+            y0 = _mm256_xor_si256(fold1024(y0), LOAD256(p));
+            y1 = _mm256_xor_si256(fold1024(y1), LOAD256(p + 32));
+            y2 = _mm256_xor_si256(fold1024(y2), LOAD256(p + 64));
+            y3 = _mm256_xor_si256(fold1024(y3), LOAD256(p + 96));
+        }
+        c = fold_finish(y0, y1, y2, y3);
+    }
+    return crc_hw(~(uint32_t)c, p, len);
+}
+
+static int clmul_detect(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("vpclmulqdq");
+}
+#define PLOG_HAVE_CLMUL 1
 
 #elif defined(__aarch64__)
 #include <sys/auxv.h>
@@ -181,6 +283,11 @@ static uint32_t crc_hw(uint32_t crc, const uint8_t *buf, size_t len) {
 static int hw_detect(void) { return 0; }
 #endif
 
+#ifndef PLOG_HAVE_CLMUL
+#define crc_clmul crc_hw
+static int clmul_detect(void) { return 0; }
+#endif
+
 /* The chosen implementation. 0 = not chosen yet; chosen on first use or by select(). Both
  * candidates compute the same function, so a benign race on first use is harmless; the
  * atomics keep the compiler honest about it. */
@@ -188,12 +295,15 @@ static int chosen_impl = -1;
 static crc_fn chosen_fn = 0;
 static crc3_fn chosen_fn3 = 0;
 
-void plog_crc32c_select(int force_portable) {
-    int hw = !force_portable && hw_detect();
-    /* fn3 first: a reader that sees the new fn also sees the matching fn3 */
+void plog_crc32c_select(int mode) {
+    int hw = mode != PLOG_CRC_SELECT_PORTABLE && hw_detect() && PLOG_HW_NAME != PLOG_CRC_PORTABLE;
+    int clmul = hw && mode == PLOG_CRC_SELECT_BEST && clmul_detect();
+    /* fn3 first: a reader that sees the new fn also sees the matching fn3 (the three-buffer
+     * loop is the crc32 instruction's in both hardware cases: frames are short) */
     __atomic_store_n(&chosen_fn3, hw ? crc_hw3 : crc_portable3, __ATOMIC_RELEASE);
-    __atomic_store_n(&chosen_fn, hw ? crc_hw : plog_crc32c_portable, __ATOMIC_RELEASE);
-    __atomic_store_n(&chosen_impl, hw ? PLOG_HW_NAME : PLOG_CRC_PORTABLE, __ATOMIC_RELEASE);
+    __atomic_store_n(&chosen_fn, clmul ? crc_clmul : hw ? crc_hw : plog_crc32c_portable, __ATOMIC_RELEASE);
+    __atomic_store_n(&chosen_impl, clmul ? PLOG_CRC_SSE42_CLMUL : hw ? PLOG_HW_NAME : PLOG_CRC_PORTABLE,
+                     __ATOMIC_RELEASE);
 }
 
 static inline crc_fn current(void) {
@@ -219,6 +329,12 @@ uint32_t plog_crc32c_hw(uint32_t crc, const uint8_t *buf, size_t len) {
 }
 
 int plog_crc32c_hw_available(void) { return hw_detect() && PLOG_HW_NAME != PLOG_CRC_PORTABLE; }
+
+uint32_t plog_crc32c_clmul(uint32_t crc, const uint8_t *buf, size_t len) {
+    return clmul_detect() ? crc_clmul(crc, buf, len) : plog_crc32c_hw(crc, buf, len);
+}
+
+int plog_crc32c_clmul_available(void) { return clmul_detect(); }
 
 int plog_crc32c_impl(void) {
     current();

@@ -736,4 +736,9 @@ static const uint32_t plog_crc32c_short[4][256] = {
     },
 };
 
+#define PLOG_CRC_FOLD_128_LO 0x3743f7bd00000000ull /* x^191 */
+#define PLOG_CRC_FOLD_128_HI 0x3171d43000000000ull /* x^127 */
+#define PLOG_CRC_FOLD_1024_LO 0x6577b24500000000ull /* x^1087 */
+#define PLOG_CRC_FOLD_1024_HI 0x7417153f00000000ull /* x^1023 */
+
 #endif

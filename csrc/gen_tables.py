@@ -7,12 +7,19 @@ build needs no generator step; a test (tests/test_crc32c.py) checks it is up to 
 * ``plog_crc32c_long[4][256]`` / ``plog_crc32c_short[4][256]``: the operators that advance a
   raw CRC register over 8192 / 256 zero bytes, used to combine three interleaved hardware
   streams (the technique of Mark Adler's crc32c.c).
+* ``PLOG_CRC_FOLD_*``: the carry-less multiplication constants of the x86-64 folding path
+  (csrc/crc32c.c). Folding a 128-bit lane ``(lo, hi)`` of the message forward by ``D`` bits
+  multiplies ``lo`` by x^(63+D) mod P and ``hi`` by x^(D-1) mod P; each constant is that
+  remainder bit-reflected into 64 bits (the coefficient of x^d at bit 63-d), so the
+  products line up with the reflected bit order of the data and of the crc32 instruction.
 """
 import pathlib
 
 POLY = 0x82F63B78  # CRC32C, reflected
 LONG = 8192
 SHORT = 256
+POLY_NORMAL = (1 << 32) | 0x1EDC6F41  # CRC32C with its x^32 term, not reflected
+FOLDS = (128, 1024)  # bits: one lane to the next; four 256-bit registers forward
 
 
 def byte_table():
@@ -63,6 +70,46 @@ def shift_tables(nbytes):
     return out
 
 
+def xpow_mod(e):
+    """x^e mod P (normal bit order: bit d is the coefficient of x^d)."""
+    r, b = 1, 2
+    while e:
+        if e & 1:
+            r = pmod(clmul(r, b))
+        b = pmod(clmul(b, b))
+        e >>= 1
+    return r
+
+
+def clmul(a, b):
+    r = 0
+    while b:
+        if b & 1:
+            r ^= a
+        a <<= 1
+        b >>= 1
+    return r
+
+
+def pmod(a):
+    while a.bit_length() > 32:
+        a ^= POLY_NORMAL << (a.bit_length() - 33)
+    return a
+
+
+def fold_constant(e):
+    """x^e mod P, bit-reflected into 64 bits."""
+    return int(format(xpow_mod(e), "064b")[::-1], 2)
+
+
+def fold_defines():
+    lines = []
+    for d in FOLDS:
+        lines.append(f"#define PLOG_CRC_FOLD_{d}_LO 0x{fold_constant(63 + d):016x}ull /* x^{63 + d} */")
+        lines.append(f"#define PLOG_CRC_FOLD_{d}_HI 0x{fold_constant(d - 1):016x}ull /* x^{d - 1} */")
+    return "\n".join(lines)
+
+
 def emit(name, tables):
     lines = [f"static const uint32_t {name}[{len(tables)}][256] = {{"]
     for t in tables:
@@ -82,6 +129,7 @@ def render():
         emit("plog_crc32c_table", slicing_tables()),
         emit("plog_crc32c_long", shift_tables(LONG)),
         emit("plog_crc32c_short", shift_tables(SHORT)),
+        fold_defines(),
         "#endif\n",
     ])
 

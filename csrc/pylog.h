@@ -49,7 +49,15 @@ enum plog_status {
 enum plog_crc_impl {
     PLOG_CRC_PORTABLE = 0,
     PLOG_CRC_SSE42 = 1,
-    PLOG_CRC_ARMV8 = 2
+    PLOG_CRC_ARMV8 = 2,
+    PLOG_CRC_SSE42_CLMUL = 3 /* SSE4.2 plus VPCLMULQDQ folding for long buffers */
+};
+
+/* plog_crc32c_select's modes */
+enum plog_crc_select {
+    PLOG_CRC_SELECT_BEST = 0,
+    PLOG_CRC_SELECT_PORTABLE = 1,
+    PLOG_CRC_SELECT_NO_CLMUL = 2 /* the crc32 instructions without the folding path */
 };
 
 /* One decoded frame header (what a scan reports). */
@@ -94,8 +102,11 @@ uint32_t plog_crc32c_portable(uint32_t crc, const uint8_t *buf, size_t len);
 void plog_crc32c_3(const uint8_t *const bufs[3], const size_t lens[3], uint32_t out[3]);
 uint32_t plog_crc32c_hw(uint32_t crc, const uint8_t *buf, size_t len);
 int plog_crc32c_hw_available(void);
+/* The folding path where the CPU has it, else plog_crc32c_hw. */
+uint32_t plog_crc32c_clmul(uint32_t crc, const uint8_t *buf, size_t len);
+int plog_crc32c_clmul_available(void);
 int plog_crc32c_impl(void);
-void plog_crc32c_select(int force_portable);
+void plog_crc32c_select(int mode);
 int plog_crc32c_batch(const uint8_t *buf, size_t len, const uint64_t *positions,
                       const uint32_t *lengths, size_t n, uint32_t *out);
 

@@ -43,9 +43,12 @@ assert ffi.sizeof("plog_frame") == fmt.FRAME_DTYPE.itemsize, "plog_frame / FRAME
 assert lib.PLOG_FRAME_HEADER_SIZE == fmt.FRAME_HEADER_SIZE
 assert lib.PLOG_FILE_HEADER_SIZE == fmt.FILE_HEADER_SIZE
 
-lib.plog_crc32c_select(1 if os.environ.get("PYLOG_CRC32C_FORCE_PORTABLE") == "1" else 0)
+lib.plog_crc32c_select(lib.PLOG_CRC_SELECT_PORTABLE if os.environ.get("PYLOG_CRC32C_FORCE_PORTABLE") == "1"
+                       else lib.PLOG_CRC_SELECT_NO_CLMUL if os.environ.get("PYLOG_CRC32C_NO_CLMUL") == "1"
+                       else lib.PLOG_CRC_SELECT_BEST)
 
-_CRC_NAMES = {lib.PLOG_CRC_PORTABLE: "portable", lib.PLOG_CRC_SSE42: "sse4.2", lib.PLOG_CRC_ARMV8: "armv8-crc"}
+_CRC_NAMES = {lib.PLOG_CRC_PORTABLE: "portable", lib.PLOG_CRC_SSE42: "sse4.2", lib.PLOG_CRC_ARMV8: "armv8-crc",
+              lib.PLOG_CRC_SSE42_CLMUL: "sse4.2+vpclmulqdq"}
 _FRAME = struct.Struct("<QQqIIIIII")
 _raw_alloc = ffi.new_allocator(should_clear_after_alloc=False)
 _EMPTY = b""
@@ -53,13 +56,19 @@ _INT64_MIN = -(1 << 63)
 
 
 def crc_impl() -> str:
-    """Name of the CRC32C implementation in use: ``sse4.2``, ``armv8-crc`` or ``portable``."""
+    """Name of the CRC32C implementation in use: ``sse4.2+vpclmulqdq``, ``sse4.2``,
+    ``armv8-crc`` or ``portable``."""
     return _CRC_NAMES[lib.plog_crc32c_impl()]
 
 
 def crc_hw_available() -> bool:
     """Whether this CPU has CRC32C instructions pylog can use."""
     return bool(lib.plog_crc32c_hw_available())
+
+
+def crc_clmul_available() -> bool:
+    """Whether this CPU has the carry-less multiply (VPCLMULQDQ, AVX2) folding path."""
+    return bool(lib.plog_crc32c_clmul_available())
 
 
 def _ptr(data):
@@ -81,6 +90,12 @@ def crc32c_hw(data, value: int = 0) -> int:
     """CRC32C through the hardware path (the portable one when the CPU has none)."""
     mv = memoryview(data).cast("B")
     return lib.plog_crc32c_hw(value, ffi.from_buffer("uint8_t[]", mv), len(mv))
+
+
+def crc32c_clmul(data, value: int = 0) -> int:
+    """CRC32C through the folding path (the hardware one when the CPU has none)."""
+    mv = memoryview(data).cast("B")
+    return lib.plog_crc32c_clmul(value, ffi.from_buffer("uint8_t[]", mv), len(mv))
 
 
 def crc32c_3(a, b, c) -> tuple[int, int, int]:

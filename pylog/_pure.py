@@ -52,6 +52,10 @@ def crc_hw_available() -> bool:
     return False
 
 
+def crc_clmul_available() -> bool:
+    return False
+
+
 def crc32c(data, value: int = 0) -> int:
     """CRC32C (Castagnoli), bit-reflected, one table lookup per byte."""
     c = value ^ 0xFFFFFFFF
@@ -63,6 +67,7 @@ def crc32c(data, value: int = 0) -> int:
 
 crc32c_portable = crc32c
 crc32c_hw = crc32c
+crc32c_clmul = crc32c
 
 
 def crc32c_3(a, b, c) -> tuple[int, int, int]:

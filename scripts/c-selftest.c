@@ -57,15 +57,21 @@ static uint32_t rnd(void) {
     return (uint32_t)(rng >> 16);
 }
 
+/* the x86-64 folding path's fused block: 32 KiB folded + 3 x 8 KiB crc32 streams */
+#define FUSED (32768 + 3 * 8192)
+
 typedef uint32_t (*crc_fn)(uint32_t, const uint8_t *, size_t);
 static const struct {
     const char *name;
     crc_fn fn;
-} FNS[] = {{"dispatch", plog_crc32c}, {"portable", plog_crc32c_portable}, {"hw", plog_crc32c_hw}};
+} FNS[] = {{"dispatch", plog_crc32c},
+           {"portable", plog_crc32c_portable},
+           {"hw", plog_crc32c_hw},
+           {"clmul", plog_crc32c_clmul}};
 #define NFNS (sizeof FNS / sizeof FNS[0])
 
 static void test_crc(void) {
-    static uint8_t buf[70000 + 16];
+    static uint8_t buf[3 * FUSED + 16];
     uint8_t v[32];
     for (size_t f = 0; f < NFNS; f++) {
         crc_fn fn = FNS[f].fn;
@@ -87,8 +93,11 @@ static void test_crc(void) {
                 CHECK(FNS[f].fn(0, buf + start, len) == want, "%s start %zu len %zu", FNS[f].name,
                       start, len);
         }
-    /* Long buffers cross the 3 x 8 KiB and 3 x 256 B interleaved blocks. */
-    static const size_t lens[] = {767, 768, 769, 3 * 8192 - 1, 3 * 8192, 3 * 8192 + 777, 70000};
+    /* Long buffers cross the 3 x 8 KiB and 3 x 256 B interleaved blocks, and the folding
+     * path's 128-byte steps and fused blocks. */
+    static const size_t lens[] = {767, 768, 769, 3 * 8192 - 1, 3 * 8192, 3 * 8192 + 777, 70000,
+                                  FUSED - 1, FUSED, FUSED + 1, FUSED + 255, FUSED + 256,
+                                  FUSED + 383, 2 * FUSED + 129, 3 * FUSED};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
         size_t start = rnd() % 16;
         uint32_t want = crc_ref(0, buf + start, lens[i]);
@@ -263,10 +272,15 @@ static void test_store_unaligned(void) {
 }
 
 int main(void) {
-    const char *force = getenv("PYLOG_CRC32C_FORCE_PORTABLE");
-    plog_crc32c_select(force && strcmp(force, "1") == 0);
+    const char *force = getenv("PYLOG_CRC32C_FORCE_PORTABLE"), *no_clmul = getenv("PYLOG_CRC32C_NO_CLMUL");
+    plog_crc32c_select(force && strcmp(force, "1") == 0           ? PLOG_CRC_SELECT_PORTABLE
+                       : no_clmul && strcmp(no_clmul, "1") == 0 ? PLOG_CRC_SELECT_NO_CLMUL
+                                                                : PLOG_CRC_SELECT_BEST);
     int impl = plog_crc32c_impl();
-    const char *name = impl == PLOG_CRC_ARMV8 ? "armv8-crc" : impl == PLOG_CRC_SSE42 ? "sse4.2" : "portable";
+    const char *name = impl == PLOG_CRC_ARMV8          ? "armv8-crc"
+                       : impl == PLOG_CRC_SSE42_CLMUL ? "sse4.2+vpclmulqdq"
+                       : impl == PLOG_CRC_SSE42       ? "sse4.2"
+                                                      : "portable";
     test_crc();
     test_store_unaligned();
     const char *expect = getenv("PYLOG_EXPECT_CRC_IMPL");
@@ -280,7 +294,7 @@ int main(void) {
 #else
     const char *machine = "other";
 #endif
-    printf("c-selftest: %s impl %s hw %d: %lu checks, %lu failed\n", machine, name,
-           plog_crc32c_hw_available(), checks, failures);
+    printf("c-selftest: %s impl %s hw %d clmul %d: %lu checks, %lu failed\n", machine, name,
+           plog_crc32c_hw_available(), plog_crc32c_clmul_available(), checks, failures);
     return failures != 0;
 }

@@ -1,5 +1,6 @@
-"""CRC32C: the C core's three paths against the pure-Python oracle and the crc32c package."""
+"""CRC32C: the C core's four paths against the pure-Python oracle and the crc32c package."""
 import os
+import random
 import subprocess
 import sys
 
@@ -30,7 +31,7 @@ def test_vectors_pure(data, expected):
 
 
 @needs_native
-@pytest.mark.parametrize("fn", ["crc32c", "crc32c_portable", "crc32c_hw"])
+@pytest.mark.parametrize("fn", ["crc32c", "crc32c_portable", "crc32c_hw", "crc32c_clmul"])
 @pytest.mark.parametrize("data,expected", VECTORS)
 def test_vectors_native(fn, data, expected):
     assert getattr(native, fn)(data) == expected
@@ -50,6 +51,7 @@ def test_every_alignment_matches_oracle(data, skip):
     assert native.crc32c(view) == want
     assert native.crc32c_portable(view) == want
     assert native.crc32c_hw(view) == want
+    assert native.crc32c_clmul(view) == want
 
 
 @needs_native
@@ -62,6 +64,46 @@ def test_long_buffers_cross_the_interleaved_blocks():
         for off in (0, 1, 7):
             chunk = data[off : off + n]
             assert native.crc32c(chunk) == ref.crc32c(chunk) == native.crc32c_portable(chunk)
+
+
+# The x86-64 folding path's fused block: 32 KiB folded while three crc32 streams take 8 KiB each.
+FUSED = 32768 + 3 * 8192
+
+
+@needs_native
+def test_folding_path_crosses_its_steps_and_fused_blocks():
+    """The carry-less multiply path (the dispatcher's choice on x86-64 with VPCLMULQDQ; the
+    crc32 instructions elsewhere) against the crc32c package at every boundary it has:
+    256 bytes (where folding starts), 128-byte steps, fused blocks and what follows them."""
+    import crc32c as ref
+
+    data = os.urandom(3 * FUSED + 512)
+    sizes = [255, 256, 257, 383, 384, 385, 511, 512, 4096 + 15, FUSED - 129, FUSED - 1, FUSED,
+             FUSED + 1, FUSED + 127, FUSED + 255, FUSED + 256, FUSED + 257, 2 * FUSED, 2 * FUSED + 383,
+             3 * FUSED, len(data) - 7]
+    for n in sizes:
+        for off in (0, 1, 5, 8):
+            chunk = memoryview(data)[off : off + n]
+            want = ref.crc32c(chunk)
+            assert native.crc32c_clmul(chunk) == want, (n, off)
+            assert native.crc32c(chunk) == want, (n, off)
+            seed = 0x9E3779B9
+            assert native.crc32c_clmul(chunk, seed) == ref.crc32c(chunk, seed), (n, off)
+
+
+@needs_native
+@given(st.integers(0, 3 * FUSED), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 31))
+def test_folding_path_matches_the_crc32_instructions(n, seed, start, skip):
+    """Any length up to three fused blocks, any starting value, any alignment: the folding
+    path, the crc32-instruction path and the portable one agree, and continuing a CRC over
+    a split gives the CRC of the whole."""
+    data = random.Random(seed).randbytes(n + skip)
+    view = memoryview(data)[skip:]
+    want = native.crc32c_portable(view, start)
+    assert native.crc32c_clmul(view, start) == want
+    assert native.crc32c_hw(view, start) == want
+    cut = seed % (n + 1)
+    assert native.crc32c_clmul(view[cut:], native.crc32c_clmul(view[:cut], start)) == want
 
 
 @needs_native
@@ -99,7 +141,7 @@ def test_tables_are_generated_from_the_generator():
 
 
 @needs_native
-def test_force_portable_environment_variable():
+def test_force_portable_and_no_clmul_environment_variables():
     code = "import pylog._native as n; print(n.crc_impl(), hex(n.crc32c(b'123456789')))"
     env = dict(os.environ, PYLOG_CRC32C_FORCE_PORTABLE="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -107,7 +149,12 @@ def test_force_portable_environment_variable():
     env.pop("PYLOG_CRC32C_FORCE_PORTABLE")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     impl = out.stdout.split()[0]
-    assert impl == ("portable" if not native.crc_hw_available() else {"x86_64": "sse4.2"}.get(os.uname().machine, "armv8-crc"))
+    x86 = "sse4.2+vpclmulqdq" if native.crc_clmul_available() else "sse4.2"
+    assert impl == ("portable" if not native.crc_hw_available() else {"x86_64": x86}.get(os.uname().machine, "armv8-crc"))
+    env["PYLOG_CRC32C_NO_CLMUL"] = "1"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    without = "portable" if not native.crc_hw_available() else {"x86_64": "sse4.2"}.get(os.uname().machine, "armv8-crc")
+    assert out.stdout.split() == [without, "0xe3069283"]
 
 
 @needs_native

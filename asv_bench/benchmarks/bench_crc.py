@@ -1,5 +1,8 @@
 """CRC32C: pylog's C core vs its pure-Python twin vs the ``crc32c`` package.
 
+``pylog`` is the dispatcher's choice; ``pylog_clmul`` the x86-64 folding path (VPCLMULQDQ
+fused with crc32 instructions), ``pylog_hw`` the crc32 instructions alone.
+
 ``Crc``: one call over a buffer of each size (throughput and call overhead). ``CrcBatch``:
 CRCs of ``count`` records of 100 B in one buffer: one ``crc32c_batch`` C call vs a Python
 loop of single calls (pylog, or the ``crc32c`` package).
@@ -14,7 +17,7 @@ from pylog._backend import impl
 from .common import optional, setup  # noqa: F401
 
 SIZES = [64, 1024, 65536, 1 << 20]
-IMPLS = ["pylog", "pylog_hw", "pylog_portable", "pure", "crc32c_pkg"]
+IMPLS = ["pylog", "pylog_clmul", "pylog_hw", "pylog_portable", "pure", "crc32c_pkg"]
 
 
 def _data(n: int) -> bytes:
@@ -29,6 +32,10 @@ class Crc:
         self.data = _data(size)
         if which == "pylog":
             self.fn = impl.crc32c
+        elif which == "pylog_clmul":
+            if impl.NAME != "native" or not impl.crc_clmul_available():
+                raise NotImplementedError("no carry-less multiply (VPCLMULQDQ) CRC32C path here")
+            self.fn = impl.crc32c_clmul
         elif which == "pylog_hw":
             if impl.NAME != "native" or not impl.crc_hw_available():
                 raise NotImplementedError("no hardware CRC32C here")
