@@ -1262,7 +1262,9 @@ class Log:
     def truncate(self, offset: int) -> None:
         """Drop ``offset`` and every record after it (``next_offset`` becomes ``offset``).
 
-        Views of dropped records stay readable: a mapped file is never cut in place.
+        Views of dropped records stay readable, in this process and in read-only logs in
+        others: the kept part of the segment is copied to a new file renamed over the old
+        one (a kernel copy where the file system allows it), never cut in place.
         """
         offset = _check_offset(offset)
         with self._lock:
@@ -1283,7 +1285,6 @@ class Log:
                 target_base = active.base_offset
                 doomed: list[SealedSegment] = []
                 doomed_files: list[int] = []
-                copy = active.tracker.any_alive()
                 _, f = active.find(offset)
                 active.close_files()
             else:
@@ -1294,13 +1295,13 @@ class Log:
                 doomed = self._sealed[i + 1 :]
                 _, f = seg.find(offset)
                 self._cache.discard(seg)
-                copy = seg.tracker.any_alive()
                 active.close_files()
                 doomed_files = [active.base_offset]
             try:
                 if offset < active.base_offset:
                     self._delete_files([s.base_offset for s in doomed] + doomed_files)
-                fileutil.shrink_file(paths(self.path, target_base)[0], f[0], copy=copy)
+                # copied, never cut in place: read-only logs in other processes may map it
+                fileutil.shrink_file(paths(self.path, target_base)[0], f[0], copy=True)
                 new, _cut = ActiveSegment.recover(self.path, target_base, self.config, save_broken=False)
                 checkpoint.write_recovery_point(self.path, target_base)
             except OSError as e:

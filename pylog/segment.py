@@ -266,7 +266,7 @@ class SealedSegment(_Reader):
     """An immutable segment: ``[base_offset, next_offset)`` in ``size`` bytes of store."""
 
     __slots__ = ("dir", "base_offset", "next_offset", "_size", "store_path", "index_interval",
-                 "_maps", "_cache", "tracker", "gaps")
+                 "_maps", "_cache", "gaps")
 
     def __init__(self, dirpath: str, base_offset: int, next_offset: int, size: int | None,
                  index_interval: int, cache: "SegmentCache") -> None:
@@ -278,7 +278,6 @@ class SealedSegment(_Reader):
         self.index_interval = index_interval
         self._maps: _SealedMaps | None = None
         self._cache = cache
-        self.tracker = store_mod.MapTracker()
         self.gaps = False  # learnt from the store header when mapped
 
     def __repr__(self) -> str:
@@ -333,7 +332,6 @@ class SealedSegment(_Reader):
             st = store_mod.StoreMap(fd, os.fstat(fd).st_size)
         finally:
             vfs.close(fd)
-        self.tracker.add(st)
         rc, _base, flags = impl.header_check(st.mv[: fmt.FILE_HEADER_SIZE], fmt.STORE_MAGIC)
         self.gaps = bool(rc == impl.OK and flags & fmt.HEADER_COMPACTED)
         idx = index.open_mapped(ip, fmt.INDEX_SUFFIX, self.base_offset, st.length)
@@ -396,7 +394,7 @@ class ActiveSegment(_Reader):
 
     __slots__ = ("dir", "base_offset", "store_path", "index_path", "timeindex_path", "app",
                  "store_fd", "index_fd", "timeindex_fd", "written", "written_next",
-                 "index_written", "_map", "tracker", "preallocated", "broken")
+                 "index_written", "_map", "preallocated", "broken")
 
     def __init__(self, dirpath: str, base_offset: int, app, written: int, index_written: int,
                  preallocated: bool = False) -> None:
@@ -412,7 +410,6 @@ class ActiveSegment(_Reader):
         #: written is dropped from view, and reads never retry the write
         self.broken = False
         self._map: store_mod.StoreMap | None = None
-        self.tracker = store_mod.MapTracker()
         self.store_fd = vfs.open(self.store_path, os.O_RDWR)
         try:
             self.index_fd = vfs.open(self.index_path, os.O_RDWR)
@@ -616,7 +613,6 @@ class ActiveSegment(_Reader):
                 finally:
                     vfs.close(fd)
             self._map = m
-            self.tracker.add(m)
         app = self.app
         return m, app.index_view(), app.index_count, app.timeindex_view()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import weakref
 
 from pylog import format as fmt
 from pylog import vfs
@@ -44,18 +43,3 @@ class StoreMap:
         self.mm = mmap.mmap(fd, length, access=mmap.ACCESS_READ) if length else None
         self.mv = memoryview(self.mm) if self.mm is not None else memoryview(b"")
         self.buf = impl.Buffer(self.mm if self.mm is not None else b"")
-
-
-class MapTracker:
-    """Remembers (weakly) every map made of one file, to tell whether one is still alive."""
-
-    def __init__(self) -> None:
-        self._refs: list[weakref.ref] = []
-
-    def add(self, m: StoreMap) -> None:
-        if m.mm is not None:
-            self._refs = [r for r in self._refs if r() is not None]
-            self._refs.append(weakref.ref(m.mm))
-
-    def any_alive(self) -> bool:
-        return any(r() is not None for r in self._refs)

@@ -49,7 +49,7 @@ def whole_frames_end(fd: int, start: int, size: int, base_offset: int, next_offs
 class TailSegment(_Reader):
     """Read-only view of a log's active segment (see :meth:`pylog.Log.refresh`)."""
 
-    __slots__ = ("dir", "base_offset", "store_path", "config", "app", "_map", "_ino", "tracker")
+    __slots__ = ("dir", "base_offset", "store_path", "config", "app", "_map", "_ino")
 
     def __init__(self, dirpath: str, base_offset: int, config) -> None:
         self.dir = dirpath
@@ -58,7 +58,6 @@ class TailSegment(_Reader):
         self.config = config
         self._map: store_mod.StoreMap | None = None
         self._ino: int | None = None
-        self.tracker = store_mod.MapTracker()
         self._reset()
         self.refresh()
 
@@ -94,7 +93,6 @@ class TailSegment(_Reader):
             m = self._map
             if m is None or end > m.length:
                 m = self._map = store_mod.StoreMap(fd, end)
-                self.tracker.add(m)
         finally:
             vfs.close(fd)
         self.app.recover(m.buf, m.length)

@@ -468,3 +468,79 @@ def test_an_interrupted_append_never_leaves_the_log_locked(tmp_path):
     n, hangs = map(int, r.stdout.split())
     assert hangs == 0, f"{hangs} of {n} interrupted appends left the log locked"
     assert n >= 500, f"only {n} interrupts in 20 s: the test did not exercise append"
+
+
+def test_a_reader_process_keeps_its_views_through_the_writers_truncate(tmp_path):
+    """A read-only reader in another process holds views of records in the active segment;
+    the writer (holding no view of its own) truncates before them and appends new records.
+    The reader's views must keep their bytes, without SIGBUS: the writer cannot know about
+    maps in other processes, so it never cuts a store in place."""
+    path = str(tmp_path / "log")
+    log = pylog.Log(path, fsync="never")
+    log.append_batch([bytes([i % 251]) * 4000 for i in range(200)])
+    log.flush()
+    reader = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import sys, pylog
+            log = pylog.Log(sys.argv[1], readonly=True)
+            views = [log.read(i) for i in range(100, 200)]
+            print("ready", flush=True)
+            sys.stdin.readline()
+            for r in views:
+                assert bytes(r.value) == bytes([r.offset % 251]) * 4000, r.offset
+            print("ok", len(views), flush=True)
+            """), path],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
+        log.truncate(10)
+        log.append_batch([b"\xee" * 100] * 5)
+        log.flush()
+        out, err = reader.communicate("go\n", timeout=60)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+    assert reader.returncode == 0, f"exit {reader.returncode} (SIGBUS is -7): {err[-2000:]}"
+    assert out.split() == ["ok", "100"]
+    assert log.next_offset == 15 and [bytes(r.value) for r in log.scan(8, 15)] == [
+        bytes([8]) * 4000, bytes([9]) * 4000] + [b"\xee" * 100] * 5
+    log.close()
+
+
+@pytest.mark.parametrize("kernel", ["copy_file_range", "ENOSYS", "EXDEV"])
+def test_truncate_copies_the_kept_part_in_the_kernel_or_by_hand(tmp_path, monkeypatch, kernel):
+    """truncate() writes the kept part of the segment to a new file (a new inode: maps of the
+    old one stay whole) with copy_file_range, or with pread/pwrite where the kernel or file
+    system refuses it; either way the log then holds exactly the records before the cut."""
+    if not hasattr(os, "copy_file_range"):
+        pytest.skip("no os.copy_file_range here")
+    calls = []
+    real = os.copy_file_range
+
+    def fake(*a):
+        calls.append(a)
+        if kernel != "copy_file_range":
+            raise OSError(getattr(errno, kernel), kernel)
+        return real(*a)
+
+    monkeypatch.setattr(os, "copy_file_range", fake)
+    path = str(tmp_path / "log")
+    values = [os.urandom(random.Random(i).randrange(1, 3000)) for i in range(400)]
+    with pylog.Log(path, fsync="never", segment_bytes=200_000) as log:
+        log.append_batch(values)
+        bases = [s.base_offset for s in log._sealed] + [log._active.base_offset]
+        assert len(bases) >= 3
+        cut = bases[1] + 7  # inside the second segment: the later ones go
+        store = log._sealed[1].store_path
+        ino = os.stat(store).st_ino
+        log.truncate(cut)
+        assert os.stat(store).st_ino != ino
+        assert log.next_offset == cut
+        assert [bytes(r.value) for r in log.scan()] == values[:cut]
+        assert log.verify() == []
+    assert calls, "copy_file_range was never tried"
+    with pylog.Log(path) as log:
+        assert [bytes(r.value) for r in log.scan()] == values[:cut]
+        log.append(b"after")
+        assert bytes(log.read(cut).value) == b"after"

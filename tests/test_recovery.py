@@ -600,16 +600,20 @@ def test_preallocated_zeros_are_not_torn_bytes(tmp_path, tail):
     with open(st, "r+b") as f:
         f.seek(end)
         f.write(junk)
+    # zeros at the end of the junk (a timestamp byte of the torn header can be 0) look
+    # exactly like the reserved zeros after it: only the junk up to its last non-zero byte
+    # can be told apart
+    junk_seen = junk.rstrip(b"\0")
     with pylog.Log(path, **PRE) as log:
         assert log.next_offset == n and log.recovery_report == []
-        assert log.truncated_bytes == len(junk)
+        assert log.truncated_bytes == len(junk_seen)
         assert [bytes(r.value) for r in log.scan()] == [b"v%d" % i for i in range(n)]
         log.append(b"after")
         assert os.path.getsize(st) == PRE["segment_bytes"]  # reserved again after recovery
-    assert os.path.exists(st + fmt.BROKEN_SUFFIX) == bool(junk)
-    if junk:
+    assert os.path.exists(st + fmt.BROKEN_SUFFIX) == bool(junk_seen)
+    if junk_seen:
         with open(st + fmt.BROKEN_SUFFIX, "rb") as f:
-            assert f.read() == junk
+            assert f.read() == junk_seen
     assert os.path.getsize(st) == end + fmt.FRAME_HEADER_SIZE + len(b"after")  # trimmed at close
 
 
