@@ -187,7 +187,7 @@ __attribute__((target(CLMUL_TARGET))) static uint32_t crc_clmul(uint32_t crc, co
     uint64_t c = (uint32_t)~crc; /* the raw register */
     while (len >= FUSED_BLOCK) {
         const uint8_t *q = p + CLMUL_BLOCK;
-        __m256i y0 = _mm256_xor_si256(LOAD256(p), _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)(uint32_t)c)));
+        __m256i y0 = _mm256_xor_si256(LOAD256(p), _mm256_set_epi64x(0, 0, 0, (long long)(uint32_t)c));
         __m256i y1 = LOAD256(p + 32), y2 = LOAD256(p + 64), y3 = LOAD256(p + 96);
         uint64_t c1 = 0, c2 = 0, c3 = 0;
         for (size_t i = 0; i < CLMUL_STEPS; i++) {
@@ -212,7 +212,7 @@ __attribute__((target(CLMUL_TARGET))) static uint32_t crc_clmul(uint32_t crc, co
         len -= FUSED_BLOCK;
     }
     if (len >= CLMUL_MIN) { /* fold alone over the rest's multiple of 128 bytes */
-        __m256i y0 = _mm256_xor_si256(LOAD256(p), _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)(uint32_t)c)));
+        __m256i y0 = _mm256_xor_si256(LOAD256(p), _mm256_set_epi64x(0, 0, 0, (long long)(uint32_t)c));
         __m256i y1 = LOAD256(p + 32), y2 = LOAD256(p + 64), y3 = LOAD256(p + 96);
         for (p += 128, len -= 128; len >= 128; p += 128, len -= 128) {
             y0 = _mm256_xor_si256(fold1024(y0), LOAD256(p));
@@ -288,22 +288,24 @@ static int hw_detect(void) { return 0; }
 static int clmul_detect(void) { return 0; }
 #endif
 
-/* The chosen implementation. 0 = not chosen yet; chosen on first use or by select(). Both
- * candidates compute the same function, so a benign race on first use is harmless; the
- * atomics keep the compiler honest about it. */
-static int chosen_impl = -1;
+/* The chosen implementation: chosen_fn is null until the first use or select() picks one.
+ * Every candidate computes the same function, so a race on first use is harmless; the
+ * atomics keep the compiler honest about it. chosen_fn is published last, so a thread that
+ * sees it also sees the matching chosen_fn3 and chosen_impl. (Two select() calls with
+ * different modes at once may mix the three: pylog calls select() once, at import.) */
+static int chosen_impl = PLOG_CRC_PORTABLE;
 static crc_fn chosen_fn = 0;
 static crc3_fn chosen_fn3 = 0;
 
 void plog_crc32c_select(int mode) {
     int hw = mode != PLOG_CRC_SELECT_PORTABLE && hw_detect() && PLOG_HW_NAME != PLOG_CRC_PORTABLE;
     int clmul = hw && mode == PLOG_CRC_SELECT_BEST && clmul_detect();
-    /* fn3 first: a reader that sees the new fn also sees the matching fn3 (the three-buffer
-     * loop is the crc32 instruction's in both hardware cases: frames are short) */
+    /* (the three-buffer loop is the crc32 instruction's in both hardware cases: frames are
+     * short) */
     __atomic_store_n(&chosen_fn3, hw ? crc_hw3 : crc_portable3, __ATOMIC_RELEASE);
-    __atomic_store_n(&chosen_fn, clmul ? crc_clmul : hw ? crc_hw : plog_crc32c_portable, __ATOMIC_RELEASE);
     __atomic_store_n(&chosen_impl, clmul ? PLOG_CRC_SSE42_CLMUL : hw ? PLOG_HW_NAME : PLOG_CRC_PORTABLE,
                      __ATOMIC_RELEASE);
+    __atomic_store_n(&chosen_fn, clmul ? crc_clmul : hw ? crc_hw : plog_crc32c_portable, __ATOMIC_RELEASE);
 }
 
 static inline crc_fn current(void) {

@@ -95,8 +95,12 @@ def copy_range(src: int, dst: int, size: int, name: str) -> None:
             try:
                 n = os.copy_file_range(src, dst, min(64 << 20, size - done), done, done)
             except OSError as e:
-                if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                # not across file systems, not by this kernel or file system, or blocked
+                # (a container's seccomp filter answers EPERM)
+                if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
                     raise
+                n = 0
+            if not n:  # refused, or nothing copied: the plain path decides (and says why)
                 kernel = False
                 continue
         else:
@@ -115,8 +119,9 @@ def shrink_file(path: str, size: int, *, copy: bool) -> None:
     With ``copy`` (a map of the file may be alive, here or in another process), the kept
     prefix is written to a new file renamed over the old one: the old inode, and every map
     of it, stays whole, so no live view can fault (a map past a shrunk file's end raises
-    SIGBUS). Without ``copy`` the file is cut in place: only for a file no process can
-    have mapped past ``size``.
+    SIGBUS). This needs free space for the kept part; a failed copy removes its temp
+    file. Without ``copy`` the file is cut in place: only for a file no process can have
+    mapped past ``size``.
     """
     if not copy:
         fd = vfs.open(path, os.O_RDWR)
@@ -133,6 +138,12 @@ def shrink_file(path: str, size: int, *, copy: bool) -> None:
         try:
             copy_range(src, dst, size, path)
             vfs.fsync(dst)
+        except BaseException:
+            try:  # a full disk must not stay fuller by a partial copy
+                vfs.unlink(tmp)
+            except OSError:
+                pass
+            raise
         finally:
             vfs.close(dst)
     finally:

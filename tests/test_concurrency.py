@@ -508,7 +508,7 @@ def test_a_reader_process_keeps_its_views_through_the_writers_truncate(tmp_path)
     log.close()
 
 
-@pytest.mark.parametrize("kernel", ["copy_file_range", "ENOSYS", "EXDEV"])
+@pytest.mark.parametrize("kernel", ["copy_file_range", "ENOSYS", "EXDEV", "EINVAL", "EOPNOTSUPP", "EPERM"])
 def test_truncate_copies_the_kept_part_in_the_kernel_or_by_hand(tmp_path, monkeypatch, kernel):
     """truncate() writes the kept part of the segment to a new file (a new inode: maps of the
     old one stay whole) with copy_file_range, or with pread/pwrite where the kernel or file
@@ -544,3 +544,40 @@ def test_truncate_copies_the_kept_part_in_the_kernel_or_by_hand(tmp_path, monkey
         assert [bytes(r.value) for r in log.scan()] == values[:cut]
         log.append(b"after")
         assert bytes(log.read(cut).value) == b"after"
+
+
+def test_a_failed_truncate_copy_leaves_no_temp_file(tmp_path, monkeypatch):
+    """A store shorter than the part to keep (or a failing copy) raises, fences the log, and
+    leaves no partial copy behind; the log reopens with every record."""
+    from pylog import fileutil
+    from pylog import format as fmt
+
+    src = tmp_path / "short"
+    src.write_bytes(b"x" * 1000)
+    fd, out = os.open(src, os.O_RDONLY), os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError, match="shorter than 5000 bytes"):
+            fileutil.copy_range(fd, out, 5000, str(src))
+    finally:
+        os.close(fd)
+        os.close(out)
+    assert os.path.getsize(tmp_path / "out") == 1000
+
+    path = str(tmp_path / "log")
+    log = pylog.Log(path, fsync="never")
+    log.append_batch([b"%d" % i * 50 for i in range(300)])
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fileutil, "copy_range", full)
+    with pytest.raises(OSError, match="No space"):
+        log.truncate(100)
+    assert not [n for n in os.listdir(path) if n.endswith(fmt.TEMP_SUFFIX)]
+    with pytest.raises(pylog.LogFencedError):
+        log.append(b"more")
+    log.close()
+    monkeypatch.undo()
+    with pylog.Log(path) as log:
+        assert log.next_offset == 300
+        assert [bytes(r.value) for r in log.scan(298)] == [b"298" * 50, b"299" * 50]
