@@ -165,6 +165,12 @@ __attribute__((target(CLMUL_TARGET))) static inline __m256i fold1024(__m256i x) 
 
 #define LOAD256(q) _mm256_loadu_si256((const __m256i *)(const void *)(q))
 
+/* The first 32 bytes of a folded region, with the raw CRC register c xored into its start
+ * (the CRC of a message from c is the CRC from 0 of the message with c xored in front). */
+__attribute__((target(CLMUL_TARGET))) static inline __m256i fold_first(const uint8_t *p, uint64_t c) {
+    return _mm256_xor_si256(LOAD256(p), _mm256_set_epi64x(0, 0, 0, (long long)(uint32_t)c));
+}
+
 /* The raw CRC register after the 128-byte-aligned-in-length region that the four registers
  * folded (they were loaded with the register c already xored into the first bytes). */
 __attribute__((target(CLMUL_TARGET))) static inline uint64_t fold_finish(__m256i y0, __m256i y1,
@@ -187,8 +193,7 @@ __attribute__((target(CLMUL_TARGET))) static uint32_t crc_clmul(uint32_t crc, co
     uint64_t c = (uint32_t)~crc; /* the raw register */
     while (len >= FUSED_BLOCK) {
         const uint8_t *q = p + CLMUL_BLOCK;
-        __m256i y0 = _mm256_xor_si256(LOAD256(p), _mm256_set_epi64x(0, 0, 0, (long long)(uint32_t)c));
-        __m256i y1 = LOAD256(p + 32), y2 = LOAD256(p + 64), y3 = LOAD256(p + 96);
+        __m256i y0 = fold_first(p, c), y1 = LOAD256(p + 32), y2 = LOAD256(p + 64), y3 = LOAD256(p + 96);
         uint64_t c1 = 0, c2 = 0, c3 = 0;
         for (size_t i = 0; i < CLMUL_STEPS; i++) {
             const uint8_t *v = p + 128 * i, *s = q + 32 * i;
@@ -212,8 +217,7 @@ __attribute__((target(CLMUL_TARGET))) static uint32_t crc_clmul(uint32_t crc, co
         len -= FUSED_BLOCK;
     }
     if (len >= CLMUL_MIN) { /* fold alone over the rest's multiple of 128 bytes */
-        __m256i y0 = _mm256_xor_si256(LOAD256(p), _mm256_set_epi64x(0, 0, 0, (long long)(uint32_t)c));
-        __m256i y1 = LOAD256(p + 32), y2 = LOAD256(p + 64), y3 = LOAD256(p + 96);
+        __m256i y0 = fold_first(p, c), y1 = LOAD256(p + 32), y2 = LOAD256(p + 64), y3 = LOAD256(p + 96);
         for (p += 128, len -= 128; len >= 128; p += 128, len -= 128) {
             y0 = _mm256_xor_si256(fold1024(y0), LOAD256(p));
             y1 = _mm256_xor_si256(fold1024(y1), LOAD256(p + 32));

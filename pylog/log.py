@@ -661,14 +661,17 @@ class Log:
         if n == 0:
             raise ValueError("append_batch needs at least one value")
         cfg = self.config
-        laid = _lay_out(values, keys, metadata, n)
+        lens = _batch_lengths(values, keys, metadata, n)  # taken once, for either path
+        laid = None if lens is None else _lay_out(values, keys, metadata, n, lens)
         if laid is not None:  # a big batch of plain bytes-likes: framed where it lies
             vlens, klens, mlens = laid[1:]
             vjoined = kjoined = mjoined = None
         else:
-            vjoined, vlens = self._join(values, "values", n, nullable=True)
-            kjoined, klens = (None, None) if keys is None else self._join(keys, "keys", n, nullable=True)
-            mjoined, mlens = (None, None) if metadata is None else self._join(metadata, "metadata", n, nullable=True)
+            vl, kl, ml = (None, None, None) if lens is None else lens
+            vjoined, vlens = self._join(values, "values", n, nullable=True, lens=vl)
+            kjoined, klens = (None, None) if keys is None else self._join(keys, "keys", n, nullable=True, lens=kl)
+            mjoined, mlens = ((None, None) if metadata is None
+                              else self._join(metadata, "metadata", n, nullable=True, lens=ml))
         # no record can be larger than the whole batch: most batches need no search
         small = laid is not None and len(laid[0]) - n * _FRAME_HEADER <= cfg.max_record_bytes
         big = 0 if small else _largest(vlens, klens, mlens)
@@ -754,13 +757,13 @@ class Log:
                     None if mjoined is None else memoryview(mjoined)[mo:], None if mlens is None else mlens[sl],
                     None if ts_arr is None else ts_arr[sl], default_ts,
                 )
-                if k:
+                if k and rc != impl.OK:  # more to frame: move past what was framed
                     vo += int(sizes_of(vlens, done, done + k))
                     if klens is not None:
                         ko += int(sizes_of(klens, done, done + k))
                     if mlens is not None:
                         mo += int(sizes_of(mlens, done, done + k))
-                    done += k
+                done += k
             if rc == impl.OK:
                 break
             if rc == impl.E_SPACE:
@@ -808,7 +811,10 @@ class Log:
         self._frame_locked(seg, joined, vlens, None, None, None, None, ts_arr, 0)
 
     @staticmethod
-    def _join(items: Any, what: str, n: int, nullable: bool) -> tuple[bytes, np.ndarray]:
+    def _join(items: Any, what: str, n: int, nullable: bool,
+              lens: np.ndarray | None = None) -> tuple[bytes, np.ndarray]:
+        """The items joined, and their lengths (NULL_LEN for a None); ``lens``: the lengths
+        already taken by :func:`_batch_lengths`."""
         if isinstance(items, (bytes, bytearray, memoryview, str)):
             raise TypeError(f"{what} must be a sequence, not a single value")
         if isinstance(items, PackedBytes):
@@ -821,7 +827,8 @@ class Log:
             raise ValueError(f"{what} has {len(items)} items, values has {n}")
         try:  # the common case, bytes-likes only, without a Python-level loop
             joined = b"".join(items)
-            lens = _lengths(items)
+            if lens is None:
+                lens = _lengths(items)
         except (TypeError, OverflowError):  # a None, a str, a non-buffer, a length >= 4 GiB
             pass
         else:
@@ -1502,24 +1509,43 @@ IN_PLACE_MIN_BYTES = 64 << 10
 _GAP = bytes(fmt.FRAME_HEADER_SIZE)
 
 
-def _lay_out(values: Any, keys: Any, metadata: Any, n: int) -> tuple[bytearray, np.ndarray, Any, Any] | None:
+def _batch_lengths(values: Any, keys: Any, metadata: Any, n: int) -> tuple[Any, Any, Any] | None:
+    """``(value_lens, key_lens, metadata_lens)`` (None for a column not given) when every
+    given column is a list or tuple of ``n`` items that all have a length below 4 GiB; else
+    None (append_batch's general path then takes the lengths it needs)."""
+    out = []
+    for c in (values, keys, metadata):
+        if c is None:
+            out.append(None)
+            continue
+        if type(c) not in (list, tuple):
+            return None  # a PackedBytes, an iterator: the general path
+        try:
+            lens = _lengths(c)
+        except (TypeError, OverflowError):  # a None, an int, a length >= 4 GiB
+            return None
+        if len(lens) != n:
+            return None
+        out.append(lens)
+    return out[0], out[1], out[2]
+
+
+def _lay_out(values: Any, keys: Any, metadata: Any, n: int,
+             lens: tuple[Any, Any, Any] | None = None) -> tuple[bytearray, np.ndarray, Any, Any] | None:
     """A batch laid out as its frames will be, with a gap for each header: ``(buffer,
     value_lens, key_lens, metadata_lens)``; or None unless every item is a bytes-like of
     single bytes (no None, no str: append_batch's general path handles those) and the
-    frames take at least IN_PLACE_MIN_BYTES."""
-    cols = [c for c in (keys, metadata) if c is not None]
-    cols.append(values)
-    try:
-        lens = [_lengths(c) if type(c) in (list, tuple) else None for c in cols]
-    except (TypeError, OverflowError):  # a None, an int, a length >= 4 GiB
-        return None
-    if any(x is None or len(x) != n for x in lens):
-        return None  # a PackedBytes, an iterator, a wrong length: the general path
-    total = n * fmt.FRAME_HEADER_SIZE + int(lens[0].sum(dtype=np.uint64))
-    for x in lens[1:]:
-        total += int(x.sum(dtype=np.uint64))
+    frames take at least IN_PLACE_MIN_BYTES. ``lens``: :func:`_batch_lengths`, if taken."""
+    if lens is None:
+        lens = _batch_lengths(values, keys, metadata, n)
+        if lens is None:
+            return None
+    vlens, klens, mlens = lens
+    total = n * fmt.FRAME_HEADER_SIZE + sum(int(x.sum(dtype=np.uint64)) for x in lens if x is not None)
     if total < IN_PLACE_MIN_BYTES:
         return None
+    cols = [c for c in (keys, metadata) if c is not None]
+    cols.append(values)
     stride = len(cols) + 1
     parts = [_GAP] * (n * stride)
     for j, c in enumerate(cols, 1):
@@ -1530,8 +1556,7 @@ def _lay_out(values: Any, keys: Any, metadata: Any, n: int) -> tuple[bytearray, 
         return None
     if len(buf) != total:  # a view whose items are wider than a byte
         return None
-    return (buf, lens[-1], lens[0] if keys is not None else None,
-            lens[-2] if metadata is not None else None)
+    return buf, vlens, klens, mlens
 
 
 def _lengths(items: Any) -> np.ndarray:
