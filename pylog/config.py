@@ -66,7 +66,7 @@ class LogConfig:
         again when it is reopened (best effort: a full disk leaves the file to grow); it is
         trimmed to its records at roll and close. Each active segment then holds that much
         disk, but under ``fsync="always"`` an fdatasync need not record a new file size:
-        1.3-1.4x the durable appends a second on the benchmark VM (ext4 on virtio;
+        1.35-1.6x the durable appends a second on the benchmark VM (ext4 on virtio;
         docs/benchmarks.md). Readers in
         other processes never map past the last whole record, so the trim cannot fault them.
     cleanup_policy
