@@ -739,15 +739,24 @@ class Log:
             if laid is not None:
                 if app.used:  # what is pending goes first: the frames follow it
                     self._write_out(seg)
-                rc, k, w = app.frame_in_place(
-                    memoryview(laid)[vo:], vlens[sl], None if klens is None else klens[sl],
-                    None if mlens is None else mlens[sl], None if ts_arr is None else ts_arr[sl], default_ts)
-                if k:
-                    try:  # the index entries go out with the next write_pending
+                try:
+                    rc, k, w = app.frame_in_place(
+                        memoryview(laid)[vo:], vlens[sl], None if klens is None else klens[sl],
+                        None if mlens is None else mlens[sl], None if ts_arr is None else ts_arr[sl], default_ts)
+                    if k:  # the index entries go out with the next write_pending
                         seg.write_direct(memoryview(laid)[vo : vo + w])
-                    except OSError as e:
-                        self._fence(e)
-                        raise
+                except OSError as e:
+                    self._fence(e)
+                    raise
+                except BaseException:
+                    # interrupted (a signal handler's exception) between framing and writing:
+                    # the appender already counts the frames made in place, so they are
+                    # written, or the store would lack bytes its positions point at
+                    gap = app.position - seg.written
+                    if gap > 0 and self._fenced is None:
+                        seg.write_direct(memoryview(laid)[vo : vo + gap])
+                    raise
+                if k:
                     vo += w
                     done += k
             else:
@@ -805,10 +814,23 @@ class Log:
         if mx is not None and int(ts_arr[0]) < mx:
             np.maximum(ts_arr, mx, out=ts_arr)  # the clock went back: never decrease
         joined = b"".join(vals)
+        stamps, start = self._q_ts, self._q_start
         self._q = []
         self._q_ts = []
         self._q_bytes = 0
-        self._frame_locked(seg, joined, vlens, None, None, None, None, ts_arr, 0)
+        try:
+            self._frame_locked(seg, joined, vlens, None, None, None, None, ts_arr, 0)
+        except BaseException:
+            # interrupted (or failed) part way: the records framed so far are in the write
+            # buffer, the rest goes back to the queue, so the offsets append handed out for
+            # them stay theirs (a failure that fenced the log keeps it empty)
+            done = self._active.app.next_offset - start
+            if self._fenced is None and 0 <= done < len(vals):
+                self._q = vals[done:]
+                self._q_ts = stamps[done:]
+                self._q_start = start + done
+                self._q_bytes = int(vlens[done:].sum(dtype=np.int64)) + (len(vals) - done) * _FRAME_HEADER
+            raise
 
     @staticmethod
     def _join(items: Any, what: str, n: int, nullable: bool,

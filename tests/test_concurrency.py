@@ -402,29 +402,35 @@ def test_views_survive_truncate_retention_remove_close(tmp_path, op):
     assert r.stdout.startswith("ok ")
 
 
-def test_an_interrupted_append_never_leaves_the_log_locked(tmp_path):
-    """Ctrl-C (any signal handler that raises) can interrupt ``append`` anywhere. After it,
-    another thread's append must still go through (the log lock was not left held), and the
-    log must hold whole records in order (the queue and its timestamps stayed in step).
+@pytest.mark.parametrize("call", ["append", "append_batch"])
+def test_an_interrupted_append_never_leaves_the_log_locked(tmp_path, call):
+    """Ctrl-C (any signal handler that raises) can interrupt ``append`` anywhere, including
+    inside the queue's drain, and ``append_batch`` between framing a big batch in place and
+    writing it. After each interrupt another thread's append must still go through (the log
+    lock was not left held), and after a reopen every append that returned must hold its
+    own value at its offset (nothing acknowledged lost, no offset handed out twice), the
+    offsets dense and the timestamps in order.
 
     A short GIL switch interval lets the signalling thread run often, so interrupts land
-    all over the append path: with the lock taken by acquire() then try/finally instead of
-    a with-statement, five runs of this script each found a held lock within ~100
-    interrupts; the queue getting out of step (a value queued without its timestamp)
-    failed the reopen check every time."""
+    all over the append path. Mutations this catches, each checked: the lock taken by
+    acquire() then try/finally (a held lock within ~100 interrupts); a drain that empties
+    the queue before framing it without putting the unframed rest back (hundreds of
+    acknowledged offsets reused by later appends); batch frames made in place and not
+    written when interrupted."""
     r = run_py("""
         import signal, sys, threading, time, pylog
         sys.setswitchinterval(1e-4)
         class Interrupt(Exception):
             pass
-        value = b"x" * 100
+        call = sys.argv[2]
         log = pylog.Log(sys.argv[1], fsync="never")
         main = threading.main_thread().ident
         stop = False
+        pause = 0.00002 if call == "append" else 0.001  # a batch takes ~1 ms to make
         def killer():
             while not stop:
                 signal.pthread_kill(main, signal.SIGUSR1)
-                time.sleep(0.00002)
+                time.sleep(pause)
         armed = [False]
         def handler(*a):
             if armed[0]:
@@ -433,16 +439,27 @@ def test_an_interrupted_append_never_leaves_the_log_locked(tmp_path):
         signal.signal(signal.SIGUSR1, handler)
         t = threading.Thread(target=killer, daemon=True)
         t.start()
-        n = hangs = 0
+        acked = {}  # offset -> value, for every append that returned
+        k = n = hangs = 0
+        def value():
+            global k
+            k += 1
+            return b"%012d" % k + b"x" * 88
         deadline = time.monotonic() + 20
         while n < 2000 and time.monotonic() < deadline:
             try:
                 armed[0] = True
                 while True:
-                    log.append(value)
+                    if call == "append":
+                        v = value()
+                        acked[log.append(v)] = v
+                    else:  # 700 x 100 B: a batch big enough to be framed in place
+                        vs = [value() for _ in range(700)]
+                        first = log.append_batch(vs)
+                        acked.update(zip(range(first, first + len(vs)), vs))
             except Interrupt:
                 n += 1
-            other = threading.Thread(target=log.append, args=(value,))
+            other = threading.Thread(target=log.append, args=(value(),))
             other.start()
             other.join(1)
             if other.is_alive():  # the lock was left held: let the other thread through
@@ -459,15 +476,18 @@ def test_an_interrupted_append_never_leaves_the_log_locked(tmp_path):
         with pylog.Log(sys.argv[1]) as log:
             recs = list(log.scan())
             assert [r.offset for r in recs] == list(range(log.next_offset)) and len(recs) > n
-            assert all(bytes(r.value) == value for r in recs)
+            got = {r.offset: bytes(r.value) for r in recs}
+            lost = [o for o, v in acked.items() if got.get(o) != v]
+            assert not lost, f"{len(lost)} of {len(acked)} acknowledged appends lost or overwritten"
             assert all(a.timestamp <= b.timestamp for a, b in zip(recs, recs[1:]))
             assert log.verify() == []
-        print(n, hangs)
-        """, str(tmp_path / "log"))
+        print(n, hangs, len(acked))
+        """, str(tmp_path / "log"), call)
     assert r.returncode == 0, r.stderr[-3000:]
-    n, hangs = map(int, r.stdout.split())
+    n, hangs, acked = map(int, r.stdout.split())
     assert hangs == 0, f"{hangs} of {n} interrupted appends left the log locked"
-    assert n >= 500, f"only {n} interrupts in 20 s: the test did not exercise append"
+    assert n >= 500, f"only {n} interrupts in 20 s: the test did not exercise {call}"
+    assert acked > 10 * n, f"only {acked} appends returned: the test did not exercise {call}"
 
 
 def test_a_reader_process_keeps_its_views_through_the_writers_truncate(tmp_path):
