@@ -209,6 +209,9 @@ static void test_store_unaligned(void) {
     CHECK(memcmp(laid, store + PLOG_FILE_HEADER_SIZE, lp) == 0, "in-place frames = copied frames");
     CHECK(ip.index_count == st.index_count &&
               memcmp(ip.index, idx, ip.index_count * PLOG_INDEX_ENTRY_SIZE) == 0, "in-place index");
+    CHECK(ip.timeindex_count == st.timeindex_count &&
+              memcmp(ip.timeindex, tidx, ip.timeindex_count * PLOG_TIMEINDEX_ENTRY_SIZE) == 0,
+          "in-place time index");
     size_t nidx = (size_t)st.index_count;
     CHECK(nidx > 2 && st.timeindex_count == nidx, "index entries %zu", nidx);
     size_t bad = 0;

@@ -33,12 +33,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def py_env() -> dict[str, str]:
+    """The environment of a child interpreter that imports this checkout's pylog and the
+    tests' helpers."""
+    return {**os.environ, "PYTHONPATH": ROOT + os.pathsep + HERE}
+
+
 def run_py(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``code`` (dedented) in a fresh interpreter that imports this checkout's pylog
     and the tests' helpers; its output is captured as text."""
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + HERE}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+                          text=True, timeout=timeout, env=py_env())
 
 
 def store_files(path: str) -> list[str]:
@@ -47,6 +52,27 @@ def store_files(path: str) -> list[str]:
 
     return sorted(os.path.join(path, n) for n in os.listdir(path)
                   if fmt.parse_segment_name(n, fmt.STORE_SUFFIX) is not None)
+
+
+def store_frames(store: str) -> list[tuple[int, int, int]]:
+    """(position, size, offset) of every whole frame of a store file, read from its length
+    fields alone (no CRC check: an oracle independent of the C core); stops at a frame that
+    is cut short or has an impossible length (zeros, a torn write)."""
+    import struct
+
+    from pylog import format as fmt
+
+    with open(store, "rb") as f:
+        data = f.read()
+    out, pos = [], fmt.FILE_HEADER_SIZE
+    while pos + fmt.FRAME_HEADER_SIZE <= len(data):
+        length = struct.unpack_from("<I", data, pos)[0]
+        size = length + 8
+        if length < 28 or pos + size > len(data):
+            break
+        out.append((pos, size, struct.unpack_from("<Q", data, pos + 8)[0]))
+        pos += size
+    return out
 
 
 def scan_rows(log, start=None, stop=None) -> list[tuple]:

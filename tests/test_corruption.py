@@ -21,7 +21,7 @@ import pytest
 import pylog
 from pylog import format as fmt
 
-from conftest import scaled, store_files
+from conftest import scaled, store_files, store_frames
 
 HDR = fmt.FILE_HEADER_SIZE
 
@@ -37,17 +37,6 @@ def build(path: str, n: int = 400, seed: int = 3, **kw) -> tuple[list[bytes], li
             log.append_batch(values[i : i + 7], timestamps=stamps[i : i + 7],
                              keys=[b"k%d" % j if j % 3 else None for j in range(i, min(n, i + 7))])
     return values, stamps
-
-
-def frame_map(store: str) -> list[tuple[int, int, int]]:
-    with open(store, "rb") as f:
-        data = f.read()
-    out, pos = [], HDR
-    while pos < len(data):
-        length = struct.unpack_from("<I", data, pos)[0]
-        out.append((pos, length + 8, struct.unpack_from("<Q", data, pos + 8)[0]))
-        pos += length + 8
-    return out
 
 
 FIELDS = [(0, "length"), (4, "crc"), (8, "offset"), (16, "timestamp"), (24, "attributes"),
@@ -73,7 +62,7 @@ def test_bit_flips_in_sealed_segments_are_always_detected(tmp_path):
     sealed = stores[:-1]
     assert len(sealed) >= 3
     pristine = {s: open(s, "rb").read() for s in sealed}
-    layout = {s: frame_map(s) for s in sealed}
+    layout = {s: store_frames(s) for s in sealed}
     # A reader maps the sealed stores; flips written to the files show through the maps,
     # so one open log serves every trial (and nothing here can change what it caches).
     log = pylog.Log(path, readonly=True)
@@ -140,7 +129,7 @@ def test_flip_in_sealed_segment_reported_at_unclean_open(tmp_path):
     values, _ = build(path)
     stores = store_files(path)
     victim = stores[-2]
-    frames = frame_map(victim)
+    frames = store_frames(victim)
     pos, size, off = frames[len(frames) // 2]
     with open(os.path.join(path, fmt.CHECKPOINT_FILE), "wb") as f:
         f.write(b"")  # a damaged recovery point: full recovery

@@ -32,11 +32,9 @@ import pytest
 
 import pylog
 from pylog import format as fmt
-from pylog._backend import impl
-from pylog.segment import walker
 from pylog.testing import simulate_crash
 
-from conftest import scaled
+from conftest import scaled, store_frames
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from crash_writer import make_value, value_ok  # noqa: E402
@@ -197,11 +195,8 @@ def test_sigkill_loop(zygote, tmp_path, capsys):
                 if preallocate and not head_missing:
                     # a torn write lands right after the last whole frame, inside the zeros
                     # of the reserved space (not after them)
-                    with open(last, "rb") as f:
-                        data = f.read()
-                    a = walker(fmt.parse_segment_name(stores[-1], fmt.STORE_SUFFIX), None)
-                    a.recover(impl.Buffer(data), len(data))
-                    at = a.position
+                    whole = store_frames(last)
+                    at = whole[-1][0] + whole[-1][1] if whole else fmt.FILE_HEADER_SIZE
                 with open(last, "r+b") as f:
                     f.seek(at)
                     f.write(junk)

@@ -22,8 +22,9 @@ import pylog
 from pylog import checkpoint
 from pylog import format as fmt
 
-from conftest import run_py, scaled
+from conftest import py_env, run_py, scaled
 from conftest import store_files as stores
+from conftest import store_frames as frames
 
 HDR = fmt.FILE_HEADER_SIZE
 
@@ -41,21 +42,6 @@ def build(path: str, values: list[bytes], **kw) -> None:
     with pylog.Log(path, **opts) as log:
         for i, v in enumerate(values):
             log.append(v, key=b"k%d" % i if i % 2 else None, timestamp=1_000 + 10 * i)
-
-
-def frames(store: str) -> list[tuple[int, int, int]]:
-    """(position, size, offset) of every whole frame of a store file."""
-    with open(store, "rb") as f:
-        data = f.read()
-    out, pos = [], HDR
-    while pos + fmt.FRAME_HEADER_SIZE <= len(data):
-        length = struct.unpack_from("<I", data, pos)[0]
-        size = length + 8
-        if length < 28 or pos + size > len(data):
-            break
-        out.append((pos, size, struct.unpack_from("<Q", data, pos + 8)[0]))
-        pos += size
-    return out
 
 
 def unclean(path: str) -> None:
@@ -238,7 +224,7 @@ def test_lying_length_allocates_nothing(pristine, tmp_path):
         "log.close()\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
+                       env=py_env())
     assert r.returncode == 0, r.stderr[-2000:]
     assert resource.RLIMIT_AS  # the limit exists on this platform
 
@@ -657,6 +643,29 @@ def test_data_end_finds_the_last_non_zero_byte(tmp_path):
             assert want <= got <= size
         finally:
             os.close(fd)
+
+
+def test_data_end_skips_holes_without_reading_them(tmp_path, monkeypatch):
+    """1 MiB of data, then a 40 MiB hole (what preallocated space is, unwritten): the end is
+    found through SEEK_DATA/SEEK_HOLE, reading back only the data extent, not the 40 MiB
+    that the 16 MiB read-back limit would give up on."""
+    from pylog import fileutil
+
+    p = str(tmp_path / "f")
+    with open(p, "wb") as f:
+        f.write(b"\x07" * (1 << 20))
+        f.truncate(41 << 20)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        if os.lseek(fd, 0, os.SEEK_HOLE) >= 41 << 20:
+            pytest.skip("this file system reports no holes")
+        read = []
+        real = os.pread
+        monkeypatch.setattr(fileutil.os, "pread", lambda f, n, at: read.append(n) or real(f, n, at))
+        assert fileutil.data_end(fd, 0, 41 << 20) == 1 << 20
+        assert sum(read) <= 1 << 20  # the data extent at most, never the hole
+    finally:
+        os.close(fd)
 
 
 def test_a_full_disk_does_not_stop_a_preallocated_log_from_opening(tmp_path, monkeypatch):

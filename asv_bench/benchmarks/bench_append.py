@@ -75,6 +75,8 @@ class AppendBatchPath(BaseIO):
     def setup(self, value_size: int, path: str) -> None:
         import pylog.log
 
+        if not hasattr(pylog.log, "IN_PLACE_MIN_BYTES"):
+            raise NotImplementedError("no in-place batch framing in this commit")
         self.saved = pylog.log.IN_PLACE_MIN_BYTES
         pylog.log.IN_PLACE_MIN_BYTES = 0 if path == "in_place" else 1 << 62
         self.values = make_values(1000, value_size)
