@@ -552,8 +552,12 @@ class ActiveSegment(_Reader):
         """Hand the write buffer and new index entries to the OS (no fsync)."""
         app = self.app
         if app.used:
-            fileutil.pwrite_all(self.store_fd, app.pending(), self.written)
-            self.written += app.used
+            # Safe to repeat after an interruption (a signal handler's exception) at any
+            # point: until ``written`` moves the write lands in the same place again, and
+            # once it has moved the buffer is only forgotten, never written twice.
+            if self.written < app.position:
+                fileutil.pwrite_all(self.store_fd, app.pending(), self.written)
+                self.written = app.position
             app.drain()
         self.written_next = app.next_offset
         c = app.index_count
@@ -567,7 +571,8 @@ class ActiveSegment(_Reader):
 
     def write_direct(self, data) -> None:
         """Write frames made outside the write buffer (framed in place), which must be
-        empty. Their index entries go out with the next ``write_pending``."""
+        empty. Their index entries go out with the next ``write_pending``. Interrupted
+        before ``written`` moves, it can be called again with the same bytes."""
         fileutil.pwrite_all(self.store_fd, data, self.written)
         self.written += len(data)
         self.written_next = self.app.next_offset

@@ -604,3 +604,63 @@ def test_a_failed_truncate_copy_leaves_no_temp_file(tmp_path, monkeypatch):
     with pylog.Log(path) as log:
         assert log.next_offset == 300
         assert [bytes(r.value) for r in log.scan(298)] == [b"298" * 50, b"299" * 50]
+
+
+@pytest.mark.parametrize("where", ["in pwrite", "after pwrite", "before drain", "after drain"])
+def test_a_write_out_interrupted_anywhere_can_be_done_again(tmp_path, monkeypatch, where):
+    """A signal handler's exception can land at any step of writing the buffer out: the
+    next write-out must neither write the buffer twice (frames repeated: offsets out of
+    order) nor skip it (frames lost). Each step is interrupted once, deterministically."""
+    from pylog._backend import impl
+
+    class Interrupt(BaseException):
+        pass
+
+    path = str(tmp_path / "log")
+    log = pylog.Log(path, fsync="never")
+    values = [b"%06d" % i * 10 for i in range(500)]
+    for v in values[:300]:
+        log.append(v)
+    armed = [True]
+
+    def once():
+        if armed[0]:
+            armed[0] = False
+            raise Interrupt
+
+    if where in ("in pwrite", "after pwrite"):
+        real = vfs.pwrite
+
+        def pwrite(fd, data, pos):
+            if where == "in pwrite":  # half of it written, then interrupted
+                if armed[0] and len(data) > 1:
+                    real(fd, bytes(data)[: len(data) // 2], pos)
+                    once()
+                return real(fd, data, pos)
+            n = real(fd, data, pos)
+            once()
+            return n
+
+        monkeypatch.setattr(vfs, "pwrite", pwrite)
+    else:
+        real_drain = impl.Appender.drain
+
+        def drain(self):
+            if where == "before drain":
+                once()
+            real_drain(self)
+            if where == "after drain":
+                once()
+
+        monkeypatch.setattr(impl.Appender, "drain", drain)
+    with pytest.raises(Interrupt):
+        log.flush()
+    assert not armed[0], "the interruption was never reached"
+    log.flush()
+    for v in values[300:]:
+        log.append(v)
+    log.close()
+    monkeypatch.undo()
+    with pylog.Log(path) as log:
+        assert [(r.offset, bytes(r.value)) for r in log.scan()] == list(enumerate(values))
+        assert log.verify() == []
