@@ -739,12 +739,13 @@ class Log:
             if laid is not None:
                 if app.used:  # what is pending goes first: the frames follow it
                     self._write_out(seg)
+                at = app.position  # the write buffer is empty: the frames go where the store ends
                 try:
                     rc, k, w = app.frame_in_place(
                         memoryview(laid)[vo:], vlens[sl], None if klens is None else klens[sl],
                         None if mlens is None else mlens[sl], None if ts_arr is None else ts_arr[sl], default_ts)
                     if k:  # the index entries go out with the next write_pending
-                        seg.write_direct(memoryview(laid)[vo : vo + w])
+                        seg.write_direct(memoryview(laid)[vo : vo + w], at)
                 except OSError as e:
                     self._fence(e)
                     raise
@@ -752,9 +753,9 @@ class Log:
                     # interrupted (a signal handler's exception) between framing and writing:
                     # the appender already counts the frames made in place, so they are
                     # written, or the store would lack bytes its positions point at
-                    gap = app.position - seg.written
+                    gap = app.position - at
                     if gap > 0 and self._fenced is None:
-                        seg.write_direct(memoryview(laid)[vo : vo + gap])
+                        seg.write_direct(memoryview(laid)[vo : vo + gap], at)
                     raise
                 if k:
                     vo += w

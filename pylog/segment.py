@@ -552,13 +552,13 @@ class ActiveSegment(_Reader):
         """Hand the write buffer and new index entries to the OS (no fsync)."""
         app = self.app
         if app.used:
-            # Safe to repeat after an interruption (a signal handler's exception) at any
-            # point: until ``written`` moves the write lands in the same place again, and
-            # once it has moved the buffer is only forgotten, never written twice.
-            if self.written < app.position:
-                fileutil.pwrite_all(self.store_fd, app.pending(), self.written)
-                self.written = app.position
+            # Where the buffer goes is derived from the appender (its first frame sits at
+            # position - used), so a write-out interrupted at any step (a signal handler's
+            # exception) and done again, even after more frames joined the buffer, writes
+            # the same bytes to the same place, and a written buffer only once counted.
+            fileutil.pwrite_all(self.store_fd, app.pending(), app.position - app.used)
             app.drain()
+        self.written = app.position
         self.written_next = app.next_offset
         c = app.index_count
         if c > self.index_written:
@@ -569,12 +569,12 @@ class ActiveSegment(_Reader):
                                 h + self.index_written * fmt.TIMEINDEX_ENTRY_SIZE)
             self.index_written = c
 
-    def write_direct(self, data) -> None:
-        """Write frames made outside the write buffer (framed in place), which must be
-        empty. Their index entries go out with the next ``write_pending``. Interrupted
-        before ``written`` moves, it can be called again with the same bytes."""
-        fileutil.pwrite_all(self.store_fd, data, self.written)
-        self.written += len(data)
+    def write_direct(self, data, at: int) -> None:
+        """Write frames made outside the write buffer (framed in place, the write buffer
+        empty) at store position ``at``, where the appender put the first of them. Their
+        index entries go out with the next ``write_pending``. Safe to call again."""
+        fileutil.pwrite_all(self.store_fd, data, at)
+        self.written = at + len(data)
         self.written_next = self.app.next_offset
 
     def sync(self, *, indexes: bool = False) -> None:
