@@ -13,7 +13,7 @@
    purchase must be in ``purchases`` exactly once. Prints a short summary and exits non-zero
    if anything disagrees.
 
-Needs pyspark, pyarrow and a Java runtime (``pip install "pylog[spark]"``).
+Needs pyspark, pyarrow and a Java runtime (``pip install "pylog-commitlog[spark]"``).
 """
 from __future__ import annotations
 

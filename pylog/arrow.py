@@ -1,6 +1,6 @@
 """Columnar reads: a log's records as Arrow tables and record batches.
 
-Needs pyarrow (``pip install "pylog[arrow]"``); ``import pylog`` never imports it, only
+Needs pyarrow (``pip install "pylog-commitlog[arrow]"``); ``import pylog`` never imports it, only
 ``import pylog.arrow`` (or :meth:`pylog.Log.read_arrow`) does.
 
 ::
