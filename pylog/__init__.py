@@ -30,6 +30,7 @@ from pylog.errors import (
     UnknownTopicError,
     UnknownPartitionError,
     NotAssignedError,
+    MissingExtraError,
 )
 from pylog.log import Log
 from pylog.record import Record
@@ -59,5 +60,6 @@ __all__ = [
     "RecordTooLargeError", "OffsetMismatchError", "OffsetRemovedError", "InvalidTimestampError", "LogLockedError",
     "LogClosedError", "LogFencedError", "ReadOnlyLogError", "InvalidNameError", "ConfigError",
     "TopicExistsError", "UnknownTopicError", "UnknownPartitionError", "NotAssignedError",
+    "MissingExtraError",
     "LogStore", "Topic", "Consumer",
 ]

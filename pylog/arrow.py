@@ -35,7 +35,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Collection, Generator, Iterator, NamedTuple, Sequence
 
 import numpy as np
-import pyarrow as pa
+
+from pylog.errors import require
+
+require("pyarrow", "pylog.arrow (read_arrow)", "arrow")
+import pyarrow as pa  # noqa: E402
 
 from pylog import format as fmt
 from pylog._backend import impl

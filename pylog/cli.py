@@ -16,6 +16,7 @@ from typing import Any, BinaryIO, Iterator
 
 import click
 
+from pylog import __version__
 from pylog.errors import PylogError, UnknownTopicError
 
 DEFAULT_ROOT = "pylog-data"
@@ -90,7 +91,7 @@ def _topics_arg(store: Any, topic: str | None) -> list[str]:
 @click.group(context_settings=CONTEXT)
 @click.option("--root", envvar="PYLOG_ROOT", default=DEFAULT_ROOT, show_default=True, metavar="DIR",
               help="Data root (also $PYLOG_ROOT).")
-@click.version_option(package_name="pylog", prog_name="pylog")
+@click.version_option(version=__version__, prog_name="pylog")
 @click.pass_context
 def cli(ctx: click.Context, root: str) -> None:
     """pylog: a segmented, append-only commit log (topics, partitions, consumer groups).

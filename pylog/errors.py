@@ -26,6 +26,7 @@ __all__ = [
     "UnknownTopicError",
     "UnknownPartitionError",
     "NotAssignedError",
+    "MissingExtraError",
 ]
 
 
@@ -156,3 +157,29 @@ class UnknownPartitionError(PylogError, IndexError):
 
 class NotAssignedError(PylogError, ValueError):
     """A consumer was asked about a partition it does not own (not assigned to it)."""
+
+
+class MissingExtraError(PylogError, ImportError):
+    """An optional part of pylog needs a package that is not installed.
+
+    The message is one line naming the extra that brings it, e.g. ``pip install
+    "pylog-commitlog[arrow]"``. Attributes: ``module`` (the missing module), ``extra``.
+    """
+
+    def __init__(self, feature: str, module: str, extra: str) -> None:
+        self.module = module
+        self.extra = extra
+        super().__init__(f"{feature} needs {module}, which is not installed: "
+                         f'pip install "pylog-commitlog[{extra}]"', name=module)
+
+
+def require(module: str, feature: str, extra: str) -> None:
+    """Raise :class:`MissingExtraError` unless ``module`` can be imported."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise MissingExtraError(feature, module, extra)

@@ -47,7 +47,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
-import pyarrow as pa
+
+from pylog.errors import require
+
+require("pyspark", "pylog.spark", "spark")
+require("pyarrow", "pylog.spark", "spark")
+import pyarrow as pa  # noqa: E402
 import pyarrow.ipc as ipc
 from pyspark.sql.datasource import (
     DataSource,
