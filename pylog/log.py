@@ -922,8 +922,8 @@ class Log:
         goal = 0
         try:
             with self._lock:
-                seg = self._check_writable()
-                self._write_out(seg)
+                self._write_out(self._check_writable())
+                seg = self._active  # after the write-out: it may have rolled (see _flush_locked)
                 goal = seg.written_next
                 fd = vfs.dup(seg.store_fd)
             try:
@@ -942,8 +942,11 @@ class Log:
                 cv.notify_all()
 
     def _flush_locked(self) -> None:
+        # The write-out may drain the queue and roll: the segments it sealed were fsynced by
+        # the roll (ActiveSegment.seal), so what is left unsynced is in the segment active
+        # *after* it, and only that one may be synced (a sealed one's files are closed).
+        self._write_out(self._active)
         seg = self._active
-        self._write_out(seg)
         try:
             seg.sync()
         except OSError as e:
@@ -969,7 +972,14 @@ class Log:
             if self._lock.acquire(blocking=False):
                 try:
                     if not self._closed and self._fenced is None:
-                        self._flush_locked()
+                        try:
+                            self._flush_locked()
+                        except Exception as e:
+                            # the flusher thread drops the exception: a failure of any kind
+                            # must still fence the log, so the next append reports it
+                            if self._fenced is None:
+                                self._fence(e)
+                            raise
                 finally:
                     self._lock.release()
 
