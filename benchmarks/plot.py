@@ -78,7 +78,7 @@ def latency(data: dict[str, Any], out: str, plt: Any) -> str:
 
 
 def targets(data: dict[str, Any], out: str, plt: Any) -> str:
-    ts = data["targets"]
+    ts = [t for t in data["targets"] if not t.get("skipped")]
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(ts) + 1))
     names, vals, colors = [], [], []
     for t in ts:

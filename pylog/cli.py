@@ -691,7 +691,8 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
 
 
 # -- bench ---------------------------------------------------------------------------------
-@cli.command(context_settings={**CONTEXT, "ignore_unknown_options": True})
+@cli.command(context_settings={**CONTEXT, "ignore_unknown_options": True, "help_option_names": []})
+@click.option("-h", "--help", "help_", is_flag=True, help="Show this message (with --compare: the comparison's).")
 @click.option("-n", "--records", type=click.IntRange(1), default=200_000, show_default=True)
 @click.option("-s", "--size", "value_size", type=click.IntRange(0), default=100, show_default=True,
               help="Value size in bytes.")
@@ -699,23 +700,32 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
 @click.option("--keys", type=click.IntRange(0), default=0, show_default=True,
               help="Number of distinct keys (0: records without keys).")
 @click.option("--compare", is_flag=True,
-              help="Run the comparison with other stores (benchmarks/compare.py, in a source checkout).")
+              help="Run the comparison with other stores (pylog.bench; its peers come with the bench "
+                   "extra, and a peer not installed is skipped). Arguments after it go to the comparison "
+                   "(--quick, --peers, --json FILE, ...; see pylog bench --compare --help).")
 @click.argument("compare_args", nargs=-1, type=click.UNPROCESSED)
-def bench(records: int, value_size: int, partitions: int, keys: int, compare: bool,
-          compare_args: tuple[str, ...]) -> None:
+@click.pass_context
+def bench(ctx: click.Context, help_: bool, records: int, value_size: int, partitions: int, keys: int,
+          compare: bool, compare_args: tuple[str, ...]) -> None:
     """A quick produce/consume benchmark in a temporary directory (records/s, MB/s)."""
     if compare:
-        import importlib.util
-        import subprocess
+        from click.core import ParameterSource
 
-        try:
-            spec = importlib.util.find_spec("benchmarks.compare")
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None:
-            raise CliError("--compare needs benchmarks/compare.py, which is not available here "
-                           "(run pylog bench --compare from a source checkout of pylog)")
-        sys.exit(subprocess.call([sys.executable, "-m", "benchmarks.compare", *compare_args]))
+        from pylog.bench.compare import main as compare_main
+
+        given = {n for n in ("records", "value_size", "partitions", "keys")
+                 if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE}
+        if given & {"partitions", "keys"}:
+            raise click.UsageError("--partitions and --keys are not options of --compare")
+        args = list(compare_args) + (["--help"] if help_ else [])
+        if "records" in given:
+            args += ["--records", str(records)]
+        if "value_size" in given:
+            args += ["--value-size", str(value_size)]
+        sys.exit(compare_main(args, prog="pylog bench --compare"))
+    if help_:
+        click.echo(ctx.get_help())
+        return
     if compare_args:
         raise click.UsageError(f"unexpected arguments: {' '.join(compare_args)}")
     import tempfile

@@ -97,3 +97,24 @@ def test_a_missing_extra_is_one_line_naming_it(venv, tmp_path, code, extra, modu
     assert p.returncode == 1
     assert "ModuleNotFoundError" not in p.stderr
     assert p.stderr.splitlines()[-1].startswith("pylog.errors.MissingExtraError: ")
+
+
+@pytest.mark.venv
+def test_bench_compare_from_a_plain_install_skips_missing_peers(venv, tmp_path):
+    """The comparison runs from the installed package (no source checkout, no PYTHONPATH); the
+    peers of the bench extra are not installed, so they and their targets are skipped."""
+    p = _run([str(venv / "pylog"), "bench", "--compare", "--quick", "--records", "5000", "--no-kib",
+              "--repeat", "1"], env=_clean_env(), cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    out = p.stdout
+    assert "peer skipped: lmdb: the lmdb package is not installed" in out
+    targets = [line for line in out.splitlines() if line.startswith("target: ")]
+    lmdb = [t for t in targets if "lmdb" in t]
+    assert lmdb and all(" SKIP (lmdb: the lmdb package is not installed)" in t for t in lmdb), lmdb
+    assert any("columnar/Arrow" in t and 'SKIP (arrow: pyarrow is not installed: pip install "pylog-commitlog[arrow]")' in t
+               for t in targets)
+    assert "command: pylog bench --compare --quick --no-kib --repeat 1 --records 5000" in out
+    skipped = sum(" SKIP (" in t for t in targets)
+    assert f", {skipped} skipped (peer not run)" in out
+    p = _run([str(venv / "pylog"), "bench", "--compare", "--help"], env=_clean_env(), cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.startswith("usage: pylog bench --compare"), p.stderr

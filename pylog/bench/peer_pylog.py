@@ -1,0 +1,54 @@
+"""The pylog peer of the comparison: the system under test."""
+from __future__ import annotations
+
+import time
+
+import pylog
+from pylog.bench.common import System, latencies
+
+
+class PylogSystem(System):
+    name = "pylog"
+    batch_name = "append_batch"
+
+    def write_each(self, path, values):
+        log = pylog.Log(path, fsync="never")
+        append = log.append
+        t = time.perf_counter()
+        for v in values:
+            append(v)
+        dt = time.perf_counter() - t
+        log.roll()
+        log.close()
+        return dt
+
+    def write_batches(self, path, batches):
+        log = pylog.Log(path, fsync="never")
+        ab = log.append_batch
+        t = time.perf_counter()
+        for b in batches:
+            ab(b)
+        dt = time.perf_counter() - t
+        log.roll()  # everything sealed: reads take the mmap, zero-copy path
+        log.close()
+        return dt
+
+    def scan(self, path, n):
+        log = pylog.Log(path, readonly=True)
+        t = time.perf_counter()
+        c = 0
+        for rec in log.scan():
+            c += len(rec.value)
+        dt = time.perf_counter() - t
+        log.close()
+        assert c > 0
+        return dt
+
+    def read_latencies(self, path, idx, overhead):
+        log = pylog.Log(path, readonly=True, cached_segments=None)
+        read = log.read
+        for i in idx:  # warm: maps made, pages faulted in
+            read(i)
+        out = latencies(read, idx, overhead)
+        log.close()
+        return out
