@@ -16,7 +16,7 @@ import sysconfig
 from cffi import FFI
 
 HERE = pathlib.Path(__file__).resolve().parent
-SOURCES = ["crc32c.c", "store.c", "index.c", "hash.c"]
+SOURCES = ["crc32c.c", "store.c", "index.c", "hash.c", "kafka.c"]
 
 
 def read_cdef() -> str:

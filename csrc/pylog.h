@@ -217,6 +217,27 @@ typedef struct {
  * for plog_scan. Rows before the stop are kept; *end_position is where the next frame is. */
 int plog_scan_columns(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset,
                       int gaps, uint64_t stop_offset, plog_columns *cols, uint64_t *end_position);
+/*
+ * Kafka RecordBatch v2 (csrc/kafka.c; pylog.serve). plog_kafka_decode reads `count` records
+ * from the (uncompressed) records section src[0..len) into columns: timestamp and offset
+ * deltas, and keys, values and headers each joined into a caller buffer of at least `len`
+ * bytes with their lengths (PLOG_NULL_LEN: null; a record without headers has null headers).
+ * A record's headers are its wire bytes from headerCount on. used[] gets the bytes used in
+ * keys, values and headers. Status PLOG_E_SHORT or PLOG_E_LENGTH for a bad section.
+ * plog_kafka_encode builds one whole batch (61-byte header, records, CRC32C) of n records into
+ * dst; metadata (meta_lens NULL: none) that is not in Kafka's header encoding goes out as one
+ * header named "pylog.metadata". plog_kafka_headers_check: 0 when buf is that encoding.
+ */
+#define PLOG_KAFKA_BATCH_HEADER_SIZE 61
+int plog_kafka_headers_check(const uint8_t *buf, size_t len);
+int plog_kafka_decode(const uint8_t *src, size_t len, uint32_t count, int64_t *ts_delta,
+                      int64_t *offset_delta, uint8_t *keys, uint32_t *key_lens, uint8_t *values,
+                      uint32_t *value_lens, uint8_t *headers, uint32_t *header_lens,
+                      uint64_t used[3]);
+int plog_kafka_encode(uint8_t *dst, size_t cap, uint32_t n, const int64_t *offsets,
+                      const int64_t *timestamps, const uint8_t *keys, const uint32_t *key_lens,
+                      const uint8_t *values, const uint32_t *value_lens, const uint8_t *meta,
+                      const uint32_t *meta_lens, size_t *written);
 /* CDEF END */
 
 #endif

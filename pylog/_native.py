@@ -547,3 +547,76 @@ def scan_columns(store: Buffer, store_len: int, start: int, expected_offset: int
             bc.null_count = cc.null_count
             bc.need = cc.need
     return rc, cols.rows - before, end[0]
+
+
+# ----------------------------------------------------------------------------------------
+# Kafka RecordBatch v2 (csrc/kafka.c): the broker's codec (pylog.serve.records)
+KAFKA_BATCH_HEADER_SIZE = lib.PLOG_KAFKA_BATCH_HEADER_SIZE
+
+
+def kafka_headers_check(data) -> bool:
+    """True when ``data`` is Kafka's record-header encoding (varint count, then each header)."""
+    mv = memoryview(data).cast("B")
+    return lib.plog_kafka_headers_check(_ptr(mv), len(mv)) == OK
+
+
+def kafka_decode(section, count: int):
+    """Decode ``count`` records of an uncompressed RecordBatch v2 records section in one C call.
+
+    Returns ``(status, ts_delta, offset_delta, keys, values, headers)``: int64 arrays of the
+    deltas, and for keys, values and headers a pair ``(data, lengths)`` (uint8 and uint32
+    arrays; ``PLOG_NULL_LEN`` marks a null; a record without headers has null headers).
+    """
+    mv = memoryview(section).cast("B")
+    n = len(mv)
+    if count < 0 or count > n:  # a record takes at least 7 bytes: never trust a claimed count
+        return E_LENGTH, None, None, None, None, None
+    ts = np.empty(count, np.int64)
+    od = np.empty(count, np.int64)
+    lens = np.empty((3, count), np.uint32)
+    bufs = np.empty((3, max(n, 1)), np.uint8)
+    used = ffi.new("uint64_t[3]")
+    with ffi.from_buffer(mv) as src:
+        rc = lib.plog_kafka_decode(
+            src, n, count, ffi.from_buffer("int64_t[]", ts, require_writable=True),
+            ffi.from_buffer("int64_t[]", od, require_writable=True),
+            ffi.from_buffer("uint8_t[]", bufs[0], require_writable=True),
+            ffi.from_buffer("uint32_t[]", lens[0], require_writable=True),
+            ffi.from_buffer("uint8_t[]", bufs[1], require_writable=True),
+            ffi.from_buffer("uint32_t[]", lens[1], require_writable=True),
+            ffi.from_buffer("uint8_t[]", bufs[2], require_writable=True),
+            ffi.from_buffer("uint32_t[]", lens[2], require_writable=True), used)
+    if rc != OK:
+        return rc, None, None, None, None, None
+    return (rc, ts, od, (bufs[0][: used[0]], lens[0]), (bufs[1][: used[1]], lens[1]),
+            (bufs[2][: used[2]], lens[2]))
+
+
+def kafka_encode(offsets, timestamps, keys, key_lens, values, value_lens, meta=None, meta_lens=None):
+    """Build one RecordBatch v2 (header, records, CRC32C) in one C call.
+
+    ``offsets``/``timestamps``: int64 arrays; keys, values, meta: joined bytes-likes with
+    uint32 lengths (``PLOG_NULL_LEN``: null; ``meta_lens`` None: no metadata).
+    Returns ``(status, batch)``.
+    """
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    timestamps = np.ascontiguousarray(timestamps, np.int64)
+    key_lens = np.ascontiguousarray(key_lens, np.uint32)
+    value_lens = np.ascontiguousarray(value_lens, np.uint32)
+    n = len(offsets)
+    kmv, vmv = memoryview(keys).cast("B"), memoryview(values).cast("B")
+    mmv = memoryview(meta if meta is not None else _EMPTY).cast("B")
+    cap = KAFKA_BATCH_HEADER_SIZE + n * 64 + len(kmv) + len(vmv) + len(mmv)
+    out = bytearray(cap)
+    written = ffi.new("size_t *")
+    ml = None if meta_lens is None else np.ascontiguousarray(meta_lens, np.uint32)
+    with ffi.from_buffer(kmv) as kp, ffi.from_buffer(vmv) as vp, ffi.from_buffer(mmv) as mp:
+        rc = lib.plog_kafka_encode(
+            ffi.from_buffer("uint8_t[]", out, require_writable=True), cap, n,
+            ffi.from_buffer("int64_t[]", offsets), ffi.from_buffer("int64_t[]", timestamps),
+            kp, ffi.from_buffer("uint32_t[]", key_lens), vp, ffi.from_buffer("uint32_t[]", value_lens),
+            mp, ffi.NULL if ml is None else ffi.from_buffer("uint32_t[]", ml), written)
+    if rc != OK:
+        return rc, None
+    del out[written[0]:]
+    return rc, out

@@ -621,3 +621,163 @@ def scan_columns(store: Buffer, store_len: int, start: int, expected_offset: int
             expected_offset = off + 1
     cols.rows = n
     return rc, n - before, pos
+
+
+# ----------------------------------------------------------------------------------------
+# Kafka RecordBatch v2: the twin of csrc/kafka.c (the test oracle of the broker's codec)
+KAFKA_BATCH_HEADER_SIZE = 61
+_META_HEADER = b"pylog.metadata"
+
+
+class _Bad(Exception):
+    def __init__(self, rc: int) -> None:
+        self.rc = rc
+
+
+def _get_varint(buf, p: int, end: int, maxb: int) -> tuple[int, int]:
+    v = shift = 0
+    for _ in range(maxb):
+        if p >= end:
+            raise _Bad(E_LENGTH)
+        b = buf[p]
+        p += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (v >> 1) ^ -(v & 1), p
+        shift += 7
+    raise _Bad(E_LENGTH)
+
+
+def _put_varint(out: bytearray, x: int) -> None:
+    v = ((x << 1) ^ (x >> 63)) & 0xFFFFFFFFFFFFFFFF
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _get_bytes(buf, p: int, end: int, nullable: bool) -> tuple[int, int, int]:
+    n, p = _get_varint(buf, p, end, 5)
+    if n == -1 and nullable:
+        return -1, p, p
+    if n < 0 or n > end - p:
+        raise _Bad(E_LENGTH)
+    return n, p, p + n
+
+
+def _headers_end(buf, p: int, end: int) -> tuple[int, int]:
+    count, p = _get_varint(buf, p, end, 5)
+    if count < 0:
+        raise _Bad(E_LENGTH)
+    for _ in range(count):
+        _, _, p = _get_bytes(buf, p, end, False)
+        _, _, p = _get_bytes(buf, p, end, True)
+    return count, p
+
+
+def kafka_headers_check(data) -> bool:
+    """True when ``data`` is Kafka's record-header encoding (varint count, then each header)."""
+    mv = memoryview(data).cast("B")
+    try:
+        return _headers_end(mv, 0, len(mv))[1] == len(mv)
+    except _Bad:
+        return False
+
+
+def kafka_decode(section, count: int):
+    """Decode ``count`` records of an uncompressed RecordBatch v2 records section (see the
+    native twin for the result's shape)."""
+    mv = memoryview(section).cast("B")
+    n = len(mv)
+    if count < 0 or count > n:
+        return E_LENGTH, None, None, None, None, None
+    ts = np.empty(count, np.int64)
+    od = np.empty(count, np.int64)
+    cols: list[tuple[bytearray, np.ndarray]] = [(bytearray(), np.empty(count, np.uint32)) for _ in range(3)]
+    p = 0
+    try:
+        for i in range(count):
+            try:
+                rlen, p = _get_varint(mv, p, n, 5)
+            except _Bad:
+                raise _Bad(E_SHORT) from None
+            if rlen < 1 or rlen > n - p:
+                raise _Bad(E_SHORT if rlen > n - p else E_LENGTH)
+            rend = p + rlen
+            p += 1
+            ts[i], p = _get_varint(mv, p, rend, 10)
+            od[i], p = _get_varint(mv, p, rend, 5)
+            for c in (0, 1):
+                ln, start, p = _get_bytes(mv, p, rend, True)
+                if ln < 0:
+                    cols[c][1][i] = fmt.NULL_LEN
+                else:
+                    cols[c][0].extend(mv[start:p])
+                    cols[c][1][i] = ln
+            hstart = p
+            hcount, p = _headers_end(mv, p, rend)
+            if p != rend:
+                raise _Bad(E_LENGTH)
+            if hcount == 0:
+                cols[2][1][i] = fmt.NULL_LEN
+            else:
+                cols[2][0].extend(mv[hstart:rend])
+                cols[2][1][i] = rend - hstart
+        if p != n:
+            raise _Bad(E_LENGTH)
+    except _Bad as e:
+        return e.rc, None, None, None, None, None
+    out = [(np.frombuffer(bytes(d), np.uint8), lens) for d, lens in cols]
+    return OK, ts, od, out[0], out[1], out[2]
+
+
+def kafka_encode(offsets, timestamps, keys, key_lens, values, value_lens, meta=None, meta_lens=None):
+    """Build one RecordBatch v2 (header, records, CRC32C); ``(status, batch)``."""
+    n = len(offsets)
+    if n == 0:
+        return E_ARG, None
+    offsets = [int(x) for x in offsets]
+    timestamps = [int(x) for x in timestamps]
+    kmv, vmv = memoryview(keys).cast("B"), memoryview(values).cast("B")
+    mmv = memoryview(meta if meta is not None else b"").cast("B")
+    base, base_ts = offsets[0], timestamps[0]
+    body = bytearray()
+    ko = vo = mo = 0
+    for i in range(n):
+        od = offsets[i] - base
+        if od < 0 or od > 0x7FFFFFFF:
+            return E_OFFSET, None
+        rec = bytearray(b"\x00")
+        _put_varint(rec, timestamps[i] - base_ts)
+        _put_varint(rec, od)
+        for data, lens, at in ((kmv, key_lens, ko), (vmv, value_lens, vo)):
+            ln = int(lens[i])
+            if ln == fmt.NULL_LEN:
+                _put_varint(rec, -1)
+            else:
+                _put_varint(rec, ln)
+                rec += data[at : at + ln]
+        if int(key_lens[i]) != fmt.NULL_LEN:
+            ko += int(key_lens[i])
+        if int(value_lens[i]) != fmt.NULL_LEN:
+            vo += int(value_lens[i])
+        ml = fmt.NULL_LEN if meta_lens is None else int(meta_lens[i])
+        if ml == fmt.NULL_LEN:
+            rec.append(0)
+        else:
+            m = mmv[mo : mo + ml]
+            mo += ml
+            if kafka_headers_check(m):
+                rec += m
+            else:
+                _put_varint(rec, 1)
+                _put_varint(rec, len(_META_HEADER))
+                rec += _META_HEADER
+                _put_varint(rec, ml)
+                rec += m
+        _put_varint(body, len(rec))
+        body += rec
+    tail = struct.pack(">hiqqqhii", 0, offsets[-1] - base, base_ts, max(timestamps), -1, -1, -1, n) + body
+    total = 61 + len(body)
+    batch = struct.pack(">qiib", base, total - 12, 0, 2) + struct.pack(">I", crc32c(tail)) + tail
+    return OK, bytearray(batch)

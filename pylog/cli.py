@@ -782,6 +782,17 @@ def _describe(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+@cli.command(context_settings=CONTEXT)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=9092, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free one).")
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int) -> None:
+    """Serve the root over Kafka's wire protocol until SIGTERM (docs/serve.md)."""
+    from pylog.serve import serve as run
+
+    run(ctx.obj["root"], host, port, ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pylog`` console script; returns (and exits with) the status."""
     try:

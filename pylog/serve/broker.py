@@ -1,0 +1,225 @@
+"""The broker's state over one data root, and its Produce and Fetch.
+
+:class:`Broker` owns a :class:`~pylog.LogStore` and is the writer of every partition it
+serves. Appends run in a small thread pool so that a Produce waiting for its fsync
+(``flush.messages=1``) does not stop other clients, and so that concurrent producers'
+appends share fsyncs (the Log's group commit). Fetches read on the event loop and
+long-poll on an event set by every append.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from typing import Any
+
+import numpy as np
+
+from kio.schema.errors import ErrorCode as E
+
+from pylog.errors import (InvalidNameError, InvalidTimestampError, LogClosedError, OffsetOutOfRangeError,
+                          PylogError, RecordTooLargeError, UnknownPartitionError, UnknownTopicError)
+from pylog.log import Log, PackedBytes
+from pylog.serve.records import BatchError, decode_records, encode_records
+from pylog.topics import LogStore, Topic
+
+__all__ = ["Broker"]
+
+
+class Broker:
+    """Kafka's Produce/Fetch and topic bookkeeping over a LogStore at ``root``.
+
+    Parameters
+    ----------
+    root
+        The data root (as ``pylog.LogStore``).
+    host, port
+        What Metadata tells clients to connect to.
+    auto_create
+        Create an unknown topic (one partition) when Metadata asks for it with
+        ``allow_auto_topic_creation`` (Kafka's ``auto.create.topics.enable``).
+    max_decompressed_bytes
+        The most one compressed batch may decompress to.
+    """
+
+    def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092, auto_create: bool = True,
+                 max_decompressed_bytes: int = 64 << 20, append_threads: int = 4) -> None:
+        self.store = LogStore(root)
+        self.advertised_host = host
+        self.port = port
+        self.auto_create = auto_create
+        self.max_decompressed_bytes = max_decompressed_bytes
+        self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
+        self._last_ts: dict[tuple[str, int], int] = {}
+        self._appended: asyncio.Event | None = None
+
+    # -- topics and partitions -------------------------------------------------------------
+    def topic(self, name: str, create: bool = False) -> Topic:
+        """The topic ``name``; with ``create``, an unknown one is made with one partition."""
+        try:
+            return self.store.topic(name)
+        except UnknownTopicError:
+            if not create:
+                raise
+            try:
+                return self.store.create_topic(name, partitions=1)
+            except PylogError:
+                return self.store.topic(name)
+
+    def partition(self, name: str, i: int) -> tuple[Log | None, int]:
+        """(the writer Log of ``name``/``i``, 0) or (None, Kafka error code)."""
+        try:
+            return self.store.topic(name).partition(i), 0
+        except (UnknownTopicError, UnknownPartitionError, InvalidNameError, TypeError):
+            return None, E.unknown_topic_or_partition
+        except PylogError:
+            return None, E.unknown_server_error
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic (its open partitions are closed first)."""
+        self.store.delete_topic(name)
+        for key in [k for k in self._last_ts if k[0] == name]:
+            del self._last_ts[key]
+
+    @staticmethod
+    def visible_end(log: Log, read_committed: bool) -> int:
+        """The offset a consumer reads up to: the last stable offset under read_committed
+        (when the Log has one), else the next offset."""
+        if read_committed:
+            lso = getattr(log, "last_stable_offset", None)
+            if lso is not None:
+                return int(lso)
+        return log.next_offset
+
+    def close(self) -> None:
+        """Wait for appends in flight, then flush and close every partition."""
+        self._pool.shutdown(wait=True)
+        self.store.close()
+
+    # -- produce -----------------------------------------------------------------------------
+    def _append(self, name: str, i: int, records: Any) -> tuple[int, int, int]:
+        """Decode and append one partition's data, all or nothing: (error, base offset, start)."""
+        log, err = self.partition(name, i)
+        if log is None:
+            return err, -1, -1
+        try:
+            d = decode_records(records, self.max_decompressed_bytes)
+        except BatchError as e:
+            return e.code, -1, -1
+        now = int(time.time() * 1000)
+        ts = d.timestamps
+        if d.log_append_time:
+            ts[:] = now
+        else:
+            ts[ts < 0] = now
+        # pylog's timestamps never decrease: a record stamped before its predecessor takes the
+        # predecessor's time (docs/serve.md)
+        key = (name, i)
+        last = self._last_ts.get(key)
+        for attempt in range(8):
+            if last is None and log.next_offset > log.start_offset:
+                last = log.read(log.next_offset - 1).timestamp
+            if last is not None:
+                ts[0] = max(int(ts[0]), last)
+            np.maximum.accumulate(ts, out=ts)
+            try:
+                first = log.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys), timestamps=ts,
+                                         metadata=PackedBytes(*d.headers))
+                break
+            except InvalidTimestampError:
+                # another producer's append to this partition landed in between with a later
+                # time: take the log's newest time again (nothing was appended)
+                last = None
+                if attempt == 7:
+                    return E.invalid_timestamp, -1, -1
+            except RecordTooLargeError:
+                return E.message_too_large, -1, -1
+            except LogClosedError:
+                return E.not_leader_or_follower, -1, -1
+            except (PylogError, OSError):
+                return E.kafka_storage_error, -1, -1
+        self._last_ts[key] = int(ts[-1])
+        return 0, first, log.start_offset
+
+    async def produce(self, req: Any, version: int) -> dict[str, Any]:
+        """Produce: every partition's batches appended in one call each (all or nothing)."""
+        loop = asyncio.get_running_loop()
+        jobs = []
+        for t in req.topic_data:
+            for p in t.partition_data:
+                jobs.append((t.name, p.index, p.records))
+
+        def run() -> list[tuple[int, int, int]]:
+            return [self._append(n, i, r) if r is not None else (E.corrupt_message, -1, -1) for n, i, r in jobs]
+
+        results = await loop.run_in_executor(self._pool, run)
+        self.notify()
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (name, i, _), (err, base, start) in zip(jobs, results):
+            by_topic.setdefault(name, []).append({"index": i, "error_code": err, "base_offset": base,
+                                                  "log_start_offset": start, "record_errors": [],
+                                                  "error_message": None})
+        return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
+
+    # -- fetch -------------------------------------------------------------------------------
+    def notify(self) -> None:
+        """Wake the fetches waiting for data."""
+        if self._appended is not None:
+            self._appended.set()
+            self._appended = None
+
+    def _read_all(self, req: Any) -> tuple[list[dict[str, Any]], int]:
+        committed = getattr(req, "isolation_level", 0) == 1
+        budget = max(req.max_bytes, 0) if hasattr(req, "max_bytes") else 1 << 30
+        total = 0
+        out = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                r: dict[str, Any] = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
+                                     "last_stable_offset": -1, "log_start_offset": -1,
+                                     "aborted_transactions": [], "preferred_read_replica": -1, "records": b""}
+                log, err = self.partition(t.topic, p.partition)
+                if log is None:
+                    r["error_code"] = err
+                    parts.append(r)
+                    continue
+                end = self.visible_end(log, committed)
+                r["high_watermark"], r["last_stable_offset"] = log.next_offset, end
+                r["log_start_offset"] = log.start_offset
+                off = p.fetch_offset
+                if off < log.start_offset or off > log.next_offset:
+                    r["error_code"] = E.offset_out_of_range
+                elif off < end and (budget > 0 or total == 0):
+                    limit = max(1, min(p.partition_max_bytes, budget))
+                    try:
+                        recs = log.read_batch(off, max_bytes=limit)
+                    except OffsetOutOfRangeError:
+                        r["error_code"] = E.offset_out_of_range
+                        recs = []
+                    recs = [x for x in recs if x.offset < end]
+                    if recs:
+                        data = encode_records(recs)
+                        r["records"] = data
+                        total += len(data)
+                        budget -= len(data)
+                parts.append(r)
+            out.append({"topic": t.topic, "partitions": parts})
+        return out, total
+
+    async def fetch(self, req: Any, version: int) -> dict[str, Any]:
+        """Fetch: up to max_bytes; waits up to max_wait for min_bytes (a long poll)."""
+        wait_ms = req.max_wait.total_seconds() * 1000
+        deadline = time.monotonic() + max(wait_ms, 0) / 1000
+        while True:
+            out, total = self._read_all(req)
+            left = deadline - time.monotonic()
+            if total >= req.min_bytes or left <= 0:
+                break
+            if self._appended is None:
+                self._appended = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._appended.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+        return {"error_code": 0, "session_id": 0, "responses": out}

@@ -1,0 +1,187 @@
+"""Kafka's wire protocol: request framing, headers, schemas and the response builder.
+
+The message schemas are not written here: they come from ``kio``, which is generated from
+Kafka's own JSON schemas (``clients/src/main/resources/common/message``). This module
+only picks the schema of an (API key, version), decodes a request frame, and turns a
+handler's plain dict into the version's response entity, so that one handler serves
+every version it is listed for (fields a version lacks are dropped, fields a version has
+and the handler did not give take a neutral default).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import types
+import typing
+import uuid
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import DecodeError
+
+#: API keys and the versions served (Kafka 4.0's minimums, KIP-896, up to what kio knows and
+#: the handlers fill): key -> (name, lowest, highest).
+SERVED: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 9),
+    1: ("Fetch", 4, 12),
+    2: ("ListOffsets", 1, 7),
+    3: ("Metadata", 0, 12),
+    18: ("ApiVersions", 0, 3),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 5),
+    32: ("DescribeConfigs", 1, 4),
+    37: ("CreatePartitions", 0, 3),
+}
+
+#: API keys of the next step (consumer groups, idempotent producers, SASL). They are not
+#: advertised by ApiVersions; a client that sends one anyway gets every error code of the
+#: response set to UNSUPPORTED_VERSION, the code Kafka gives for an API it does not serve.
+NOT_YET: dict[int, tuple[str, int, int]] = {
+    8: ("OffsetCommit", 2, 9), 9: ("OffsetFetch", 1, 9), 10: ("FindCoordinator", 0, 4),
+    11: ("JoinGroup", 0, 9), 12: ("Heartbeat", 0, 4), 13: ("LeaveGroup", 0, 5),
+    14: ("SyncGroup", 0, 5), 15: ("DescribeGroups", 0, 5), 16: ("ListGroups", 0, 4),
+    17: ("SaslHandshake", 0, 1), 22: ("InitProducerId", 0, 5), 36: ("SaslAuthenticate", 0, 2),
+    42: ("DeleteGroups", 0, 2),
+}
+
+_SIZE = struct.Struct(">i")
+_KEY_VERSION = struct.Struct(">hhi")
+
+
+class RequestError(Exception):
+    """A request the broker cannot answer: the connection is closed (as Kafka does)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One decoded request: its header fields and the kio payload entity."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    response_cls: type
+
+
+def _schema_ok(key: int, version: int) -> bool:
+    for table in (SERVED, NOT_YET):
+        if key in table and table[key][1] <= version <= table[key][2]:
+            return True
+    return False
+
+
+def decode_request(frame: bytes | memoryview) -> Request:
+    """Decode one request frame (the bytes after its 4-byte size).
+
+    Raises
+    ------
+    RequestError
+        The frame is truncated or malformed, or names an API key or version not served.
+        ApiVersions at an unknown version is not an error: Kafka answers it at v0 with
+        UNSUPPORTED_VERSION, so the caller does that (``body`` is None).
+    """
+    if len(frame) < 8:
+        raise RequestError(f"a request frame of {len(frame)} bytes is shorter than its header")
+    key, version, correlation = _KEY_VERSION.unpack_from(frame, 0)
+    if key == 18 and not _schema_ok(key, version):
+        return Request(key, version, correlation, None, None, load_response_schema(18, 0))
+    if not _schema_ok(key, version):
+        raise RequestError(f"API key {key} version {version} is not served")
+    req_cls = load_request_schema(key, version)
+    try:
+        header, used = entity_reader(req_cls.__header_schema__)(frame, 0)
+        body, n = entity_reader(req_cls)(frame, used)
+    except (DecodeError, ValueError, TypeError, OverflowError, UnicodeDecodeError, IndexError) as e:
+        raise RequestError(f"malformed {req_cls.__name__} v{version}: {e}") from e
+    if used + n != len(frame):
+        raise RequestError(f"{req_cls.__name__} v{version}: {len(frame) - used - n} bytes left over")
+    return Request(key, version, correlation, getattr(header, "client_id", None), body,
+                   load_response_schema(key, version))
+
+
+def encode_response(req: Request, payload: Any) -> bytes:
+    """The response frame (size, header, payload) of ``payload`` (a kio entity)."""
+    cls = type(payload)
+    header_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(header_cls)(buf, header_cls(correlation_id=req.correlation_id))
+    entity_writer(cls)(buf, payload)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+# ----------------------------------------------------------------------------------------
+# The response builder: plain dicts -> the entity of one version
+def _entity_of(tp: Any) -> tuple[type | None, bool]:
+    """(entity class, is a tuple of them) for a field type, or (None, False)."""
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        inner = typing.get_args(tp)[0]
+        return (inner, True) if dataclasses.is_dataclass(inner) else (None, True)
+    if origin in (typing.Union, types.UnionType):
+        for a in typing.get_args(tp):
+            if a is not type(None):
+                return _entity_of(a)
+    if dataclasses.is_dataclass(tp):
+        return tp, False  # type: ignore[return-value]
+    return None, False
+
+
+def _default(f: dataclasses.Field, error: int) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    cls, many = _entity_of(f.type)
+    if many:
+        return ()
+    if cls is not None:
+        return build(cls, {}, error)
+    kt = f.metadata.get("kafka_type", "")
+    if kt == "error_code":
+        return ErrorCode(error)
+    if kt in ("timedelta_i32", "timedelta_i64"):
+        return datetime.timedelta(0)
+    if kt == "string":
+        return None if type(None) in typing.get_args(f.type) else ""
+    if kt == "bool":
+        return False
+    if kt == "uuid":
+        return None if type(None) in typing.get_args(f.type) else uuid.UUID(int=0)
+    if kt in ("records", "bytes"):
+        return None if type(None) in typing.get_args(f.type) else b""
+    if kt == "float64":
+        return 0.0
+    return 0
+
+
+def build(cls: type, data: dict[str, Any], error: int = 0) -> Any:
+    """The ``cls`` entity from ``data``: keys ``cls`` lacks are dropped, missing fields take a
+    neutral default (an unset ``error_code`` is ``error``), nested dicts become entities."""
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            v = data[f.name]
+            sub, many = _entity_of(f.type)
+            if sub is not None and many and v is not None:
+                v = tuple(x if dataclasses.is_dataclass(x) else build(sub, x, error) for x in v)
+            elif sub is not None and isinstance(v, dict):
+                v = build(sub, v, error)
+            elif many and isinstance(v, list):
+                v = tuple(v)
+            elif f.metadata.get("kafka_type") == "error_code":
+                v = ErrorCode(v)
+            elif f.metadata.get("kafka_type") in ("timedelta_i32", "timedelta_i64") and isinstance(v, int):
+                v = datetime.timedelta(milliseconds=v)
+            kw[f.name] = v
+        elif f.default is dataclasses.MISSING:
+            kw[f.name] = _default(f, error)
+    return cls(**kw)

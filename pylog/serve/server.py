@@ -1,0 +1,181 @@
+"""The network side: an asyncio server, one coroutine per connection.
+
+Why asyncio: a broker is mostly waiting (long-polling fetches, clients that are idle or
+slow, producers waiting for an fsync), and per-connection coroutines keep each of those
+waits from holding anything but its own connection; the CPU work of a request (decode,
+append, encode) is done in C and in a thread pool for appends. A selectors loop would do
+the same with hand-written buffering and timers.
+
+Each connection handles its requests one at a time, in order (Kafka answers a
+connection's requests in the order they came). A frame's size is checked against
+``max_request_bytes`` before anything is read, and the bytes are read as they arrive, so
+a lying size allocates nothing; a frame that does not decode, an API key or version not
+served, or a frame not finished within ``request_timeout`` closes that connection only.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import struct
+from typing import Any
+
+from pylog.serve import handlers
+from pylog.serve.broker import Broker
+from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
+
+__all__ = ["Server", "serve"]
+
+log = logging.getLogger("pylog.serve")
+_SIZE = struct.Struct(">i")
+UNSUPPORTED_VERSION = 35
+
+
+class Server:
+    """A listening broker. Use :meth:`start` / :meth:`stop` inside an event loop, or
+    :func:`serve` to run one until SIGTERM or SIGINT.
+
+    Parameters
+    ----------
+    root
+        The data root.
+    host, port
+        Where to listen (port 0: a free port; see :attr:`port` after :meth:`start`).
+    max_request_bytes
+        The largest request frame accepted (Kafka's ``socket.request.max.bytes``).
+    request_timeout
+        Seconds a started frame may take to arrive completely.
+    idle_timeout
+        Seconds a connection may stay silent between requests (Kafka's
+        ``connections.max.idle.ms``).
+    """
+
+    def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
+                 max_request_bytes: int = 100 << 20, request_timeout: float = 30.0,
+                 idle_timeout: float = 600.0, auto_create: bool = True) -> None:
+        self.root = root
+        self.host = host
+        self.port = port
+        self.max_request_bytes = max_request_bytes
+        self.request_timeout = request_timeout
+        self.idle_timeout = idle_timeout
+        self.auto_create = auto_create
+        self.broker: Broker | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: set[asyncio.Task[Any]] = set()
+        self._busy: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        """Open the data root and listen."""
+        self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create)
+        log.info("pylog serve: listening on %s:%d, root %s", self.host, self.port, self.root)
+
+    async def stop(self) -> None:
+        """Stop listening, let requests in flight finish, close connections, close the logs."""
+        if self._server is not None:
+            self._server.close()
+        if self._busy:
+            await asyncio.wait(set(self._busy), timeout=self.request_timeout)
+        for t in list(self._conns):
+            t.cancel()
+        if self._conns:
+            await asyncio.wait(set(self._conns), timeout=5)
+        if self.broker is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
+            self.broker = None
+
+    async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
+        try:
+            head = await asyncio.wait_for(reader.readexactly(4), self.idle_timeout)
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
+            return None
+        (size,) = _SIZE.unpack(head)
+        if size < 8 or size > self.max_request_bytes:
+            log.info("closing a connection: a request frame of %d bytes (limit %d)", size, self.max_request_bytes)
+            return None
+        try:  # readexactly takes what arrives, in chunks: a lying size allocates nothing
+            return await asyncio.wait_for(reader.readexactly(size), self.request_timeout)
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
+            return None
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            while True:
+                frame = await self._read_frame(reader)
+                if frame is None:
+                    break
+                self._busy.add(task)
+                try:
+                    out = await self._handle(frame)
+                    if out is not None:
+                        writer.write(out)
+                        await asyncio.wait_for(writer.drain(), self.request_timeout)
+                finally:
+                    self._busy.discard(task)
+                if out is False:
+                    break
+        except asyncio.CancelledError:
+            pass
+        except (ConnectionError, asyncio.TimeoutError):
+            pass
+        finally:
+            self._conns.discard(task)
+            writer.close()
+
+    async def _handle(self, frame: bytes) -> Any:
+        """The response frame of one request, None (acks=0) or False (close the connection)."""
+        try:
+            req = decode_request(frame)
+        except RequestError as e:
+            log.info("closing a connection: %s", e)
+            return False
+        if req.body is None:  # ApiVersions at a version not served: answered at v0
+            keys = handlers.api_versions(self.broker, None, 0)["api_keys"]
+            payload = build(req.response_cls, {"error_code": UNSUPPORTED_VERSION, "api_keys": keys})
+            return encode_response(req, payload)
+        return await self._dispatch(req)
+
+    async def _dispatch(self, req: Request) -> Any:
+        broker = self.broker
+        assert broker is not None
+        key = req.api_key
+        try:
+            if key == 0:
+                data = await broker.produce(req.body, req.api_version)
+                if req.body.acks == 0:
+                    return None
+            elif key == 1:
+                data = await broker.fetch(req.body, req.api_version)
+            elif key in handlers.HANDLERS:
+                data = handlers.HANDLERS[key](broker, req.body, req.api_version)
+            else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
+                data = {}
+            return encode_response(req, build(req.response_cls, data,
+                                              0 if key in SERVED else UNSUPPORTED_VERSION))
+        except Exception:
+            log.exception("request %s v%d failed; closing its connection", key, req.api_version)
+            return False
+
+
+def serve(root: str, host: str = "127.0.0.1", port: int = 9092, ready: Any = None, **options: Any) -> None:
+    """Run a broker until SIGTERM or SIGINT, then stop it cleanly (requests in flight are
+    answered, logs flushed and closed). ``ready(server)`` is called once it listens."""
+
+    async def main() -> None:
+        server = Server(root, host, port, **options)
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        if ready is not None:
+            ready(server)
+        await stop.wait()
+        await server.stop()
+
+    asyncio.run(main())
