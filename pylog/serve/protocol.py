@@ -98,8 +98,8 @@ def decode_request(frame: bytes | memoryview) -> Request:
         body, n = entity_reader(req_cls)(frame, used)
     except (DecodeError, ValueError, TypeError, OverflowError, UnicodeDecodeError, IndexError) as e:
         raise RequestError(f"malformed {req_cls.__name__} v{version}: {e}") from e
-    if used + n != len(frame):
-        raise RequestError(f"{req_cls.__name__} v{version}: {len(frame) - used - n} bytes left over")
+    # bytes after the payload are ignored, as Kafka's own request parser does (librdkafka
+    # sends tagged fields that kio's schema of some versions does not list)
     return Request(key, version, correlation, getattr(header, "client_id", None), body,
                    load_response_schema(key, version))
 

@@ -112,13 +112,13 @@ class Server:
                 self._busy.add(task)
                 try:
                     out = await self._handle(frame)
+                    if out is False:
+                        break
                     if out is not None:
                         writer.write(out)
                         await asyncio.wait_for(writer.drain(), self.request_timeout)
                 finally:
                     self._busy.discard(task)
-                if out is False:
-                    break
         except asyncio.CancelledError:
             pass
         except (ConnectionError, asyncio.TimeoutError):
@@ -165,6 +165,9 @@ class Server:
 def serve(root: str, host: str = "127.0.0.1", port: int = 9092, ready: Any = None, **options: Any) -> None:
     """Run a broker until SIGTERM or SIGINT, then stop it cleanly (requests in flight are
     answered, logs flushed and closed). ``ready(server)`` is called once it listens."""
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     async def main() -> None:
         server = Server(root, host, port, **options)
