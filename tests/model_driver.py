@@ -1,0 +1,782 @@
+"""A seeded multi-process driver for the store-level model test (issue 14, "the proof").
+
+Several real OS processes work on one data root at once: producers (plain and, where the
+store has transactions, transactional), consumers in groups that commit, tail readers, and
+an admin process (create/delete topics, add partitions, alter config, retention,
+compaction). The orchestrator SIGKILLs them at random points and restarts them. Every
+process incarnation writes its history to its own journal file, one JSON object a line,
+each line one ``write(2)`` on an ``O_APPEND`` descriptor, so a line that was written
+survives the SIGKILL of its writer (the only fault injected here; the page cache keeps it).
+A line cut short by a kill is ignored. :func:`check` then replays every journal against the
+data root's final state and returns the violations of the store's guarantees.
+
+Every value is traceable: ``value_of(id)`` is the exact bytes the producer appended for the
+record ``id`` (a unique ``proc:seq`` string and a padding derived from it), so a reader can
+tell a damaged or foreign value from the right one.
+
+Run one role: ``python -m model_driver ROLE ROOT JOURNAL SEED DEADLINE [ARGS...]``
+(``tests`` on the path); the test calls :func:`run` and :func:`check`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT_DIR = os.path.dirname(HERE)
+
+#: Errors after which the record was certainly not written (the producer must not see it).
+NOT_WRITTEN = ("LogLockedError", "UnknownTopicError", "UnknownPartitionError", "InvalidNameError",
+               "RecordTooLargeError", "LogClosedError")
+#: How long a producer may keep using a topic's old partition count after another process
+#: added partitions (issue 14 case 5: "within a bounded time").
+PARTITION_REFRESH_S = 2.0
+
+
+def now() -> int:
+    """A clock comparable across the processes of one machine (CLOCK_MONOTONIC, ns)."""
+    return time.monotonic_ns()
+
+
+def value_of(rid: str) -> bytes:
+    """The exact bytes appended for record ``rid``."""
+    h = hashlib.blake2b(rid.encode(), digest_size=16).hexdigest().encode()
+    return rid.encode() + b"|" + h * (h[0] % 20)
+
+
+def id_of(value: Any) -> str | None:
+    """The record id a value claims (None for a tombstone or junk)."""
+    if value is None:
+        return None
+    b = bytes(value)
+    i = b.find(b"|")
+    return b[:i].decode("ascii", "replace") if i > 0 else b[:40].decode("ascii", "replace")
+
+
+class Journal:
+    """One process incarnation's history: a JSON object a line, one write(2) each."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def __call__(self, ev: str, **fields: Any) -> None:
+        fields["e"] = ev
+        fields["t"] = now()
+        os.write(self.fd, (json.dumps(fields, separators=(",", ":")) + "\n").encode())
+
+
+def seen(recs: list[Any]) -> list[list[Any]]:
+    """What a reader journals of the records it got: ``[offset, id, bytes intact]`` each."""
+    return [[r.offset, id_of(r.value), value_of(id_of(r.value) or "") == bytes(r.value or b"")]
+            for r in recs]
+
+
+def _err(e: BaseException) -> dict[str, str]:
+    return {"err": type(e).__name__, "msg": str(e)[:200]}
+
+
+def _expected(e: BaseException) -> bool:
+    from pylog.errors import PylogError
+
+    return isinstance(e, (PylogError, OSError))
+
+
+# ----------------------------------------------------------------------------------------
+# roles
+def producer(root: str, j: Journal, rng: random.Random, deadline: float, name: str) -> None:
+    """Plain appends (single and batch, keyed and unkeyed) to random topics; flushes."""
+    import pylog
+
+    seq = 0
+    store = pylog.LogStore(root)
+    j("start", role="producer")
+    ops = 0
+    work: list[str] = []
+    while time.monotonic() < deadline:
+        ops += 1
+        if ops % rng.randint(15, 40) == 0:  # let go of the partitions now and then
+            store.close()
+            store = pylog.LogStore(root)
+            j("reopen")
+            work = []
+        topics = store.topics()
+        if not topics:
+            time.sleep(0.05)
+            continue
+        # a working set of a few topics, renewed at each reopen, so producers and the admin
+        # do not all want the same partitions (each partition has one writer at a time)
+        work = [t for t in work if t in topics] or rng.sample(topics, min(len(topics), rng.randint(1, 3)))
+        tname = rng.choice(work)
+        try:
+            topic = store.topic(tname)
+        except Exception as e:
+            j("topic-failed", topic=tname, **_err(e))
+            continue
+        r = rng.random()
+        if r < 0.08:
+            j("flush-start")
+            try:
+                store.flush()
+                j("flushed")
+            except Exception as e:
+                j("flush-failed", unexpected=not _expected(e), **_err(e))
+            continue
+        n = 1 if r < 0.6 else rng.randint(2, 12)
+        keyed = rng.random() < 0.6
+        ids, keys = [], []
+        for _ in range(n):
+            ids.append(f"{name}:{seq}")
+            keys.append(f"k{name}-{rng.randint(0, 5)}" if keyed else None)
+            seq += 1
+        j("attempt", topic=tname, ids=ids, keys=keys, batch=n > 1, fsync=topic.config.fsync,
+          parts=topic.partitions)
+        try:
+            if n == 1:
+                k = keys[0].encode() if keys[0] is not None else None
+                res = [topic.append(value_of(ids[0]), key=k)]
+            else:
+                res = topic.append_batch([value_of(i) for i in ids],
+                                         keys=[k.encode() for k in keys] if keyed else None)
+        except Exception as e:
+            j("failed", topic=tname, ids=ids, unexpected=not _expected(e), **_err(e))
+            if type(e).__name__ in ("LogLockedError", "UnknownTopicError"):
+                work = [t for t in work if t != tname]
+                time.sleep(rng.random() * 0.02)
+            continue
+        j("acked" if topic.config.fsync == "always" else "written", topic=tname, ids=ids,
+          at=[list(x) for x in res])
+        time.sleep(rng.random() * 0.01)
+    j("flush-start")
+    store.close()
+    j("flushed")
+    j("end")
+
+
+def txproducer(root: str, j: Journal, rng: random.Random, deadline: float, name: str) -> None:
+    """Transactions across topics and partitions, some aborted by raising in the block."""
+    import pylog
+
+    class Abort(Exception):
+        pass
+
+    store = pylog.LogStore(root)
+    j("start", role="txproducer")
+    seq = 0
+    tx_n = 0
+    while time.monotonic() < deadline:
+        topics = store.topics()
+        if not topics:
+            time.sleep(0.05)
+            continue
+        txid = f"{name}:tx{tx_n}"
+        tx_n += 1
+        abort = rng.random() < 0.3
+        j("tx-begin", tx=txid)
+        try:
+            with store.transaction() as tx:
+                for _ in range(rng.randint(1, 8)):
+                    tname = rng.choice(topics)
+                    rid = f"{name}:{seq}"
+                    seq += 1
+                    key = f"k{name}-{rng.randint(0, 5)}" if rng.random() < 0.5 else None
+                    j("tx-attempt", tx=txid, topic=tname, ids=[rid], keys=[key])
+                    res = tx.append(tname, value_of(rid), key=key.encode() if key else None)
+                    j("tx-appended", tx=txid, ids=[rid], at=list(res) if isinstance(res, tuple) else None)
+                    time.sleep(rng.random() * 0.005)
+                if abort:
+                    j("tx-abort-start", tx=txid)
+                    raise Abort()
+                j("tx-commit-start", tx=txid)
+            j("tx-committed", tx=txid)
+        except Abort:
+            j("tx-aborted", tx=txid)
+        except Exception as e:
+            j("tx-failed", tx=txid, unexpected=not _expected(e), **_err(e))
+        time.sleep(rng.random() * 0.02)
+    store.close()
+    j("end")
+
+
+def consumer(root: str, j: Journal, rng: random.Random, deadline: float, name: str, topic: str,
+             group: str) -> None:
+    """A group member: polls, checks every value, commits, sometimes seeks back."""
+    import pylog
+
+    store = pylog.LogStore(root)
+    try:
+        c = store.consumer(topic, group=group)
+    except Exception as e:
+        j("consumer-failed", topic=topic, group=group, unexpected=not _expected(e), **_err(e))
+        return
+    j("start", role="consumer", topic=topic, group=group)
+    known: set[int] = set()
+
+    def note_assignment(got: dict) -> None:
+        # where a newly owned partition started: the first record this poll returned from
+        # it (a poll claims partitions and fetches in one call), else its position
+        for p in c.assignment():
+            if p not in known:
+                known.add(p)
+                pos = got[p][0].offset if p in got else c.position(p)
+                j("resume", topic=topic, group=group, p=p, pos=pos, committed=c.committed(p))
+
+    try:
+        note_assignment({})
+        while time.monotonic() < deadline:
+            got = c.poll_partitions(max_records=rng.randint(1, 50), timeout_ms=50)
+            note_assignment(got)
+            for p, recs in got.items():
+                j("read", topic=topic, group=group, p=p, recs=seen(recs))
+            r = rng.random()
+            if r < 0.5:
+                todo = {p: c.position(p) for p in c.assignment()}
+                j("commit-start", topic=topic, group=group, offsets=todo)
+                c.commit(todo)
+                j("committed", topic=topic, group=group, offsets=todo)
+            elif r < 0.52 and c.assignment():
+                p = rng.choice(c.assignment())
+                back = max(0, c.position(p) - rng.randint(1, 20))
+                j("seek", topic=topic, group=group, p=p, to=back)
+                c.seek(p, back)
+    except Exception as e:
+        j("consumer-failed", topic=topic, group=group, unexpected=not _expected(e), **_err(e))
+    finally:
+        store.close()
+    j("end")
+
+
+def reader(root: str, j: Journal, rng: random.Random, deadline: float, name: str, topic: str) -> None:
+    """Follows a topic's tail: a read-only Log of one partition, or a group-less consumer."""
+    import pylog
+
+    j("start", role="reader", topic=topic)
+    try:
+        if rng.random() < 0.5:
+            p = 0
+            log = pylog.Log(os.path.join(root, topic, f"partition-{p}"), readonly=True)
+            off = log.start_offset
+            while time.monotonic() < deadline:
+                recs = log.read_batch(off, 1 << 16, rng.randint(1, 100))
+                if recs:
+                    j("read", topic=topic, group=None, p=p, recs=seen(recs))
+                    off = recs[-1].offset + 1
+                else:
+                    time.sleep(0.02)
+            log.close()
+        else:
+            store = pylog.LogStore(root)
+            c = store.consumer(topic)
+            while time.monotonic() < deadline:
+                for p, recs in c.poll_partitions(max_records=rng.randint(1, 100), timeout_ms=50).items():
+                    j("read", topic=topic, group=None, p=p, recs=seen(recs))
+            store.close()
+    except Exception as e:
+        j("reader-failed", topic=topic, unexpected=not _expected(e), **_err(e))
+    j("end")
+
+
+def topic_config(rng: random.Random) -> dict[str, Any]:
+    """A random topic config: fsync policy, small segments, cleanup policy."""
+    cfg: dict[str, Any] = {"fsync": rng.choice(["always", "always", "interval", "never"]),
+                           "segment_bytes": rng.choice([4096, 16384, 1 << 20])}
+    if cfg["fsync"] == "interval":
+        cfg["flush_messages"] = rng.choice([None, 5, 10])
+        cfg["flush_ms"] = rng.choice([None, 50, 1000])
+    if rng.random() < 0.3:
+        cfg["cleanup_policy"] = "compact"
+    elif rng.random() < 0.3:
+        cfg["retention_bytes"] = rng.choice([8192, 32768])
+    return cfg
+
+
+def admin(root: str, j: Journal, rng: random.Random, deadline: float, name: str) -> None:
+    """Creates, deletes, grows and alters topics; runs retention and compaction."""
+    import pylog
+
+    store = pylog.LogStore(root)
+    j("start", role="admin")
+    k = 0
+    while time.monotonic() < deadline:
+        time.sleep(0.1 + rng.random() * 0.4)
+        topics = store.topics()
+        r = rng.random()
+        if r < 0.15 or len(topics) < 2:
+            tname = f"{name.replace(':', '_')}_{k}"
+            k += 1
+            cfg = topic_config(rng)
+            op = {"op": "create", "topic": tname, "partitions": rng.randint(1, 3), "config": cfg}
+        elif not topics:
+            continue
+        elif r < 0.35 and len(topics) > 3:
+            op = {"op": "delete", "topic": rng.choice(topics)}
+        elif r < 0.45:
+            op = {"op": "add_partitions", "topic": rng.choice(topics), "count": rng.randint(1, 2)}
+        elif r < 0.55:
+            op = {"op": "alter", "topic": rng.choice(topics),
+                  "changes": {"retention_bytes": rng.choice([None, 8192, 65536])}}
+        elif r < 0.8:
+            op = {"op": "retention", "topic": rng.choice(topics)}
+        else:
+            op = {"op": "compact", "topic": rng.choice(topics)}
+        j("admin-start", **op)
+        try:
+            if op["op"] == "create":
+                store.create_topic(op["topic"], op["partitions"], **op["config"])
+                res: Any = None
+            elif op["op"] == "delete":
+                store.delete_topic(op["topic"])
+                res = None
+            elif op["op"] == "add_partitions":
+                res = store.add_partitions(op["topic"], op["count"])
+            elif op["op"] == "alter":
+                res = None
+                store.alter_topic(op["topic"], **op["changes"])
+            elif op["op"] == "retention":
+                res = {f"{t}/{p}": n for (t, p), n in store.enforce_retention(op["topic"]).items()}
+            else:
+                res = {f"{t}/{p}": rep.removed if hasattr(rep, "removed") else None
+                       for (t, p), rep in store.compact(op["topic"]).items()}
+            j("admin-done", res=res, **op)
+        except Exception as e:
+            j("admin-failed", unexpected=not _expected(e), **op, **_err(e))
+        # partitions opened for retention/compaction are held for writing: let them go
+        store.close()
+        store = pylog.LogStore(root)
+    store.close()
+    j("end")
+
+
+ROLES = {"producer": producer, "txproducer": txproducer, "consumer": consumer, "reader": reader,
+         "admin": admin}
+
+
+def main(argv: list[str]) -> None:
+    role, root, journal, seed, deadline, *args = argv
+    rng = random.Random(int(seed))
+    j = Journal(journal)
+    # deadline is a CLOCK_MONOTONIC time in seconds, comparable across processes
+    ROLES[role](root, j, rng, float(deadline), os.path.basename(journal).rsplit(".", 1)[0], *args)
+
+
+# ----------------------------------------------------------------------------------------
+# orchestration
+@dataclass
+class RunStats:
+    """What one run did."""
+
+    processes: int = 0
+    kills: int = 0
+    events: int = 0
+    violations: list[str] = field(default_factory=list)
+
+
+def has_transactions() -> bool:
+    """Whether the store has transactions yet (issue 14 case 7)."""
+    import pylog
+
+    return hasattr(pylog.LogStore, "transaction")
+
+
+def run(root: str, seed: int, seconds: float, kill_every: float = 0.8) -> RunStats:
+    """One run: spawn the roles on ``root`` for ``seconds``, SIGKILL and restart some at
+    random, then check the journals. Journals go to ``root``'s sibling ``journals``."""
+    import pylog
+
+    rng = random.Random(seed)
+    jdir = root.rstrip("/") + ".journals"
+    os.makedirs(jdir, exist_ok=True)
+    os.makedirs(root, exist_ok=True)
+    boot = Journal(os.path.join(jdir, "boot.jsonl"))
+    with pylog.LogStore(root) as s:
+        for i in range(3):
+            cfg = topic_config(rng)
+            cfg["fsync"] = ["always", "interval", "never"][i]
+            op = {"op": "create", "topic": f"t{i}", "partitions": 2, "config": cfg}
+            boot("admin-start", **op)
+            s.create_topic(f"t{i}", 2, **cfg)
+            boot("admin-done", res=None, **op)
+    env = {**os.environ, "PYTHONPATH": ROOT_DIR + os.pathsep + HERE}
+    deadline = time.monotonic() + seconds
+    stats = RunStats()
+    slots: dict[str, list[Any]] = {
+        "p0": ["producer"], "p1": ["producer"], "a0": ["admin"],
+        "c0": ["consumer", "t0", "g0"], "c1": ["consumer", "t1", "g1"], "c2": ["consumer", "t1", "g1"],
+        "r0": ["reader", "t0"], "r1": ["reader", "t2"],
+    }
+    if has_transactions():
+        slots["x0"] = ["txproducer"]
+    incarnation = {s: 0 for s in slots}
+    procs: dict[str, subprocess.Popen] = {}
+
+    def spawn(slot: str) -> None:
+        role, *args = slots[slot]
+        if role in ("consumer", "reader") and not os.path.isfile(os.path.join(root, args[0], "topic.json")):
+            alive = sorted(n for n in os.listdir(root) if os.path.isfile(os.path.join(root, n, "topic.json")))
+            if not alive:
+                return
+            args[0] = rng.choice(alive)
+            if role == "consumer":
+                args[1] = f"g{slot}-{incarnation[slot]}"
+            slots[slot] = [role, *args]
+        incarnation[slot] += 1
+        journal = os.path.join(jdir, f"{slot}.{incarnation[slot]}.jsonl")
+        procs[slot] = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "model_driver.py"), role, root, journal,
+             str(rng.randrange(1 << 30)), repr(deadline), *args], env=env)
+        stats.processes += 1
+
+    for s in slots:
+        spawn(s)
+    while time.monotonic() < deadline:
+        time.sleep(rng.random() * kill_every * 2)
+        for s, pr in list(procs.items()):
+            if pr.poll() is not None and time.monotonic() < deadline - 1:
+                spawn(s)
+        if time.monotonic() >= deadline - 0.5:
+            break
+        victim = rng.choice(sorted(procs))
+        pr = procs[victim]
+        if pr.poll() is None:
+            os.kill(pr.pid, signal.SIGKILL)
+            pr.wait()
+            boot("killed", slot=victim)
+            stats.kills += 1
+        if time.monotonic() < deadline - 1:
+            spawn(victim)
+    for s, pr in procs.items():
+        try:
+            pr.wait(timeout=max(5.0, deadline - time.monotonic() + 30))
+        except subprocess.TimeoutExpired:
+            os.kill(pr.pid, signal.SIGKILL)
+            pr.wait()
+            boot("hung", slot=s)
+            stats.violations.append(f"process {s} did not finish within 30 s of the deadline")
+    events, violations = check(root, jdir)
+    stats.events = events
+    stats.violations.extend(violations)
+    return stats
+
+
+# ----------------------------------------------------------------------------------------
+# the checker
+def load(jdir: str) -> dict[str, list[dict[str, Any]]]:
+    """Every journal's events, by journal name; a line cut short by a kill is dropped."""
+    out = {}
+    for name in sorted(os.listdir(jdir)):
+        evs = []
+        with open(os.path.join(jdir, name), "rb") as f:
+            for line in f:
+                try:
+                    evs.append(json.loads(line))
+                except ValueError:
+                    pass
+        out[name.rsplit(".", 1)[0]] = evs
+    return out
+
+
+def final_state(root: str, problems: list[str]) -> tuple[dict[tuple[str, int, int], str], dict, dict]:
+    """Open the store as a new process would (recovery) and scan every partition:
+    ``({(topic, p, offset): id}, {(topic, p): start_offset}, {topic: partitions})``."""
+    import pylog
+    from pylog.topics import _read_topic_file
+
+    recs: dict[tuple[str, int, int], str] = {}
+    starts: dict[tuple[str, int], int] = {}
+    nparts: dict[str, int] = {}
+    store = pylog.LogStore(root)
+    try:
+        for name in store.topics():
+            n, _ = _read_topic_file(os.path.join(root, name), name)
+            nparts[name] = n
+            for p in range(n):
+                try:  # opened for writing: recovery runs, as for the next user
+                    log = pylog.Log(os.path.join(root, name, f"partition-{p}"))
+                except Exception as e:
+                    problems.append(f"final: {name}/{p} cannot be opened: {type(e).__name__}: {e}")
+                    continue
+                try:
+                    starts[(name, p)] = log.start_offset
+                    for r in log.scan():
+                        rid = id_of(r.value)
+                        if r.value is not None and value_of(rid or "") != bytes(r.value):
+                            problems.append(f"final: {name}/{p}@{r.offset} holds bytes that are not any record's")
+                        recs[(name, p, r.offset)] = rid or ""
+                    if log.recovery_report:
+                        problems.append(f"final: {name}/{p} recovery report {log.recovery_report}")
+                except Exception as e:
+                    problems.append(f"final: scan of {name}/{p} failed: {type(e).__name__}: {e}")
+                finally:
+                    log.close()
+        # leftovers: partition directories of a topic without topic.json
+        for entry in os.listdir(root):
+            d = os.path.join(root, entry)
+            if os.path.isdir(d) and "~" not in entry and not entry.startswith(".") and entry not in nparts:
+                problems.append(f"final: directory {entry!r} is not a topic (no topic.json) "
+                                f"but holds {sorted(os.listdir(d))}")
+    finally:
+        store.close()
+    return recs, starts, nparts
+
+
+def check(root: str, jdir: str) -> tuple[int, list[str]]:
+    """Replay the journals in ``jdir`` against ``root``; returns (events, violations)."""
+    from pylog.topics import partition_for_key
+
+    journals = load(jdir)
+    problems: list[str] = []
+    nevents = sum(len(v) for v in journals.values())
+
+    attempts: dict[str, dict[str, Any]] = {}  # id -> {topic, key, proc, t, tx}
+    placed: dict[str, tuple[str, int, int]] = {}  # id -> (topic, p, offset) as the producer was told
+    acked: dict[str, int] = {}  # id -> ack time
+    not_written: dict[str, str] = {}
+    tx_of: dict[str, str] = {}
+    tx_state: dict[str, str] = {}  # tx -> "open" | "commit-start" | "committed" | "aborted" | "failed"
+    tx_commit_t: dict[str, int] = {}
+    deletes: dict[str, tuple[int, int | None]] = {}  # topic -> (first delete start, first delete done)
+    trimmed: set[str] = set()  # topics whose records a user removed (retention, compaction, config)
+    compacted: set[str] = set()
+    part_history: dict[str, list[tuple[int, int]]] = {}  # topic -> [(time, partitions)]
+    reads: list[tuple[str, dict[str, Any]]] = []
+    commits: dict[tuple[str, str, int], list[tuple[int, int, str]]] = {}  # (g, topic, p) -> [(t, off, kind)]
+    resumes: list[dict[str, Any]] = []
+    written_by: dict[str, list[tuple[str, list[str], list[list[int]]]]] = {}
+
+    for jname, evs in journals.items():
+        pending: list[str] = []  # written, not yet flushed
+        flush_cover: list[str] = []
+        for ev in evs:
+            e = ev["e"]
+            if e in ("attempt", "tx-attempt"):
+                for rid, key in zip(ev["ids"], ev["keys"]):
+                    attempts[rid] = {"topic": ev["topic"], "key": key, "proc": jname, "t": ev["t"],
+                                     "tx": ev.get("tx"), "parts": ev.get("parts")}
+                    if ev.get("tx"):
+                        tx_of[rid] = ev["tx"]
+            elif e in ("acked", "written", "tx-appended"):
+                for rid, at in zip(ev["ids"], ev["at"] or [None] * len(ev["ids"])):
+                    if at is not None:
+                        placed[rid] = (attempts[rid]["topic"], at[0], at[1])
+                    if e == "acked":
+                        acked[rid] = ev["t"]
+                    elif e == "written":
+                        pending.append(rid)
+                if e != "tx-appended":
+                    written_by.setdefault(jname, []).append((ev["topic"], ev["ids"], ev["at"]))
+            elif e == "flush-start":
+                flush_cover = list(pending)
+            elif e == "flushed":
+                for rid in flush_cover:
+                    acked.setdefault(rid, ev["t"])
+                pending = [r for r in pending if r not in set(flush_cover)]
+                flush_cover = []
+            elif e == "failed":
+                if ev["err"] in NOT_WRITTEN:
+                    for rid in ev["ids"]:
+                        not_written[rid] = ev["err"]
+                if ev.get("unexpected"):
+                    problems.append(f"{jname}: append of {ev['ids'][:3]} to {ev['topic']} raised "
+                                    f"{ev['err']}: {ev['msg']} (neither PylogError nor OSError)")
+            elif e == "tx-begin":
+                tx_state[ev["tx"]] = "open"
+            elif e == "tx-commit-start":
+                tx_state[ev["tx"]] = "commit-start"
+                tx_commit_t[ev["tx"]] = ev["t"]
+            elif e == "tx-committed":
+                tx_state[ev["tx"]] = "committed"
+            elif e == "tx-aborted":
+                tx_state[ev["tx"]] = "aborted"
+            elif e == "tx-failed":
+                if tx_state.get(ev["tx"]) != "commit-start":
+                    tx_state[ev["tx"]] = "failed"
+                if ev.get("unexpected"):
+                    problems.append(f"{jname}: transaction {ev['tx']} raised {ev['err']}: {ev['msg']}")
+            elif e == "admin-start":
+                if ev["op"] == "delete":
+                    deletes.setdefault(ev["topic"], (ev["t"], None))
+                elif ev["op"] in ("retention", "alter"):
+                    trimmed.add(ev["topic"])
+                elif ev["op"] == "compact":
+                    compacted.add(ev["topic"])
+                elif ev["op"] == "create":
+                    part_history.setdefault(ev["topic"], []).append((ev["t"], ev["partitions"]))
+                    if ev["config"].get("cleanup_policy") == "compact":
+                        compacted.add(ev["topic"])
+            elif e == "admin-done":
+                if ev["op"] == "delete":
+                    t0, done = deletes[ev["topic"]]
+                    if done is None:
+                        deletes[ev["topic"]] = (t0, ev["t"])
+                elif ev["op"] == "add_partitions":
+                    part_history.setdefault(ev["topic"], []).append((ev["t"], ev["res"]))
+            elif e == "admin-failed":
+                if ev.get("unexpected"):
+                    problems.append(f"{jname}: admin {ev['op']} {ev['topic']} raised {ev['err']}: {ev['msg']}")
+            elif e == "read":
+                reads.append((jname, ev))
+            elif e in ("commit-start", "committed"):
+                for p, off in ev["offsets"].items():
+                    commits.setdefault((ev["group"], ev["topic"], int(p)), []).append((ev["t"], off, e))
+            elif e == "seek":
+                commits.setdefault((ev["group"], ev["topic"], ev["p"]), []).append((ev["t"], ev["to"], "seek"))
+            elif e == "resume":
+                resumes.append({**ev, "j": jname})
+            elif e in ("consumer-failed", "reader-failed", "flush-failed", "topic-failed"):
+                if ev.get("unexpected"):
+                    problems.append(f"{jname}: {e} {ev.get('err')}: {ev.get('msg')}")
+
+    recs, starts, nparts = final_state(root, problems)
+
+    def excused(topic: str) -> bool:
+        return topic in deletes
+
+    # 1. what readers saw: known, committed, consistent, intact
+    seen_at: dict[tuple[str, int, int], str] = {}
+    for (topic, p, off), rid in recs.items():
+        seen_at[(topic, p, off)] = rid
+    loc_of: dict[str, tuple[str, int, int]] = {}
+    for jname, ev in reads:
+        last: dict[int, int] = {}
+        for off, rid, ok in ev["recs"]:
+            key = (ev["topic"], ev["p"], off)
+            where = f"{jname} read {ev['topic']}/{ev['p']}@{off}"
+            if not ok:
+                problems.append(f"{where}: bytes differ from what was appended for {rid!r}")
+            if rid not in attempts:
+                problems.append(f"{where}: {rid!r} was never appended")
+                continue
+            if rid in not_written:
+                problems.append(f"{where}: {rid!r} whose append raised {not_written[rid]}")
+            tx = tx_of.get(rid)
+            if tx is not None:
+                st = tx_state.get(tx, "open")
+                if st in ("aborted", "failed", "open"):
+                    problems.append(f"{where}: {rid!r} of transaction {tx} which is {st}")
+                elif ev["t"] < tx_commit_t[tx]:
+                    problems.append(f"{where}: {rid!r} before its transaction {tx} began to commit")
+            other = seen_at.setdefault(key, rid)
+            if other != rid and not excused(ev["topic"]):
+                problems.append(f"{where}: {rid!r}, but {other!r} is at that offset elsewhere")
+            prev = loc_of.setdefault(rid, key)
+            if prev != key and not excused(ev["topic"]):
+                problems.append(f"{where}: {rid!r} also at {prev}")
+            if rid in placed and placed[rid] != key and not excused(ev["topic"]):
+                problems.append(f"{where}: {rid!r} was appended at {placed[rid]}")
+            if off <= last.get(ev["p"], -1):
+                problems.append(f"{where}: offsets went back within one fetch")
+            last[ev["p"]] = off
+
+    # 2. final state: no duplicates, nothing unknown, nothing aborted
+    where_final: dict[str, tuple[str, int, int]] = {}
+    for key, rid in recs.items():
+        if rid not in attempts:
+            problems.append(f"final: {key} holds {rid!r}, never appended")
+            continue
+        if rid in where_final:
+            problems.append(f"final: {rid!r} twice, at {where_final[rid]} and {key}")
+        where_final[rid] = key
+        tx = tx_of.get(rid)
+        if tx is not None and tx_state.get(tx, "open") in ("aborted", "failed", "open"):
+            problems.append(f"final: {key} holds {rid!r} of transaction {tx} ({tx_state.get(tx, 'open')})")
+        if rid in placed and placed[rid] != key:
+            problems.append(f"final: {rid!r} at {key}, appended at {placed[rid]}")
+
+    # 3. no acknowledged record lost
+    for rid, t_ack in acked.items():
+        a = attempts[rid]
+        topic = a["topic"]
+        if topic in deletes:
+            t_del, t_done = deletes[topic]
+            if t_done is not None and a["t"] > t_done:
+                problems.append(f"ack: {rid!r} appended to {topic} after the topic was deleted")
+            continue
+        key = placed.get(rid)
+        if key is None:
+            continue
+        if recs.get(key) == rid:
+            continue
+        if topic not in nparts:
+            problems.append(f"ack: {rid!r} at {key} lost: topic {topic} is gone but nobody deleted it")
+            continue
+        if key[1] >= nparts[topic]:
+            problems.append(f"ack: {rid!r} at {key}: the topic has only {nparts[topic]} partitions")
+            continue
+        if key[2] < starts.get((topic, key[1]), 0) and topic in trimmed | compacted:
+            continue  # retention removed it
+        if topic in compacted and a["key"] is not None and any(
+                r2 != rid and attempts.get(r2, {}).get("key") == a["key"] and k2[:2] == key[:2] and k2[2] > key[2]
+                for k2, r2 in recs.items()):
+            continue  # a later record of its key superseded it
+        problems.append(f"ack: {rid!r} acknowledged at {key} is lost (holds {recs.get(key)!r})")
+
+    # 4. per-key order within a partition, and keys land where their key hashes
+    for jname, batches in written_by.items():
+        last_at: dict[tuple[str, str, int], int] = {}
+        for topic, ids, ats in batches:
+            for rid, (p, off) in zip(ids, ats):
+                k = attempts[rid]["key"]
+                if k is None:
+                    continue
+                prev = last_at.get((topic, k, p))
+                if prev is not None and off <= prev:
+                    problems.append(f"order: {jname} key {k} in {topic}/{p}: {rid!r} at {off} after {prev}")
+                last_at[(topic, k, p)] = off
+                hist = part_history.get(topic, [])
+                t = attempts[rid]["t"]
+                ok_counts = {n for (tn, n) in hist if tn <= t}
+                current = max((tn, n) for (tn, n) in hist if tn <= t)[1] if ok_counts else None
+                recent = {n for (tn, n) in hist if t - PARTITION_REFRESH_S * 1e9 <= tn <= t}
+                allowed = {c for c in [current, *recent] if c is not None}
+                # a count changed after the attempt began may be seen as well
+                allowed |= {n for (tn, n) in hist if tn > t}
+                if allowed and not any(partition_for_key(k.encode(), n) == p for n in allowed):
+                    problems.append(f"partition: {jname} key {k} of {rid!r} went to {topic}/{p}; "
+                                    f"counts then {sorted(allowed)} (stale by more than {PARTITION_REFRESH_S} s)")
+
+    # 5. committed offsets never move back unless a user asked; restarts resume there
+    for (g, topic, p), hist in commits.items():
+        hist.sort()
+        high = -1
+        for t, off, kind in hist:
+            if kind == "seek":
+                high = -1
+                continue
+            if kind == "committed":
+                if off < high and not excused(topic):
+                    problems.append(f"commit: group {g} {topic}/{p} committed {off} after {high}")
+                high = max(high, off)
+    for ev in resumes:
+        hist = sorted(commits.get((ev["group"], ev["topic"], ev["p"]), []))
+        before = [(t, off, kind) for t, off, kind in hist if t < ev["t"]]
+        done = [off for t, off, kind in before if kind == "committed"]
+        started_after_done = []
+        for t, off, kind in reversed(before):
+            if kind == "committed":
+                break
+            if kind == "commit-start":
+                started_after_done.append(off)
+        where = f"{ev['j']} resume of group {ev['group']} {ev['topic']}/{ev['p']}"
+        if ev["committed"] is not None and ev["pos"] != ev["committed"]:
+            skipped = sorted(off for (t2, p2, off) in seen_at if t2 == ev["topic"] and p2 == ev["p"]
+                             and ev["committed"] <= off < ev["pos"])
+            if ev["pos"] < ev["committed"] or (skipped and ev["topic"] not in trimmed):
+                problems.append(f"{where}: started at {ev['pos']}, not at the committed offset "
+                                f"{ev['committed']}" + (f" (skipped {skipped[:5]})" if skipped else ""))
+        if done and ev["topic"] not in deletes:
+            if ev["committed"] is None:
+                problems.append(f"{where}: committed offset {done[-1]} was lost")
+            elif ev["committed"] != done[-1] and ev["committed"] not in started_after_done:
+                problems.append(f"{where}: resumed from {ev['committed']}, last commit was {done[-1]}")
+    return nevents, problems
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

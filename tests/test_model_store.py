@@ -1,0 +1,116 @@
+"""The store-level model test of issue 14: several real processes (producers, consumers in
+groups, tail readers, an admin and, once the store has them, transactional producers) on
+one data root, SIGKILLed at random and restarted, and a checker over their recorded
+histories (tests/model_driver.py describes the journals and each rule).
+
+``PYLOG_LONG=1`` runs more and longer runs; ``PYLOG_MODEL_SEED`` picks the first seed.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from conftest import scaled
+from model_driver import check, has_transactions, run
+
+#: Violations of cases of issue 14 that other changes are fixing right now: while only
+#: these are found the test is an expected failure (it passes once they land). Remove an
+#: entry when its fix is on main.
+KNOWN_OPEN = {
+    r"^partition: ": "issue 14 case 5: a producer keeps a topic's old partition count",
+    r"raised ValueError: file descriptor cannot be a negative integer":
+        "issue 14 case 10: fsync='interval' with flush_messages raises at a roll",
+}
+
+
+def known(violation: str) -> str | None:
+    """The open case a violation belongs to, or None."""
+    for pat, case in KNOWN_OPEN.items():
+        if re.search(pat, violation.split(": ", 1)[1] if violation.startswith("seed ") else violation):
+            return case
+    return None
+
+
+def test_store_model_multiprocess(tmp_path):
+    """No acknowledged record lost, nothing shown that was not appended (or that belongs to
+    an open or aborted transaction), bytes as appended, per-key order, keys where their
+    key hashes, committed offsets never move back and restarts resume at them, across
+    processes killed at random."""
+    runs = scaled(2, 12)
+    seconds = scaled(12, 40)
+    total = {"runs": 0, "processes": 0, "kills": 0, "events": 0}
+    failures = []
+    for i in range(runs):
+        seed = int(os.environ.get("PYLOG_MODEL_SEED", "1400")) + i
+        st = run(str(tmp_path / f"run{i}"), seed, seconds)
+        total["runs"] += 1
+        total["processes"] += st.processes
+        total["kills"] += st.kills
+        total["events"] += st.events
+        failures += [f"seed {seed}: {v}" for v in st.violations]
+    print(f"\nstore model: {total['runs']} runs, {total['processes']} processes, {total['kills']} kills, "
+          f"{total['events']} history events checked, {len(failures)} violations, "
+          f"transactions {'on' if has_transactions() else 'off (not on main yet)'}")
+    new = [v for v in failures if known(v) is None]
+    assert not new, f"{len(new)} violations:\n" + "\n".join(new[:40])
+    if failures:
+        cases = sorted({known(v) for v in failures})
+        pytest.xfail(f"{len(failures)} violations, all of open cases: {'; '.join(cases)}; first: {failures[0]}")
+
+
+def _journal(path, *events):
+    import json
+
+    with open(path, "w") as f:
+        for e in events:
+            f.write(json.dumps(e) + "\n")
+
+
+def test_checker_finds_violations(tmp_path):
+    """The checker is not vacuous: a lost acknowledged record, a record read that was never
+    appended, one of an aborted transaction, damaged bytes, a committed offset moving back
+    and a restart that skips records are each reported."""
+    import pylog
+    from model_driver import value_of
+
+    root = tmp_path / "root"
+    jdir = tmp_path / "journals"
+    jdir.mkdir()
+    with pylog.LogStore(str(root)) as s:
+        t = s.create_topic("t", 1, fsync="always")
+        t.append(value_of("p:0"))  # offset 0
+        t.append(value_of("p:2"))  # offset 1: acked below as p:1's place, so p:1 is "lost"
+    cfg = {"fsync": "always"}
+    _journal(jdir / "boot.jsonl",
+             {"e": "admin-start", "op": "create", "topic": "t", "partitions": 1, "config": cfg, "t": 0},
+             {"e": "admin-done", "op": "create", "topic": "t", "partitions": 1, "config": cfg, "res": None, "t": 1})
+    _journal(jdir / "p.1.jsonl",
+             {"e": "attempt", "topic": "t", "ids": ["p:0"], "keys": [None], "t": 2},
+             {"e": "acked", "topic": "t", "ids": ["p:0"], "at": [[0, 0]], "t": 3},
+             {"e": "attempt", "topic": "t", "ids": ["p:1"], "keys": [None], "t": 4},
+             {"e": "acked", "topic": "t", "ids": ["p:1"], "at": [[0, 1]], "t": 5},
+             {"e": "attempt", "topic": "t", "ids": ["p:2"], "keys": [None], "t": 6})
+    _journal(jdir / "x.1.jsonl",
+             {"e": "tx-begin", "tx": "x:tx0", "t": 7},
+             {"e": "tx-attempt", "tx": "x:tx0", "topic": "t", "ids": ["x:0"], "keys": [None], "t": 8},
+             {"e": "tx-aborted", "tx": "x:tx0", "t": 9})
+    _journal(jdir / "c.1.jsonl",
+             {"e": "resume", "topic": "t", "group": "g", "p": 0, "pos": 0, "committed": None, "t": 10},
+             {"e": "read", "topic": "t", "group": "g", "p": 0, "t": 11,
+              "recs": [[0, "p:0", False], [5, "ghost:0", True], [6, "x:0", True]]},
+             {"e": "commit-start", "topic": "t", "group": "g", "offsets": {"0": 7}, "t": 12},
+             {"e": "committed", "topic": "t", "group": "g", "offsets": {"0": 7}, "t": 13},
+             {"e": "commit-start", "topic": "t", "group": "g", "offsets": {"0": 1}, "t": 14},
+             {"e": "committed", "topic": "t", "group": "g", "offsets": {"0": 1}, "t": 15})
+    _journal(jdir / "c.2.jsonl",
+             {"e": "resume", "topic": "t", "group": "g", "p": 0, "pos": 1, "committed": 0, "t": 16})
+    events, problems = check(str(root), str(jdir))
+    assert events == 17
+    text = "\n".join(problems)
+    for what in ["'p:1' acknowledged at ('t', 0, 1) is lost", "bytes differ from what was appended for 'p:0'",
+                 "'ghost:0' was never appended", "'x:0' of transaction x:tx0 which is aborted",
+                 "committed 1 after 7", "started at 1, not at the committed offset 0 (skipped [0])",
+                 "resumed from 0, last commit was 1"]:
+        assert what in text, (what, problems)
