@@ -20,8 +20,6 @@ from model_driver import check, has_transactions, run
 #: entry when its fix is on main.
 KNOWN_OPEN = {
     r"^partition: ": "issue 14 case 5: a producer keeps a topic's old partition count",
-    r"raised ValueError: file descriptor cannot be a negative integer":
-        "issue 14 case 10: fsync='interval' with flush_messages raises at a roll",
 }
 
 
