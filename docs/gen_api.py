@@ -12,6 +12,7 @@ SECTIONS = [
     ("pylog", ["Log", "LogConfig", "Record", "crc32c", "backend", "backend_features"]),
     ("pylog.topics", None),
     ("pylog.consumer", None),
+    ("pylog.groups", None),
     ("pylog.compaction", None),
     ("pylog.errors", None),
     ("pylog.testing", ["CrashFS", "PowerCut", "simulate_crash", "LogMachine"]),

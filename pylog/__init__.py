@@ -31,6 +31,9 @@ from pylog.errors import (
     UnknownPartitionError,
     NotAssignedError,
     MissingExtraError,
+    InvalidArgumentError,
+    UnknownGroupError,
+    GroupActiveError,
 )
 from pylog.log import Log
 from pylog.record import Record
@@ -60,6 +63,6 @@ __all__ = [
     "RecordTooLargeError", "OffsetMismatchError", "OffsetRemovedError", "InvalidTimestampError", "LogLockedError",
     "LogClosedError", "LogFencedError", "ReadOnlyLogError", "InvalidNameError", "ConfigError",
     "TopicExistsError", "UnknownTopicError", "UnknownPartitionError", "NotAssignedError",
-    "MissingExtraError",
+    "MissingExtraError", "InvalidArgumentError", "UnknownGroupError", "GroupActiveError",
     "LogStore", "Topic", "Consumer",
 ]

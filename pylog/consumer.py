@@ -90,6 +90,18 @@ def _try_lock(path: str) -> int:
     return fd
 
 
+def _mark_owner(fd: int, who: str) -> None:
+    """Write who holds a lock file into it (``member-K pid P host H``), for
+    :func:`pylog.groups.describe_group`. Only a hint: the flock is what counts."""
+    import socket
+
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{who} pid {os.getpid()} host {socket.gethostname()}\n".encode(), 0)
+    except OSError:
+        pass
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -173,6 +185,7 @@ class Consumer:
             fd = _try_lock(os.path.join(self.dir, f"member-{k}.lock"))
             if fd >= 0:
                 self._member_fd, self._member_slot = fd, k
+                _mark_owner(fd, f"member-{k}")
                 return
             k += 1
 
@@ -221,6 +234,7 @@ class Consumer:
             if fd < 0:
                 return False
             self._locks[p] = fd
+            _mark_owner(fd, "manual" if self._member_slot is None else f"member-{self._member_slot}")
         self._pos[p] = None  # resolved at the next poll / position()
         return True
 

@@ -27,6 +27,9 @@ __all__ = [
     "UnknownPartitionError",
     "NotAssignedError",
     "MissingExtraError",
+    "InvalidArgumentError",
+    "UnknownGroupError",
+    "GroupActiveError",
 ]
 
 
@@ -157,6 +160,23 @@ class UnknownPartitionError(PylogError, IndexError):
 
 class NotAssignedError(PylogError, ValueError):
     """A consumer was asked about a partition it does not own (not assigned to it)."""
+
+
+class InvalidArgumentError(PylogError, ValueError):
+    """An argument is out of its allowed range or conflicts with another (e.g. ``scan(300)``
+    on a log holding 100 records, ``append_batch([])``). Also a ValueError, so callers
+    that caught ValueError still do."""
+
+
+class UnknownGroupError(PylogError, KeyError):
+    """No consumer group of that name (on that topic)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "unknown group"
+
+
+class GroupActiveError(PylogError):
+    """A consumer group cannot be reset or deleted while it has live members."""
 
 
 class MissingExtraError(PylogError, ImportError):

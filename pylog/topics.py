@@ -24,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import itertools
 import json
+import mmap
 import os
 import re
 import shutil
@@ -135,6 +136,51 @@ def _check_partitions(partitions: Any) -> int:
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise ValueError(f"partitions={partitions} must be between 1 and {MAX_PARTITIONS}")
     return partitions
+
+
+def _count_records(segments: list[dict[str, Any]]) -> int:
+    """How many records the segments hold: ``next - base`` for each, except in a compacted
+    segment (offsets with gaps), whose frames are counted."""
+    from pylog import format as fmt
+
+    total = 0
+    for s in segments:
+        n = s["next_offset"] - s["base_offset"]
+        if not s["sealed"] or n == 0:
+            total += n
+            continue
+        try:
+            f = open(s["path"], "rb")
+        except FileNotFoundError:  # removed meanwhile (retention, compaction)
+            continue
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            rc, _base, flags = impl.header_check(f.read(fmt.FILE_HEADER_SIZE), fmt.STORE_MAGIC)
+            if rc != impl.OK or not flags & fmt.HEADER_COMPACTED:
+                total += n
+                continue
+            if size <= fmt.FILE_HEADER_SIZE:
+                continue
+            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+            try:
+                buf = impl.Buffer(mm)
+                pos, expected = fmt.FILE_HEADER_SIZE, s["base_offset"]
+                while pos < size:
+                    rc, frames, end = impl.scan(buf, size, pos, expected, 1 << 16, (1 << 64) - 1, True)
+                    if not len(frames):
+                        break
+                    total += len(frames)
+                    expected = int(frames[-1]["offset"]) + 1
+                    pos = int(end)
+                    if rc != impl.OK:
+                        break
+                del buf
+            finally:
+                try:
+                    mm.close()
+                except BufferError:
+                    pass
+    return total
 
 
 def _locked_by_other(lock_path: str) -> bool:
@@ -346,6 +392,39 @@ class LogStore:
         with self._lock:
             self._consumers.append(c)
         return c
+
+    # -- consumer groups (pylog.groups) -------------------------------------------------------
+    def groups(self, topic: str | None = None) -> list[str]:
+        """The consumer groups of ``topic`` (default: of every topic), sorted."""
+        from pylog import groups
+
+        self._check_open()
+        return groups.groups(self, topic)
+
+    def describe_group(self, group: str, topic: str | None = None) -> dict[str, Any]:
+        """Committed offset, log end, lag and live owner of each partition group ``group``
+        consumes; see :func:`pylog.groups.describe_group`."""
+        from pylog import groups
+
+        self._check_open()
+        return groups.describe_group(self, group, topic)
+
+    def reset_group(self, group: str, topic: str, **how: Any) -> list[dict[str, Any]]:
+        """Reset group ``group``'s committed offsets on ``topic`` (``to_earliest=True``,
+        ``to_latest=True``, ``to_offset=N``, ``to_datetime=...`` or ``shift_by=N``;
+        ``dry_run=True``); see :func:`pylog.groups.reset_group`."""
+        from pylog import groups
+
+        self._check_open()
+        return groups.reset_group(self, group, topic, **how)
+
+    def delete_group(self, group: str, topic: str | None = None) -> list[str]:
+        """Delete group ``group``'s committed offsets (from ``topic``, default every topic);
+        see :func:`pylog.groups.delete_group`."""
+        from pylog import groups
+
+        self._check_open()
+        return groups.delete_group(self, group, topic)
 
     def _forget_consumer(self, c: "Consumer") -> None:
         with self._lock:
@@ -594,11 +673,13 @@ class Topic:
             segs = log.segments()
             parts.append({
                 "partition": i, "start_offset": log.start_offset, "next_offset": log.next_offset,
-                "size_bytes": log.size_bytes, "segments": len(segs),
+                "records": _count_records(segs), "size_bytes": log.size_bytes, "segments": len(segs),
                 "segment_list": [{k: v for k, v in s.items() if k != "path"} for s in segs],
             })
+        from pylog.groups import groups
+
         return {"name": self.name, "partitions": self._n, "config": self.config.to_dict(),
-                "partition_info": parts}
+                "groups": groups(self.store, self.name), "partition_info": parts}
 
     def __iter__(self) -> Iterator[Log]:
         for i in range(self._n):

@@ -7,6 +7,7 @@ configured find-links); ``-m "not venv"`` skips them offline.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -118,3 +119,163 @@ def test_bench_compare_from_a_plain_install_skips_missing_peers(venv, tmp_path):
     assert f", {skipped} skipped (peer not run)" in out
     p = _run([str(venv / "pylog"), "bench", "--compare", "--help"], env=_clean_env(), cwd=tmp_path)
     assert p.returncode == 0 and p.stdout.startswith("usage: pylog bench --compare"), p.stderr
+
+
+# ----------------------------------------------------------------------------------------
+# the command, through subprocesses (this checkout's pylog)
+def cli(root, *args, input=None, timeout=120, env=None) -> subprocess.CompletedProcess:
+    """``python -m pylog --root ROOT ARGS...`` with this checkout's pylog."""
+    e = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    e.pop("PYLOG_ROOT", None)
+    argv = [sys.executable, "-m", "pylog"] + (["--root", str(root)] if root is not None else []) + list(args)
+    return _run(argv, input=input, timeout=timeout, env=e)
+
+
+def ok(p) -> str:
+    assert p.returncode == 0, f"exit {p.returncode}: {p.stderr}"
+    return p.stdout
+
+
+def one_line_error(p, code, *words) -> str:
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pylog: error: "), p.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def test_topic_describe_counts_the_records_a_compacted_partition_holds(tmp_path):
+    import pylog
+
+    root = tmp_path / "d"
+    with pylog.LogStore(root) as store:
+        t = store.create_topic("c", 1, cleanup_policy="compact", segment_bytes=4096)
+        for i in range(300):
+            t.append(b"v%d" % i * 10, key=b"k%d" % (i % 35))
+        store.compact("c")
+        held = sum(1 for _ in t.reader(0).scan())
+    assert held == 35
+    out = ok(cli(root, "topic", "describe", "c"))
+    assert "\tRecords: 35\t" in out and "NextOffset: 300" in out, out
+    info = json.loads(ok(cli(root, "topic", "describe", "c", "--format", "json")))
+    assert info["partition_info"][0]["records"] == 35
+
+
+def _committed_group(tmp_path):
+    """A topic of 2 partitions, 10 records each (timestamps 1000.., 1 s apart), and group g
+    having consumed 3 records of each partition."""
+    import pylog
+
+    root = tmp_path / "d"
+    with pylog.LogStore(root) as store:
+        t = store.create_topic("orders", 2)
+        for p in range(2):
+            for i in range(10):
+                t.append(b"r%d" % i, partition=p, timestamp=1_000_000 + i * 1000)
+        with store.consumer("orders", group="g", auto_offset_reset="earliest") as c:
+            for p in range(2):
+                c.seek(p, 3)
+            c.commit()
+    return root
+
+
+def test_group_list_describe_and_topic_describe_show_lag(tmp_path):
+    root = _committed_group(tmp_path)
+    assert ok(cli(root, "group", "list")).split() == ["g"]
+    assert json.loads(ok(cli(root, "group", "list", "--topic", "orders", "--format", "json"))) == ["g"]
+    out = ok(cli(root, "group", "describe", "g"))
+    lines = out.splitlines()
+    assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER"]
+    assert lines[1].split() == ["g", "orders", "0", "3", "10", "7", "-"]
+    assert lines[2].split() == ["g", "orders", "1", "3", "10", "7", "-"]
+    assert "0 live members" in out
+    info = json.loads(ok(cli(root, "group", "describe", "g", "--format", "json")))
+    assert [(r["partition"], r["committed"], r["log_end"], r["lag"], r["owner"]) for r in info["partitions"]] == \
+        [(0, 3, 10, 7, None), (1, 3, 10, 7, None)]
+    assert "Groups: g" in ok(cli(root, "topic", "describe", "orders"))
+    one_line_error(cli(root, "group", "describe", "nope"), 1, "unknown group 'nope'")
+
+
+def test_group_reset_each_way_and_dry_run(tmp_path):
+    import pylog
+
+    root = _committed_group(tmp_path)
+
+    def committed():
+        with pylog.LogStore(root) as s:
+            return [r["committed"] for r in s.describe_group("g")["partitions"]]
+
+    out = ok(cli(root, "group", "reset", "g", "--topic", "orders", "--to-earliest", "--dry-run"))
+    assert "(dry run: nothing written)" in out and out.splitlines()[1].split() == ["g", "orders", "0", "3", "0"]
+    assert committed() == [3, 3]
+    ok(cli(root, "group", "reset", "g", "--topic", "orders", "--to-earliest"))
+    assert committed() == [0, 0]
+    ok(cli(root, "group", "reset", "g", "--topic", "orders", "--to-latest", "-p", "1"))
+    assert committed() == [0, 10]
+    ok(cli(root, "group", "reset", "g", "--topic", "orders", "--to-offset", "4"))
+    assert committed() == [4, 4]
+    ok(cli(root, "group", "reset", "g", "--topic", "orders", "--to-offset", "99"))  # clamped, as Kafka does
+    assert committed() == [10, 10]
+    ok(cli(root, "group", "reset", "g", "--topic", "orders", "--shift-by", "-3"))
+    assert committed() == [7, 7]
+    # 1,000,000 ms after the epoch is 1970-01-01T00:16:40Z: offset 5 has timestamp 1,005,000
+    ok(cli(root, "group", "reset", "g", "--topic", "orders", "--to-datetime", "1970-01-01T00:16:45Z"))
+    assert committed() == [5, 5]
+    ok(cli(root, "group", "reset", "g", "--topic", "orders", "--to-datetime", "1970-01-01T01:16:44+01:00"))
+    assert committed() == [4, 4]
+    # the group's next consumer starts there
+    with pylog.LogStore(root) as s, s.consumer("orders", group="g", partitions=[0]) as c:
+        assert c.poll(1)[0].offset == 4
+    # the API, the same
+    with pylog.LogStore(root) as s:
+        plan = s.reset_group("g", "orders", shift_by=2, partitions=[0])
+        assert plan == [{"topic": "orders", "partition": 0, "old": 4, "new": 6}]
+        with pytest.raises(pylog.InvalidArgumentError, match="exactly one"):
+            s.reset_group("g", "orders", to_earliest=True, to_offset=1)
+    assert committed() == [6, 4]
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["--to-earliest", "--to-latest"], 2, ["exactly one", "--to-earliest, --to-latest"]),
+    ([], 2, ["exactly one", "(got none)"]),
+    (["--to-datetime", "yesterday"], 2, ["--to-datetime", "'yesterday' is not an ISO 8601"]),
+    (["--to-offset", "-1"], 2, ["--to-offset"]),
+])
+def test_group_reset_bad_options(tmp_path, args, code, words):
+    root = _committed_group(tmp_path)
+    one_line_error(cli(root, "group", "reset", "g", "--topic", "orders", *args), code, *words)
+
+
+def test_live_members_are_shown_and_protect_the_group(tmp_path):
+    root = _committed_group(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, pylog\n"
+         "s = pylog.LogStore(sys.argv[1]); c = s.consumer('orders', group='g')\n"
+         "print(c.assignment(), flush=True); sys.stdin.read()", str(root)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        assert holder.stdout.readline().strip() == "[0, 1]"
+        out = ok(cli(root, "group", "describe", "g"))
+        row = out.splitlines()[1]
+        assert row.split()[:6] == ["g", "orders", "0", "3", "10", "7"]
+        assert f"member-0 pid {holder.pid} host" in row
+        assert "1 live member: member-0 pid" in out
+        one_line_error(cli(root, "group", "reset", "g", "--topic", "orders", "--to-earliest"), 1,
+                       "group 'g' has live members", f"pid {holder.pid}")
+        one_line_error(cli(root, "group", "delete", "g"), 1, "live members")
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+    import pylog
+
+    with pylog.LogStore(root) as s:  # refused: nothing changed
+        assert [r["committed"] for r in s.describe_group("g")["partitions"]] == [3, 3]
+    assert ok(cli(root, "group", "describe", "g")).splitlines()[1].split()[-1] == "-"  # no owner now
+    ok(cli(root, "group", "reset", "g", "--topic", "orders", "--to-earliest"))
+    assert ok(cli(root, "group", "delete", "g")).strip() == "deleted group g from topic orders"
+    assert ok(cli(root, "group", "list")) == ""
+    with pylog.LogStore(root) as s:
+        assert s.groups() == []
+        with pytest.raises(pylog.UnknownGroupError):
+            s.delete_group("g")
