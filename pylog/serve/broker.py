@@ -138,7 +138,11 @@ class Broker:
                 return E.not_leader_or_follower, -1, -1
             except (PylogError, OSError):
                 return E.kafka_storage_error, -1, -1
-        self._last_ts[key] = int(ts[-1])
+        # acknowledged records go to the OS now (not fsynced unless the policy says so), so that
+        # library readers in other processes see what Kafka clients were told is written.
+        # Log has no public "write out without fsync"; _exit_flush is that step.
+        log._exit_flush()
+        self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
         return 0, first, log.start_offset
 
     async def produce(self, req: Any, version: int) -> dict[str, Any]:
