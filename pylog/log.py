@@ -62,6 +62,39 @@ _bisect_right = bisect.bisect_right
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
+#: While a transaction's records are being applied to a partition (pylog.transactions),
+#: this file in the partition directory holds the partition's last stable offset (where the
+#: apply starts): ``{"txn": id, "start": offset}``. Every reader, in every process, stops
+#: there; it is removed once the applied records are durable.
+STABLE_FILE = "txn.stable"
+
+#: Called as ``hook(log)`` when a writer opens a partition that holds a :data:`STABLE_FILE`
+#: (an apply a crash interrupted): pylog.transactions registers the roll forward here, so
+#: this module never imports the layer above it. Without a hook the log keeps the cap.
+STABLE_HOOKS: list[Any] = []
+
+
+def read_stable_file(dirpath: str) -> tuple[str, int] | None:
+    """``(transaction id, stable offset)`` from a partition's :data:`STABLE_FILE`, or None
+    when there is none. A file that cannot be parsed raises :class:`CorruptRecordError`
+    (it is written atomically, so only outside damage does that)."""
+    import json
+
+    path = os.path.join(dirpath, STABLE_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        d = json.loads(data)
+        txn, start = d["txn"], d["start"]
+        if not isinstance(txn, str) or isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError("bad fields")
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptRecordError(f"{path}: unreadable stable-offset marker ({e})") from None
+    return txn, start
+
 
 def finish_swaps(dirpath: str) -> bool:
     """Finish or roll back a compaction swap a crash interrupted; True if files changed.
@@ -230,6 +263,7 @@ class Log:
         self._last_flush_ms = _now_ms()
         self.recovery_report: list[CorruptRecordError] = []
         self.truncated_bytes = 0
+        self._cap: int | None = None  # the last stable offset while a transaction applies
         if readonly:
             if not os.path.isdir(self.path):
                 raise FileNotFoundError(errno.ENOENT, "no such log directory", self.path)
@@ -262,6 +296,8 @@ class Log:
             self._flush_t = self.config.flush_ms or (1 << 62)
             self._load(bases)
             self._update_writable()
+            if not readonly and os.path.exists(os.path.join(self.path, STABLE_FILE)):
+                self._open_stable()
         except BaseException:
             self._release_lock()
             raise
@@ -270,6 +306,17 @@ class Log:
 
     # ------------------------------------------------------------------------------------
     # opening
+    def _open_stable(self) -> None:
+        """A writer found a stable-offset marker: a transaction's apply was interrupted.
+        The hooks roll it forward (or drop the marker of one never decided); until then
+        (no hook) reads stop at the marker."""
+        mark = read_stable_file(self.path)
+        if mark is None:
+            return
+        self._cap = mark[1]
+        for hook in STABLE_HOOKS:
+            hook(self)
+
     def _take_lock(self) -> None:
         fd = vfs.open(os.path.join(self.path, fmt.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -387,6 +434,8 @@ class Log:
         ]
         self._sealed_bases = [s.base_offset for s in self._sealed]
         self._active = TailSegment(self.path, bases[-1], cfg)  # type: ignore[assignment]
+        mark = read_stable_file(self.path)  # after the tail: see refresh()
+        self._cap = None if mark is None else mark[1]
 
     # ------------------------------------------------------------------------------------
     # state
@@ -426,6 +475,21 @@ class Log:
         """Offset the next append gets (exclusive end of the log)."""
         self._check_open()
         return self._active.next_offset + len(self._q)
+
+    @property
+    def stable_offset(self) -> int:
+        """The last stable offset (Kafka's LSO): reads stop here. It is ``next_offset``
+        except while a transaction's records are being applied to this partition (by this
+        or another process, see :mod:`pylog.transactions`): then it is where they start,
+        and no record at or after it is returned until the apply is durable."""
+        nxt = self.next_offset
+        cap = self._cap
+        return nxt if cap is None or cap > nxt else cap
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Same as :attr:`stable_offset` (Kafka's name)."""
+        return self.stable_offset
 
     def __len__(self) -> int:
         return self.next_offset - self.start_offset
@@ -1030,7 +1094,7 @@ class Log:
     # ------------------------------------------------------------------------------------
     # reading
     def _out_of_range(self, offset: int) -> OffsetOutOfRangeError:
-        return OffsetOutOfRangeError(offset, self.start_offset, self.next_offset)
+        return OffsetOutOfRangeError(offset, self.start_offset, self.stable_offset)
 
     def _sealed_for(self, offset: int) -> SealedSegment | None:
         i = bisect.bisect_right(self._sealed_bases, offset) - 1
@@ -1048,6 +1112,11 @@ class Log:
         """
         if type(offset) is not int:
             offset = _check_offset(offset)
+        if self._cap is not None and offset >= self._cap and not self._closed:
+            if self.readonly:
+                self.refresh()
+            if self._cap is not None and offset >= self._cap:
+                raise self._out_of_range(offset)
         bases = self._sealed_bases
         if bases and offset < self._active.base_offset and not self._closed:
             i = _bisect_right(bases, offset) - 1
@@ -1078,7 +1147,7 @@ class Log:
                 if offset >= active.next_offset:
                     if self.readonly:
                         self.refresh()
-                        if offset < self._active.next_offset:
+                        if offset < self._active.next_offset and (self._cap is None or offset < self._cap):
                             return self._active.read(offset) if offset >= self._active.base_offset else self.read(offset)
                     raise self._out_of_range(offset)
                 return active.read(offset)
@@ -1110,10 +1179,17 @@ class Log:
             if max_records < 1:
                 raise ValueError(f"max_records={max_records} must be >= 1")
         self._check_open()
-        if self.readonly and offset >= self._active.next_offset:
+        if self.readonly and offset >= self.stable_offset:
             self.refresh()
+        end = self._cap  # records at or after the last stable offset are not returned
+        if end is not None and offset >= end:
+            if offset > self.next_offset:
+                raise self._out_of_range(offset)
+            return []
         out: list[Record] = []
         left = max_records if max_records is not None else 1 << 62
+        if end is not None:
+            left = min(left, end - offset)
         budget = max_bytes
         while left > 0:
             recs, rc, bad, used = self._read_segment(offset, budget, left, bool(out))
@@ -1135,6 +1211,8 @@ class Log:
                 break
             if not recs or budget <= 0 or offset >= self._active.next_offset:
                 break
+        if end is not None and out and out[-1][0] >= end:  # compacted segments skip offsets
+            out = [r for r in out if r[0] < end]
         return out
 
     def _read_segment(self, offset: int, budget: int, left: int, have: bool,
@@ -1197,7 +1275,7 @@ class Log:
         """Checked ``[start, stop)`` of a read (defaults: ``start_offset``, ``next_offset``):
         ValueError when start is after stop, OffsetOutOfRangeError outside the log."""
         self._check_open()
-        first, nxt = self.start_offset, self.next_offset
+        first, nxt = self.start_offset, self.stable_offset
         start = first if start is None else _check_offset(start, "start")
         stop = nxt if stop is None else _check_offset(stop, "stop")
         if start > stop:
@@ -1230,7 +1308,14 @@ class Log:
         return self.scan()
 
     def offset_for_time(self, timestamp_ms: int) -> int | None:
-        """The first offset whose timestamp is >= ``timestamp_ms``, or None if there is none."""
+        """The first offset whose timestamp is >= ``timestamp_ms``, or None if there is none
+        (below the last stable offset)."""
+        off = self._offset_for_time(timestamp_ms)
+        if off is not None and self._cap is not None and off >= self._cap:
+            return None
+        return off
+
+    def _offset_for_time(self, timestamp_ms: int) -> int | None:
         if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
             raise TypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
         ts = int(timestamp_ms)
@@ -1296,6 +1381,10 @@ class Log:
             self._sealed = sealed
             self._sealed_bases = [s.base_offset for s in sealed]
             self._active = tail
+            # The marker is read after the store size: a reader that saw records of an
+            # apply in flight also sees its marker (written before them, removed after).
+            mark = read_stable_file(self.path)
+            self._cap = None if mark is None else mark[1]
 
     # ------------------------------------------------------------------------------------
     # truncation and retention

@@ -50,6 +50,7 @@ from pylog.log import Log
 if TYPE_CHECKING:
     from pylog.compaction import CompactionReport
     from pylog.consumer import Consumer
+    from pylog.transactions import Transaction
 
 __all__ = ["LogStore", "Topic", "murmur2", "partition_for_key", "check_name"]
 
@@ -228,6 +229,10 @@ class LogStore:
         if not os.access(self.root, os.R_OK | os.W_OK | os.X_OK):
             raise PermissionError(13, "data root is not readable and writable", self.root)
         self._clean_leftovers()
+        if os.path.isdir(os.path.join(self.root, "~txn")):
+            from pylog.transactions import recover
+
+            recover(self.root)  # finish or discard what crashed transactions left
 
     # -- housekeeping ----------------------------------------------------------------------
     def _clean_leftovers(self) -> None:
@@ -380,6 +385,16 @@ class LogStore:
             _write_topic_file(t.path, n, new)
             t._reconfigure(new)
             return new
+
+    # -- transactions ------------------------------------------------------------------------
+    def transaction(self) -> "Transaction":
+        """A new :class:`~pylog.transactions.Transaction`: ``with store.transaction() as tx:
+        tx.append("orders", value, key=b"k")`` appends to any topics and partitions
+        atomically, committing when the block ends and aborting when it raises."""
+        from pylog.transactions import Transaction
+
+        self._check_open()
+        return Transaction(self)
 
     # -- consumers ---------------------------------------------------------------------------
     def consumer(self, topic: str, group: str | None = None, **options: Any) -> "Consumer":

@@ -1,0 +1,640 @@
+"""Transactions: records for several topics and partitions that become visible together, or
+never (:meth:`pylog.LogStore.transaction`).
+
+>>> import pylog, tempfile
+>>> with pylog.LogStore(tempfile.mkdtemp()) as store:
+...     _ = store.create_topic("orders", partitions=2)
+...     _ = store.create_topic("audit")
+...     with store.transaction() as tx:
+...         tx.append("orders", b"o-1", key=b"k")
+...         tx.append("audit", b"a-1")
+0
+0
+>>> tx.offsets
+{('audit', 0): 0, ('orders', 0): 0}
+
+Layout under the data root::
+
+    ROOT/~txn/
+      ID/                         one transaction (ID: 32 hex digits)
+        owner.lock                flock held by the process that opened it, until it ends
+        external                  instead of owner.lock: coordinated elsewhere (Spark's driver)
+        C/TOPIC/P/                a staging Log per contributor C and target partition P
+        decision.json             the commit decision: written once, atomically
+      sinks.json                  {sink id: last committed batch id} (streaming sinks)
+    ROOT/TOPIC/partition-P/txn.stable   while an apply is in flight: the last stable offset
+
+How a commit goes (:meth:`Transaction.commit`):
+
+1. Every contributor's staged records are durable (each staging Log is flushed when its
+   contributor prepares). Nothing has touched a partition yet.
+2. The committer opens each target partition for writing (its writer lock keeps other
+   processes' writers out) and takes each one's in-process lock, in a fixed order; plain
+   appends from this process wait until the commit ends. It flushes each partition (so the
+   offset where the transaction's records will start is durable) and writes the partition's
+   marker ``txn.stable`` holding that offset: from now on every reader stops there.
+3. It writes ``decision.json``: per partition, the start offset, the staged Logs and their
+   record counts, and the sink batch ids. **This rename is the commit point.**
+4. It applies each partition (one run of ``append_batch`` calls), flushes it and removes its
+   marker; then records the sink batch ids in ``sinks.json`` and removes the transaction's
+   directory.
+
+A crash before step 3 leaves no decision: the next :class:`~pylog.LogStore` open discards the
+staging of a transaction whose owner is gone, and the next writer of a partition removes a
+marker that names an undecided transaction (nothing after it belongs to the transaction). A
+crash after step 3: the next writer of a partition that still has a marker (a store open, or
+any ``Log`` writer: the roll forward hooks into :mod:`pylog.log`) cuts the partition back to
+the decision's start offset and applies its staged records again; the store then records the
+sink batch ids and removes the directory. Re-applying is idempotent because the decision's
+start offsets say exactly where the transaction's records go.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import itertools
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
+
+from pylog import fileutil, vfs
+from pylog import log as log_mod
+from pylog.errors import ConfigError, CorruptRecordError, LogLockedError, PylogError, UnknownTopicError
+from pylog.log import STABLE_FILE, Log, read_stable_file
+
+if TYPE_CHECKING:
+    from pylog.topics import LogStore
+
+__all__ = ["Transaction", "TransactionError", "Stager", "StagedPart", "recover", "last_batch_id", "TXN_DIR"]
+
+TXN_DIR = "~txn"  # "~" cannot occur in a topic name
+DECISION_FILE = "decision.json"
+OWNER_LOCK = "owner.lock"
+EXTERNAL_FILE = "external"
+SINKS_FILE = "sinks.json"
+SINKS_LOCK = "sinks.lock"
+_NEW_PREFIX = ".new-"
+#: An externally coordinated transaction (Spark) untouched this long is discarded at open.
+ABANDON_SECONDS = 7 * 24 * 3600
+#: Records per append_batch call of an apply.
+_APPLY_CHUNK = 4096
+
+#: What a contributor staged for one target partition: (topic, partition, path of its
+#: staging Log relative to the transaction's directory, record count). Picklable.
+StagedPart = tuple[str, int, str, int]
+
+
+class TransactionError(PylogError):
+    """A transaction could not be used or committed (it is aborted unless it says otherwise)."""
+
+
+def _txn_root(root: str) -> str:
+    return os.path.join(root, TXN_DIR)
+
+
+def _check_id(txn_id: Any) -> str:
+    if not isinstance(txn_id, str) or len(txn_id) != 32 or any(c not in "0123456789abcdef" for c in txn_id):
+        raise ValueError(f"transaction id must be 32 lowercase hex digits, got {txn_id!r}")
+    return txn_id
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise CorruptRecordError(f"{path}: unreadable ({e})") from None
+
+
+# ----------------------------------------------------------------------------------------
+# staging
+class Stager:
+    """One contributor's staged records of transaction ``txn_id`` under ``root`` (one
+    staging :class:`~pylog.Log` per target partition). Another process may stage into the
+    same transaction (a Spark task does); :meth:`prepare` makes the records durable and
+    returns the :data:`StagedPart` list the committer passes to
+    :meth:`Transaction.add_staged`."""
+
+    def __init__(self, root: str, txn_id: str, contributor: str | None = None) -> None:
+        self.root = os.fspath(root)
+        self.txn_id = _check_id(txn_id)
+        self.dir = os.path.join(_txn_root(self.root), txn_id)
+        if not os.path.isdir(self.dir):
+            raise TransactionError(f"transaction {txn_id} does not exist (ended or discarded)")
+        self.contributor = contributor or uuid.uuid4().hex
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._counts: dict[tuple[str, int], int] = {}
+        self._made: set[str] = set()
+
+    def _log(self, topic: str, partition: int, max_record_bytes: int | None) -> Log:
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is None:
+            rel = os.path.join(self.contributor, topic, str(partition))
+            path = os.path.join(self.dir, rel)
+            # never recreate the directory of a transaction that was aborted meanwhile
+            if not os.path.isdir(self.dir):
+                raise TransactionError(f"transaction {self.txn_id} was aborted")
+            opts: dict[str, Any] = {"fsync": "never", "flush_ms": None}
+            if max_record_bytes is not None:
+                opts["max_record_bytes"] = max_record_bytes
+            log = self._logs[key] = Log(path, **opts)
+            self._counts[key] = 0
+        return log
+
+    def append(self, topic: str, partition: int, value: Any, key: Any = None, metadata: Any = None,
+               timestamp: int | None = None, max_record_bytes: int | None = None) -> None:
+        """Stage one record for ``topic``/``partition`` (checked as :meth:`pylog.Log.append`)."""
+        self._log(topic, partition, max_record_bytes).append(value, key, metadata, timestamp)
+        self._counts[(topic, partition)] += 1
+
+    def append_batch(self, topic: str, partition: int, values: Any, keys: Any = None, timestamps: Any = None,
+                     metadata: Any = None, max_record_bytes: int | None = None) -> None:
+        """Stage records for ``topic``/``partition`` (as :meth:`pylog.Log.append_batch`)."""
+        log = self._log(topic, partition, max_record_bytes)
+        before = log.next_offset
+        log.append_batch(values, keys, timestamps, metadata)
+        self._counts[(topic, partition)] += log.next_offset - before
+
+    def prepare(self) -> list[StagedPart]:
+        """Make every staged record durable and close the staging Logs; returns what was
+        staged. The Stager cannot be used afterwards."""
+        out: list[StagedPart] = []
+        dirs = set()
+        for (topic, p), log in sorted(self._logs.items()):
+            log.flush()
+            log.close()
+            out.append((topic, p, os.path.join(self.contributor, topic, str(p)), self._counts[(topic, p)]))
+            dirs.add(os.path.dirname(log.path))
+        for d in sorted(dirs):
+            fileutil.fsync_dir(d)
+        if dirs:
+            fileutil.fsync_dir(os.path.join(self.dir, self.contributor))
+            fileutil.fsync_dir(self.dir)
+        self._logs.clear()
+        return out
+
+    def discard(self) -> None:
+        """Close the staging Logs and remove what this contributor staged."""
+        for log in self._logs.values():
+            try:
+                log.close()
+            except Exception:
+                pass
+        self._logs.clear()
+        shutil.rmtree(os.path.join(self.dir, self.contributor), ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------
+# the transaction
+class Transaction:
+    """An atomic group of appends to topics of one :class:`~pylog.LogStore`.
+
+    Made by :meth:`pylog.LogStore.transaction`. Use it as a context manager: it commits when
+    the block ends and aborts when the block raises. Records are staged durably under the
+    data root and appended to the partitions only at commit, all of them or (a crash before
+    the commit point) none; no reader in any process sees a record of an open, aborted or
+    crashed transaction. Not thread-safe: one thread uses a transaction.
+
+    Attributes
+    ----------
+    id
+        The transaction id (32 hex digits); other processes stage into it with
+        :class:`Stager` ``(root, id)``.
+    offsets
+        After a commit: ``{(topic, partition): first offset}`` of the records it appended.
+    state
+        ``"open"``, ``"committed"`` or ``"aborted"``.
+    """
+
+    def __init__(self, store: "LogStore", *, external: bool = False) -> None:
+        self.store = store
+        self.root = store.root
+        self.id = uuid.uuid4().hex
+        base = _txn_root(self.root)
+        vfs.makedirs(base)
+        tmp = os.path.join(base, _NEW_PREFIX + self.id)
+        vfs.mkdir(tmp, 0o755)
+        self._lock_fd = -1
+        if external:
+            with open(os.path.join(tmp, EXTERNAL_FILE), "wb"):
+                pass
+        else:
+            fd = vfs.open(os.path.join(tmp, OWNER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock_fd = fd  # the flock follows the file through the rename
+        self.dir = os.path.join(base, self.id)
+        vfs.rename(tmp, self.dir)
+        fileutil.fsync_dir(base)
+        self.state = "open"
+        self.offsets: dict[tuple[str, int], int] = {}
+        self._stager = Stager(self.root, self.id, "local")
+        self._extra: list[StagedPart] = []
+        self._sinks: dict[str, int] = {}
+        self._rr: dict[str, Any] = {}
+
+    # -- staging -----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.state != "open":
+            raise TransactionError(f"transaction {self.id} is {self.state}")
+
+    def _target(self, topic: str, key: Any, partition: int | None) -> tuple[Any, int]:
+        t = self.store.topic(topic)
+        if partition is not None:
+            return t, t._check_partition(partition)
+        if key is None:
+            rr = self._rr.get(topic)
+            if rr is None:
+                rr = self._rr[topic] = itertools.count(next(t._rr))
+            return t, next(rr) % t.partitions
+        return t, t.partition_for(key)
+
+    def append(self, topic: str, value: Any, key: Any = None, partition: int | None = None,
+               metadata: Any = None, timestamp: int | None = None) -> int:
+        """Stage one record for ``topic``; returns the partition it will go to (picked as
+        :meth:`pylog.Topic.append` does). Its offset is known after the commit
+        (:attr:`offsets`). Bad input raises as ``Log.append`` would, and stages nothing."""
+        self._check_open()
+        t, p = self._target(topic, key, partition)
+        self._stager.append(topic, p, value, key, metadata, timestamp, t.config.max_record_bytes)
+        return p
+
+    def append_batch(self, topic: str, values: Sequence[Any], keys: Sequence[Any] | None = None,
+                     partition: int | None = None, timestamps: Sequence[int] | None = None,
+                     metadata: Sequence[Any] | None = None) -> list[int]:
+        """Stage many records for ``topic``; returns the partition of each (records with a
+        key go where it hashes; without keys the whole batch goes to one partition unless
+        ``partition`` is given), as :meth:`pylog.Topic.append_batch` picks them."""
+        self._check_open()
+        if isinstance(values, (bytes, bytearray, memoryview, str)):
+            raise TypeError("values must be a sequence of bytes-likes, not a single value")
+        values = list(values)
+        n = len(values)
+        if n == 0:
+            raise ValueError("append_batch needs at least one value")
+        if keys is not None:
+            if isinstance(keys, (bytes, bytearray, memoryview, str)):
+                raise TypeError("keys must be a sequence, not a single value")
+            keys = list(keys)
+            if len(keys) != n:
+                raise ValueError(f"keys has {len(keys)} items, values has {n}")
+        for name, seq in (("timestamps", timestamps), ("metadata", metadata)):
+            if seq is not None and len(seq) != n:
+                raise ValueError(f"{name} has {len(seq)} items, values has {n}")
+        if partition is not None or keys is None or all(k is None for k in keys):
+            t, p = self._target(topic, None, partition)
+            self._stager.append_batch(topic, p, values, keys, timestamps, metadata, t.config.max_record_bytes)
+            return [p] * n
+        t = self.store.topic(topic)
+        _t, rr = self._target(topic, None, None)
+        parts = [rr if k is None else t.partition_for(k) for k in keys]
+        arr = np.asarray(parts)
+        for p in np.unique(arr).tolist():
+            idx = np.flatnonzero(arr == p).tolist()
+            sub = (lambda seq: None if seq is None else [seq[j] for j in idx])  # noqa: E731
+            self._stager.append_batch(topic, p, [values[j] for j in idx], sub(keys), sub(timestamps),
+                                      sub(metadata), t.config.max_record_bytes)
+        return parts
+
+    def add_staged(self, parts: Iterable[StagedPart]) -> None:
+        """Include records other contributors staged (what their :meth:`Stager.prepare`
+        returned) in this transaction."""
+        self._check_open()
+        for part in parts:
+            topic, p, rel, count = part
+            if not isinstance(rel, str) or os.path.isabs(rel) or ".." in rel.split(os.sep):
+                raise ValueError(f"staged part {part!r} names a path outside the transaction")
+            if not os.path.isdir(os.path.join(self.dir, rel)):
+                raise TransactionError(f"transaction {self.id}: staged records {rel!r} are missing")
+            self._extra.append((str(topic), int(p), rel, int(count)))
+
+    def set_sink(self, sink_id: str, batch_id: int) -> None:
+        """Record ``batch_id`` as sink ``sink_id``'s last committed batch, atomically with
+        the records (a streaming sink skips batches it already committed:
+        :func:`last_batch_id`)."""
+        self._check_open()
+        self._sinks[str(sink_id)] = int(batch_id)
+
+    # -- ending ------------------------------------------------------------------------------
+    def commit(self) -> dict[tuple[str, int], int]:
+        """Make every staged record visible, atomically; returns :attr:`offsets`.
+
+        Raises TransactionError (and aborts) when a staged record's topic or partition is
+        gone, LogLockedError (and aborts) when another process writes a target partition. A
+        failure after the commit point (an I/O error while applying) raises, but the
+        transaction stays committed: the partition's next writer finishes it.
+        """
+        self._check_open()
+        try:
+            parts = self._stager.prepare() + self._extra
+            decided = self._decide(parts)
+        except BaseException:
+            self._abort_quietly()
+            raise
+        self.state = "committed"
+        self._finish(decided)
+        self._release()
+        return self.offsets
+
+    def _decide(self, parts: list[StagedPart]) -> list[tuple[Log, dict[str, Any]]]:
+        by_part: dict[tuple[str, int], list[tuple[str, int]]] = {}
+        for topic, p, rel, count in parts:
+            if count:
+                by_part.setdefault((topic, p), []).append((rel, count))
+        logs: list[tuple[Log, dict[str, Any]]] = []
+        for (topic, p), staged in sorted(by_part.items()):
+            try:
+                t = self.store.topic(topic)
+            except UnknownTopicError:
+                raise TransactionError(f"transaction {self.id}: topic {topic!r} does not exist") from None
+            if not 0 <= p < t.partitions:
+                raise TransactionError(f"transaction {self.id}: topic {topic!r} has no partition {p}")
+            logs.append((t.partition(p), {"topic": topic, "partition": p, "staged": staged}))
+        held: list[Log] = []
+        marked: list[Log] = []
+        try:
+            for log, _entry in logs:
+                log._lock.acquire()
+                held.append(log)
+            for log, entry in logs:
+                log.flush()  # the start offset must be durable: a recovery never cuts below it
+                entry["start"] = log.next_offset
+            for log, entry in logs:
+                fileutil.atomic_write(os.path.join(log.path, STABLE_FILE),
+                                      json.dumps({"txn": self.id, "start": entry["start"]}).encode())
+                log._cap = entry["start"]
+                marked.append(log)
+            decision = {"version": 1, "txn": self.id, "partitions": [e for _l, e in logs], "sinks": self._sinks}
+            fileutil.atomic_write(os.path.join(self.dir, DECISION_FILE),
+                                  json.dumps(decision, sort_keys=True).encode())  # the commit point
+        except BaseException:
+            for log in marked:
+                _drop_marker(log)
+            for log in reversed(held):
+                log._lock.release()
+            raise
+        self._held = held
+        return logs
+
+    def _finish(self, logs: list[tuple[Log, dict[str, Any]]]) -> None:
+        try:
+            for log, entry in logs:
+                _apply(log, self.dir, entry)
+                self.offsets[(entry["topic"], entry["partition"])] = entry["start"]
+        finally:
+            for log in reversed(self._held):
+                log._lock.release()
+            self._held = []
+        _record_sinks(self.root, self._sinks)
+        _remove_txn_dir(self.dir)
+
+    def abort(self) -> None:
+        """Discard every staged record (nothing was visible). Aborting twice is harmless; a
+        committed transaction cannot be aborted (TransactionError)."""
+        if self.state == "aborted":
+            return
+        if self.state == "committed":
+            raise TransactionError(f"transaction {self.id} is committed")
+        self._abort_quietly()
+
+    def _abort_quietly(self) -> None:
+        self.state = "aborted"
+        self._stager.discard()
+        _remove_txn_dir(self.dir)
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> "Transaction":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self.state != "open":
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self._abort_quietly()
+
+    def __repr__(self) -> str:
+        return f"<pylog.Transaction {self.id} {self.state}>"
+
+
+def _remove_txn_dir(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        fileutil.fsync_dir(os.path.dirname(path))
+    except FileNotFoundError:
+        pass
+
+
+def _drop_marker(log: Log) -> None:
+    path = os.path.join(log.path, STABLE_FILE)
+    try:
+        vfs.unlink(path)
+    except FileNotFoundError:
+        pass
+    else:
+        fileutil.fsync_dir(log.path)
+    log._cap = None
+
+
+def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
+    """Append a decided transaction's staged records to ``log`` at ``entry["start"]``
+    (cutting back whatever a torn earlier apply left after it), make them durable, and
+    remove the partition's marker. The caller holds ``log._lock``."""
+    start = int(entry["start"])
+    with log._lock:
+        nxt = log.next_offset
+        if nxt > start:
+            log.truncate(start)  # a torn apply: cut back to the start, apply again
+        elif nxt < start:
+            raise CorruptRecordError(
+                f"{log.path}: holds records up to {nxt}, but transaction {os.path.basename(txn_dir)} "
+                f"was decided to start at {start}; records before it were lost")
+        mx = log._active.app.max_timestamp
+        last = -1 if mx is None else int(mx)
+        for rel, count in entry["staged"]:
+            path = os.path.join(txn_dir, rel)
+            try:
+                src = Log(path, readonly=True)
+            except FileNotFoundError:
+                raise CorruptRecordError(f"transaction {os.path.basename(txn_dir)}: staged records {rel} "
+                                         "are missing") from None
+            try:
+                got = 0
+                for a in range(src.start_offset, src.stable_offset, _APPLY_CHUNK):
+                    recs = list(src.scan(a, min(a + _APPLY_CHUNK, src.stable_offset)))
+                    ts = np.maximum.accumulate(np.array([r.timestamp for r in recs] + [0], np.int64)[:-1])
+                    ts = np.maximum(ts, last)  # timestamps never decrease in a partition
+                    last = int(ts[-1])
+                    log.append_batch([r.value for r in recs], [r.key for r in recs], ts,
+                                     [r.metadata for r in recs])
+                    got += len(recs)
+            finally:
+                src.close()
+            if got != count:
+                raise CorruptRecordError(f"transaction {os.path.basename(txn_dir)}: staged records {rel} "
+                                         f"hold {got} records, the decision says {count}")
+        log.flush()
+        _drop_marker(log)
+
+
+# ----------------------------------------------------------------------------------------
+# recovery
+def _roll_forward(log: Log) -> None:
+    """:data:`pylog.log.STABLE_HOOKS` entry: a writer opened a partition with a marker."""
+    mark = read_stable_file(log.path)
+    if mark is None:
+        return
+    txn, _start = mark
+    pdir = os.path.abspath(log.path)
+    topic_dir = os.path.dirname(pdir)
+    root = os.path.dirname(topic_dir)
+    txn_dir = os.path.join(_txn_root(root), txn)
+    decision = _read_json(os.path.join(txn_dir, DECISION_FILE))
+    if decision is None:
+        # never decided (the committer held this partition's writer lock until it died):
+        # nothing after the marker belongs to the transaction
+        _drop_marker(log)
+        return
+    topic = os.path.basename(topic_dir)
+    part = os.path.basename(pdir)
+    for entry in decision["partitions"]:
+        if entry["topic"] == topic and f"partition-{entry['partition']}" == part:
+            _apply(log, txn_dir, entry)
+            return
+    _drop_marker(log)  # not a partition of this transaction: a stray marker
+
+
+log_mod.STABLE_HOOKS.append(_roll_forward)
+
+
+def _record_sinks(root: str, sinks: dict[str, int]) -> None:
+    if not sinks:
+        return
+    base = _txn_root(root)
+    fd = vfs.open(os.path.join(base, SINKS_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        path = os.path.join(base, SINKS_FILE)
+        state = _read_json(path) or {}
+        changed = False
+        for k, v in sinks.items():
+            if state.get(k) is None or int(state[k]) < v:
+                state[k] = v
+                changed = True
+        if changed:
+            fileutil.atomic_write(path, json.dumps(state, sort_keys=True).encode())
+    finally:
+        os.close(fd)
+
+
+def last_batch_id(root: str, sink_id: str) -> int | None:
+    """The last batch id committed for streaming sink ``sink_id`` under ``root`` (None: none
+    yet), counting decided transactions not yet finished."""
+    base = _txn_root(os.fspath(root))
+    best = (_read_json(os.path.join(base, SINKS_FILE)) or {}).get(sink_id)
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return best
+    for name in names:
+        d = _read_json(os.path.join(base, name, DECISION_FILE)) if len(name) == 32 else None
+        if d and sink_id in d.get("sinks", {}):
+            v = int(d["sinks"][sink_id])
+            best = v if best is None else max(int(best), v)
+    return None if best is None else int(best)
+
+
+def _owner_gone(d: str) -> bool:
+    """Whether an undecided transaction directory belongs to nobody any more."""
+    lock = os.path.join(d, OWNER_LOCK)
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        if os.path.exists(os.path.join(d, EXTERNAL_FILE)):
+            try:
+                return time.time() - _newest_mtime(d) > ABANDON_SECONDS
+            except FileNotFoundError:
+                return False
+        return not os.path.exists(d)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _newest_mtime(d: str) -> float:
+    newest = os.stat(d).st_mtime
+    for dirpath, dirnames, files in os.walk(d):
+        for n in dirnames + files:
+            try:
+                newest = max(newest, os.stat(os.path.join(dirpath, n)).st_mtime)
+            except FileNotFoundError:
+                pass
+    return newest
+
+
+def recover(root: str) -> list[str]:
+    """Finish or discard what crashed transactions left under ``root`` (a writable
+    :class:`~pylog.LogStore` calls this when it opens): a decided transaction is rolled
+    forward in every partition that still holds its marker (opening the partition's writer
+    does it), its sink batch ids recorded and its directory removed; an undecided one whose
+    owner is gone is discarded. Returns the ids it finished or discarded."""
+    base = _txn_root(os.fspath(root))
+    try:
+        names = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return []
+    done = []
+    for name in names:
+        d = os.path.join(base, name)
+        if name.startswith(_NEW_PREFIX):
+            if _owner_gone(d) or not os.path.exists(os.path.join(d, OWNER_LOCK)) and not os.path.exists(
+                    os.path.join(d, EXTERNAL_FILE)) and time.time() - os.stat(d).st_mtime > 60:
+                shutil.rmtree(d, ignore_errors=True)
+            continue
+        if len(name) != 32 or not os.path.isdir(d):
+            continue
+        decision = _read_json(os.path.join(d, DECISION_FILE))
+        if decision is None:
+            if _owner_gone(d):
+                _remove_txn_dir(d)
+                done.append(name)
+            continue
+        pending = False
+        for entry in decision["partitions"]:
+            pdir = os.path.join(os.fspath(root), entry["topic"], f"partition-{entry['partition']}")
+            try:
+                mark = read_stable_file(pdir)
+            except (FileNotFoundError, NotADirectoryError):
+                mark = None
+            if mark is None or mark[0] != name:
+                continue
+            try:
+                Log(pdir).close()  # the writer's open rolls the apply forward
+            except LogLockedError:
+                pending = True  # its writer elsewhere rolled it forward when it opened
+        if pending:
+            continue
+        _record_sinks(os.fspath(root), {k: int(v) for k, v in decision.get("sinks", {}).items()})
+        _remove_txn_dir(d)
+        done.append(name)
+    return done

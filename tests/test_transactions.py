@@ -1,0 +1,401 @@
+"""Transactions (pylog.transactions, LogStore.transaction()): atomic across topics and
+partitions, aborted on an exception, crash-safe, and never visible to any reader in any
+process before the commit (each reader stops at the partition's last stable offset)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pylog
+from pylog import transactions
+from pylog.log import STABLE_FILE
+
+from conftest import py_env, run_py, scaled
+
+STRACE = shutil.which("strace")
+
+
+def _store(root, **topics):
+    s = pylog.LogStore(root)
+    for name, n in topics.items():
+        s.create_topic(name, partitions=n)
+    return s
+
+
+def _values(log, start=None):
+    return [bytes(r.value) for r in log.scan(start)]
+
+
+def test_commit_is_atomic_across_topics_and_partitions(tmp_path):
+    with _store(tmp_path / "r", orders=3, audit=1) as s:
+        with s.transaction() as tx:
+            ps = tx.append_batch("orders", [b"o%d" % i for i in range(30)], keys=[b"k%d" % i for i in range(30)])
+            tx.append("audit", b"a", metadata=b"m", timestamp=5)
+            # nothing is visible before the commit
+            assert [len(s.topic("orders").partition(p)) for p in range(3)] == [0, 0, 0]
+            assert len(s.topic("audit").partition(0)) == 0
+        assert tx.state == "committed"
+        for p in range(3):
+            want = [b"o%d" % i for i in range(30) if ps[i] == p]
+            assert want and _values(s.topic("orders").partition(p)) == want
+            assert ps == [s.topic("orders").partition_for(b"k%d" % i) for i in range(30)]
+        rec = s.topic("audit").partition(0).read(0)
+        assert (bytes(rec.value), bytes(rec.metadata), rec.timestamp) == (b"a", b"m", 5)
+        assert tx.offsets[("audit", 0)] == 0
+        assert os.listdir(tmp_path / "r" / "~txn") == []
+        assert not any(os.path.exists(tmp_path / "r" / "orders" / f"partition-{p}" / STABLE_FILE) for p in range(3))
+
+
+def test_exception_aborts_and_leaves_nothing(tmp_path):
+    with _store(tmp_path / "r", t=2) as s:
+        with pytest.raises(KeyError):
+            with s.transaction() as tx:
+                tx.append("t", b"x", partition=0)
+                tx.append("t", b"y", partition=1)
+                raise KeyError("boom")
+        assert tx.state == "aborted"
+        assert [len(s.topic("t").partition(p)) for p in range(2)] == [0, 0]
+        assert os.listdir(tmp_path / "r" / "~txn") == []
+        with pytest.raises(transactions.TransactionError, match="aborted"):
+            tx.append("t", b"z")
+
+
+def test_bad_input_is_a_typed_error_and_stages_nothing(tmp_path):
+    with _store(tmp_path / "r", t=2) as s:
+        with s.transaction() as tx:
+            with pytest.raises(pylog.UnknownTopicError):
+                tx.append("nope", b"x")
+            with pytest.raises(pylog.UnknownPartitionError, match="no partition 7"):
+                tx.append("t", b"x", partition=7)
+            with pytest.raises(TypeError):
+                tx.append("t", "a str")
+            tx.append("t", b"ok", partition=1)
+        assert _values(s.topic("t").partition(1)) == [b"ok"]
+        assert len(s.topic("t").partition(0)) == 0
+
+
+def test_plain_appends_proceed_while_a_transaction_is_open(tmp_path):
+    with _store(tmp_path / "r", t=1) as s:
+        log = s.topic("t").partition(0)
+        with s.transaction() as tx:
+            tx.append("t", b"tx-1")
+            # another thread's plain append is not blocked by the open transaction
+            done = []
+            th = threading.Thread(target=lambda: done.append(s.topic("t").append(b"plain")))
+            th.start()
+            th.join(5)
+            assert done == [(0, 0)]
+            assert _values(log) == [b"plain"]
+        assert _values(log) == [b"plain", b"tx-1"]
+        assert tx.offsets == {("t", 0): 1}
+
+
+def test_reader_in_another_process_stops_at_the_stable_offset(tmp_path, monkeypatch):
+    """While a commit's apply is in flight, the writer's own reads, a read-only Log in
+    another process, and a consumer stop at the apply's start."""
+    root = tmp_path / "r"
+    s = _store(root, t=1)
+    log = s.topic("t").partition(0)
+    log.append(b"before")
+    reached, go = threading.Event(), threading.Event()
+    real = transactions._apply
+
+    def paused(lg, txn_dir, entry):
+        lg.append_batch([b"half-1", b"half-2"])  # as a torn apply would leave them
+        lg.flush()  # in the file, where other processes could read them
+        reached.set()
+        go.wait(30)
+        lg.truncate(entry["start"])
+        real(lg, txn_dir, entry)
+
+    monkeypatch.setattr(transactions, "_apply", paused)
+    tx = s.transaction()
+    tx.append("t", b"tx-1")
+    tx.append("t", b"tx-2")
+    th = threading.Thread(target=tx.commit)
+    th.start()
+    try:
+        assert reached.wait(30)
+        assert log.next_offset == 3 and log.stable_offset == 1 and log.last_stable_offset == 1
+        # no lock is needed for these reads: they must stop at the stable offset
+        with pytest.raises(pylog.OffsetOutOfRangeError):
+            log.read(1)
+        out = run_py(f"""
+            import pylog
+            log = pylog.Log({str(root / "t" / "partition-0")!r}, readonly=True)
+            print(log.stable_offset, log.next_offset, [bytes(r.value) for r in log.read_batch(0)],
+                  [bytes(r.value) for r in log.scan()])
+            try:
+                log.read(1)
+                print("read 1")
+            except pylog.OffsetOutOfRangeError:
+                print("out of range")
+            c = pylog.LogStore({str(root)!r}).consumer("t")
+            print([bytes(r.value) for r in c.poll(timeout_ms=200)])
+        """)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines == ["1 3 [b'before'] [b'before']", "out of range", "[b'before']"]
+    finally:
+        go.set()
+        th.join(30)
+    assert _values(log) == [b"before", b"tx-1", b"tx-2"]
+    s.close()
+
+
+# ----------------------------------------------------------------------------------------
+# crashes: SIGKILL of the committing process at every rename and fsync of the commit
+_CHILD = textwrap.dedent("""
+    import sys, pylog
+    s = pylog.LogStore(sys.argv[1])
+    with s.transaction() as tx:
+        tx.append_batch("a", [b"a0-%d" % i for i in range(20)], partition=0)
+        tx.append_batch("a", [b"a1-%d" % i for i in range(20)], partition=1)
+        tx.append_batch("b", [b"b0-%d" % i for i in range(20)])
+    print("committed", flush=True)
+""")
+_PARTS = [("a", 0), ("a", 1), ("b", 0)]
+
+
+def _setup(root):
+    s = _store(root, a=2, b=1)
+    s.topic("a").append(b"old-a", partition=0)
+    s.topic("b").append(b"old-b")
+    s.close()
+
+
+def _visible(root):
+    """What read-only readers (in this process, no recovery) see, per partition."""
+    out = []
+    for t, p in _PARTS:
+        log = pylog.Log(str(root / t / f"partition-{p}"), readonly=True)
+        try:
+            out.append([v for v in _values(log) if not v.startswith(b"old")])
+        finally:
+            log.close()
+    return out
+
+
+def _want(t, p):
+    return [b"%s%d-%d" % (t.encode(), p, i) for i in range(20)]
+
+
+def _check_after_kill(root, committed_ack):
+    seen = _visible(root)
+    left = os.listdir(root / "~txn") if os.path.isdir(root / "~txn") else []
+    # decided: the decision is written, or the whole directory is gone (the commit finished)
+    decided = not left or any(os.path.exists(root / "~txn" / d / "decision.json") for d in left)
+    for (t, p), got in zip(_PARTS, seen):
+        assert got in ([], _want(t, p)), (t, p, got)  # never a part of the transaction
+        if got:
+            assert decided or committed_ack, "records of an undecided transaction are visible"
+    # recovery (the next store open) makes it all or nothing, and leaves nothing behind
+    with pylog.LogStore(root) as s:
+        after = [_values(s.topic(t).partition(p)) for t, p in _PARTS]
+    whole = [[b"old-a", *_want("a", 0)], _want("a", 1), [b"old-b", *_want("b", 0)]]
+    none = [[b"old-a"], [], [b"old-b"]]
+    assert after in (whole, none)
+    if (decided and left) or committed_ack or any(seen):
+        assert after == whole
+    assert not os.path.isdir(root / "~txn") or os.listdir(root / "~txn") == []
+    for t, p in _PARTS:
+        assert not os.path.exists(root / t / f"partition-{p}" / STABLE_FILE)
+    return after == whole
+
+
+@pytest.mark.skipif(STRACE is None, reason="needs strace")
+@pytest.mark.parametrize("syscalls", ["rename,renameat,renameat2", "fsync,fdatasync"])
+def test_sigkill_at_every_rename_and_fsync_of_the_commit(tmp_path, syscalls):
+    outcomes = []
+    n = 1
+    while True:
+        root = tmp_path / f"r{n}"
+        _setup(root)
+        p = subprocess.run([STRACE, "-f", "-o", os.devnull, "-e", f"inject={syscalls}:signal=SIGKILL:when={n}",
+                            sys.executable, "-c", _CHILD, str(root)], capture_output=True, text=True,
+                           env=py_env(), timeout=120)
+        acked = "committed" in p.stdout
+        outcomes.append(_check_after_kill(root, acked))
+        shutil.rmtree(root)
+        if acked:
+            break  # the n-th call was past the end of the commit: every point was tried
+        n += 1
+        assert n < 400
+    # both outcomes happened: killed before the commit point, and (fsyncs: the apply's) after it
+    assert False in outcomes and outcomes[-1] is True, outcomes
+    if "fsync" in syscalls:
+        assert outcomes.count(True) >= 4, outcomes
+
+
+def test_sigkill_at_random_points(tmp_path):
+    rng = __import__("random").Random(7)
+    for i in range(scaled(4, 30)):
+        root = tmp_path / f"r{i}"
+        _setup(root)
+        code = _CHILD.replace("with s.transaction() as tx:", "print('ready', flush=True)\nwith s.transaction() as tx:")
+        p = subprocess.Popen([sys.executable, "-c", code, str(root)], env=py_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(rng.uniform(0, 0.05))  # a commit takes 20-60 ms here
+        p.send_signal(signal.SIGKILL)
+        out, _err = p.communicate(timeout=60)
+        _check_after_kill(root, "committed" in out)
+        shutil.rmtree(root)
+
+
+def test_a_writer_log_open_rolls_a_decided_apply_forward(tmp_path):
+    """A crash after the decision, mid-apply: a plain Log writer opened on the partition
+    (not through the store) finishes the apply before anything else is appended."""
+    root = tmp_path / "r"
+    _setup(root)
+    code = _CHILD.replace("import sys, pylog", "import sys, os, pylog\nfrom pylog import transactions as T\n"
+                          "real = T._apply\n"
+                          "def _apply(log, d, e):\n"
+                          "    if e['topic'] == 'a' and e['partition'] == 1:\n"
+                          "        log.append_batch([b'torn'] * 3); log.flush(); os._exit(9)\n"
+                          "    real(log, d, e)\n"
+                          "T._apply = _apply")
+    p = run_py(code, str(root))
+    assert p.returncode == 9, p.stderr
+    assert _visible(root)[1] == []  # the torn part is behind the marker
+    log = pylog.Log(str(root / "a" / "partition-1"))
+    assert _values(log) == _want("a", 1)
+    log.append(b"after")
+    assert _values(log, 20) == [b"after"]
+    log.close()
+    with pylog.LogStore(root) as s:
+        assert _values(s.topic("a").partition(0)) == [b"old-a", *_want("a", 0)]
+        assert _values(s.topic("b").partition(0)) == [b"old-b", *_want("b", 0)]
+    assert os.listdir(root / "~txn") == []
+
+
+# ----------------------------------------------------------------------------------------
+# a reader process polling while a writer process commits transactions and is killed
+_WRITER = textwrap.dedent("""
+    import sys, pylog
+    s = pylog.LogStore(sys.argv[1])
+    PAD = b"x" * 300_000
+    i = 0
+    while True:
+        with s.transaction() as tx:
+            for t, p in (("a", 0), ("a", 1), ("b", 0)):
+                # 1.5 MB a partition: the apply writes it out in several steps
+                tx.append_batch(t, [b"%d:%d|" % (i, j) + PAD for j in range(5)], partition=p)
+        s.topic("b").append(b"plain:%d" % i)
+        print(i, flush=True)
+        i += 1
+""")
+_READER = textwrap.dedent("""
+    import sys, time, json, pylog
+    root = sys.argv[1]
+    logs = [pylog.Log(f"{root}/{t}/partition-{p}", readonly=True) for t, p in (("a", 0), ("a", 1), ("b", 0))]
+    seen = [[] for _ in logs]
+    deadline = time.time() + float(sys.argv[2])
+    while time.time() < deadline:
+        for i, log in enumerate(logs):
+            while True:
+                got = log.read_batch(len(seen[i]), max_records=7)
+                if not got:
+                    break
+                seen[i].extend(bytes(r.value[:24]).split(b"|")[0].decode() for r in got)
+    print(json.dumps(seen))
+""")
+
+
+def _check_whole(values):
+    """Each transaction's 5 records in a partition are all there, in order, or none."""
+    tx = [v for v in values if not v.startswith("plain")]
+    for k in range(0, len(tx) - len(tx) % 5, 5):
+        i = tx[k].split(":")[0]
+        assert tx[k:k + 5] == [f"{i}:{j}" for j in range(5)], tx[k:k + 5]
+    assert len(tx) % 5 == 0, tx[-5:]
+
+
+def test_reader_process_never_sees_an_uncommitted_record(tmp_path):
+    for run in range(scaled(2, 10)):
+        root = tmp_path / f"r{run}"
+        _setup(root)
+        secs = 3.0
+        reader = subprocess.Popen([sys.executable, "-c", _READER, str(root), str(secs)], env=py_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(root)], env=py_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(secs * (0.4 + 0.1 * run % 5))
+        writer.send_signal(signal.SIGKILL)
+        wout, _ = writer.communicate(timeout=60)
+        rout, rerr = reader.communicate(timeout=120)
+        assert reader.returncode == 0, rerr
+        acked = [int(x) for x in wout.split()]
+        assert acked, "the writer committed nothing"
+        seen = json.loads(rout)
+        for vals in seen:
+            _check_whole([v for v in vals if v not in ("old-a", "old-b")])
+        with pylog.LogStore(root) as s:
+            final = [[bytes(r.value[:24]).split(b"|")[0].decode() for r in s.topic(t).partition(p).scan()]
+                     for t, p in _PARTS]
+        for vals, fin in zip(seen, final):
+            assert fin[:len(vals)] == vals  # nothing a reader saw was rolled back
+            _check_whole([v for v in fin if v not in ("old-a", "old-b")])
+        for fin in final:  # every acknowledged transaction is there, in every partition
+            ids = {v.split(":")[0] for v in fin if not v.startswith(("old", "plain"))}
+            assert {str(i) for i in acked} <= ids
+        # all or nothing across partitions after recovery
+        sets = [{v.split(":")[0] for v in fin if not v.startswith(("old", "plain"))} for fin in final]
+        assert sets[0] == sets[1] == sets[2]
+
+
+# ----------------------------------------------------------------------------------------
+# a model: plain appends, transactions (committed or aborted) and reads against lists
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("plain"), st.integers(0, 2), st.binary(max_size=8)),
+    st.tuples(st.just("tx"), st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=8)), max_size=6),
+              st.booleans()),
+), max_size=12)
+
+
+@settings(max_examples=scaled(25, 200), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_OPS)
+def test_model(tmp_path_factory, ops):
+    root = tmp_path_factory.mktemp("m")
+    model = [[], [], []]  # partitions 0, 1 of "a" and 0 of "b" as one flat index
+    where = [("a", 0), ("a", 1), ("b", 0)]
+    with _store(root, a=2, b=1) as s:
+        for op in ops:
+            if op[0] == "plain":
+                t, p = where[op[1]]
+                s.topic(t).append(op[2], partition=p)
+                model[op[1]].append(op[2])
+            else:
+                staged = [[], [], []]
+                try:
+                    with s.transaction() as tx:
+                        for k, v in op[1]:
+                            t, p = where[k]
+                            tx.append(t, v, partition=p)
+                            staged[k].append(v)
+                            # an open transaction is invisible
+                            assert _values(s.topic(t).partition(p)) == model[k]
+                        if not op[2]:
+                            raise RuntimeError("abort")
+                except RuntimeError:
+                    pass
+                else:
+                    for k in range(3):
+                        model[k].extend(staged[k])
+            for k, (t, p) in enumerate(where):
+                assert _values(s.topic(t).partition(p)) == model[k]
+    ro = [pylog.Log(str(root / t / f"partition-{p}"), readonly=True) for t, p in where]
+    assert [_values(log) for log in ro] == model
+    for log in ro:
+        log.close()
