@@ -32,6 +32,7 @@ from pylog.errors import (
     NotAssignedError,
     MissingExtraError,
     InvalidArgumentError,
+    ArgumentTypeError,
     UnknownGroupError,
     GroupActiveError,
 )
@@ -63,6 +64,6 @@ __all__ = [
     "RecordTooLargeError", "OffsetMismatchError", "OffsetRemovedError", "InvalidTimestampError", "LogLockedError",
     "LogClosedError", "LogFencedError", "ReadOnlyLogError", "InvalidNameError", "ConfigError",
     "TopicExistsError", "UnknownTopicError", "UnknownPartitionError", "NotAssignedError",
-    "MissingExtraError", "InvalidArgumentError", "UnknownGroupError", "GroupActiveError",
+    "MissingExtraError", "InvalidArgumentError", "ArgumentTypeError", "UnknownGroupError", "GroupActiveError",
     "LogStore", "Topic", "Consumer",
 ]

@@ -36,7 +36,7 @@ from typing import Any, Callable, Collection, Generator, Iterator, NamedTuple, S
 
 import numpy as np
 
-from pylog.errors import require
+from pylog.errors import ArgumentTypeError, InvalidArgumentError, require
 
 require("pyarrow", "pylog.arrow (read_arrow)", "arrow")
 import pyarrow as pa  # noqa: E402
@@ -238,13 +238,13 @@ def _names(columns: Sequence[str] | None) -> list[str]:
     if columns is None:
         return list(COLUMNS)
     if isinstance(columns, str):
-        raise TypeError("columns must be a sequence of column names, not a str")
+        raise ArgumentTypeError("columns must be a sequence of column names, not a str")
     names = list(columns)
     bad = [c for c in names if c not in COLUMNS]
     if bad:
-        raise ValueError(f"unknown columns {bad}: the columns are {list(COLUMNS)}")
+        raise InvalidArgumentError(f"unknown columns {bad}: the columns are {list(COLUMNS)}")
     if len(set(names)) != len(names):
-        raise ValueError(f"columns {names} name a column twice")
+        raise InvalidArgumentError(f"columns {names} name a column twice")
     return names
 
 
@@ -360,7 +360,7 @@ def iter_batches(log: Any, start: int | None = None, stop: int | None = None,
     """
     names = _names(columns)
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-        raise ValueError(f"batch_rows={batch_rows!r} must be an int >= 1")
+        raise InvalidArgumentError(f"batch_rows={batch_rows!r} must be an int >= 1")
     start, stop = log._range(start, stop)
     return _batches(log, start, stop, names, batch_rows)
 

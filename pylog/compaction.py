@@ -35,7 +35,7 @@ from pylog import fileutil, vfs
 from pylog import format as fmt
 from pylog import store as store_mod
 from pylog._backend import impl
-from pylog.errors import CorruptRecordError
+from pylog.errors import ArgumentTypeError, CorruptRecordError
 from pylog.log import CLEANED_SUFFIX, SWAP_SUFFIX, Log, finish_swaps
 from pylog.segment import SealedSegment, corrupt_error, paths, walker
 
@@ -111,7 +111,7 @@ def compact(log: Log, *, now_ms: int | None = None) -> CompactionReport:
     the log unchanged, if a segment fails its CRC checks.
     """
     if not isinstance(log, Log):
-        raise TypeError(f"log must be a pylog.Log, got {type(log).__name__}")
+        raise ArgumentTypeError(f"log must be a pylog.Log, got {type(log).__name__}")
     now = time.time_ns() // 1_000_000 if now_ms is None else int(now_ms)
     report = CompactionReport()
     with log._lock:

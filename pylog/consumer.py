@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 from pylog import fileutil, vfs
 from pylog._backend import impl
 from pylog.errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
     LogClosedError,
     LogLockedError,
     NotAssignedError,
@@ -137,9 +139,9 @@ class Consumer:
         if group is not None:
             check_name(group, "group")
         if auto_offset_reset not in RESETS:
-            raise ValueError(f"auto_offset_reset={auto_offset_reset!r} is not one of {', '.join(RESETS)}")
+            raise InvalidArgumentError(f"auto_offset_reset={auto_offset_reset!r} is not one of {', '.join(RESETS)}")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"max_bytes={max_bytes!r} must be an int >= 1")
+            raise InvalidArgumentError(f"max_bytes={max_bytes!r} must be an int >= 1")
         self.store = store
         self.topic = topic
         self.group = group
@@ -300,7 +302,7 @@ class Consumer:
         handled at the next poll, by ``auto_offset_reset``)."""
         p = self._owned(partition)
         if isinstance(offset, bool) or not isinstance(offset, int):
-            raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+            raise ArgumentTypeError(f"offset must be an int, got {type(offset).__name__}")
         if offset < 0:
             raise OffsetOutOfRangeError(offset, 0, 0)
         self._pos[p] = offset
@@ -361,9 +363,9 @@ class Consumer:
     def poll_partitions(self, max_records: int = 500, timeout_ms: int = 0) -> dict[int, list[Record]]:
         """Like :meth:`poll`, but returns ``{partition: [records]}``."""
         if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1:
-            raise ValueError(f"max_records={max_records!r} must be an int >= 1")
+            raise InvalidArgumentError(f"max_records={max_records!r} must be an int >= 1")
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
-            raise ValueError(f"timeout_ms={timeout_ms!r} must be a number >= 0")
+            raise InvalidArgumentError(f"timeout_ms={timeout_ms!r} must be a number >= 0")
         self._check_open()
         deadline = time.monotonic() + timeout_ms / 1000
         pause = 0.001
@@ -445,7 +447,7 @@ class Consumer:
             for p, off in offsets.items():
                 p = self._owned(p)
                 if isinstance(off, bool) or not isinstance(off, int) or off < 0:
-                    raise ValueError(f"offset {off!r} for partition {p} must be an int >= 0")
+                    raise InvalidArgumentError(f"offset {off!r} for partition {p} must be an int >= 0")
                 todo[p] = off
         now = _now_ms()
         for p, off in sorted(todo.items()):

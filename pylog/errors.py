@@ -28,6 +28,7 @@ __all__ = [
     "NotAssignedError",
     "MissingExtraError",
     "InvalidArgumentError",
+    "ArgumentTypeError",
     "UnknownGroupError",
     "GroupActiveError",
 ]
@@ -166,6 +167,11 @@ class InvalidArgumentError(PylogError, ValueError):
     """An argument is out of its allowed range or conflicts with another (e.g. ``scan(300)``
     on a log holding 100 records, ``append_batch([])``). Also a ValueError, so callers
     that caught ValueError still do."""
+
+
+class ArgumentTypeError(PylogError, TypeError):
+    """An argument has the wrong type (e.g. a str where bytes or an int is needed). Also a
+    TypeError, so callers that caught TypeError still do."""
 
 
 class UnknownGroupError(PylogError, KeyError):

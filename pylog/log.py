@@ -31,14 +31,16 @@ from pylog._backend import impl
 from pylog.cache import SegmentCache
 from pylog.config import LogConfig, merge
 from pylog.errors import (
+    ArgumentTypeError,
     CorruptRecordError,
+    InvalidArgumentError,
     InvalidTimestampError,
     LogClosedError,
     LogFencedError,
     LogLockedError,
     OffsetMismatchError,
-    OffsetRemovedError,
     OffsetOutOfRangeError,
+    OffsetRemovedError,
     PylogError,
     ReadOnlyLogError,
     RecordTooLargeError,
@@ -164,11 +166,11 @@ def _as_bytes(x: Any, what: str) -> Any:
     if t is bytes:
         return x
     if t is str or t is int or t is bool or t is float or x is None:
-        raise TypeError(f"{what} must be bytes-like, got {t.__name__}")
+        raise ArgumentTypeError(f"{what} must be bytes-like, got {t.__name__}")
     try:
         mv = memoryview(x)
     except TypeError:
-        raise TypeError(f"{what} must be bytes-like, got {t.__name__}") from None
+        raise ArgumentTypeError(f"{what} must be bytes-like, got {t.__name__}") from None
     if mv.ndim != 1 or mv.itemsize != 1 or not mv.c_contiguous:
         return mv.tobytes() if mv.contiguous else bytes(mv.tobytes())
     return mv if mv.format == "B" else mv.cast("B")
@@ -178,13 +180,13 @@ def _check_offset(offset: Any, what: str = "offset") -> int:
     if type(offset) is not int:
         if isinstance(offset, (int, np.integer)) and not isinstance(offset, bool):
             return int(offset)
-        raise TypeError(f"{what} must be an int, got {type(offset).__name__}")
+        raise ArgumentTypeError(f"{what} must be an int, got {type(offset).__name__}")
     return offset
 
 
 def _check_timestamp(ts: Any) -> int:
     if isinstance(ts, bool) or not isinstance(ts, (int, np.integer)):
-        raise TypeError(f"timestamp must be an int (milliseconds since the epoch), got {type(ts).__name__}")
+        raise ArgumentTypeError(f"timestamp must be an int (milliseconds since the epoch), got {type(ts).__name__}")
     ts = int(ts)
     if not 0 <= ts <= fmt.MAX_TIMESTAMP_MS:
         raise InvalidTimestampError(f"timestamp {ts} is outside [0, {fmt.MAX_TIMESTAMP_MS}] (ms since the epoch)")
@@ -207,11 +209,11 @@ class PackedBytes:
     def __init__(self, data: Any, lengths: Any) -> None:
         self.lengths = np.ascontiguousarray(lengths, dtype=np.uint32)
         if self.lengths.ndim != 1:
-            raise ValueError("lengths must be one-dimensional")
+            raise InvalidArgumentError("lengths must be one-dimensional")
         mv = memoryview(data).cast("B")
         need = int(self.lengths[self.lengths != fmt.NULL_LEN].sum(dtype=np.int64))
         if len(mv) != need:
-            raise ValueError(f"data holds {len(mv)} bytes, lengths add up to {need}")
+            raise InvalidArgumentError(f"data holds {len(mv)} bytes, lengths add up to {need}")
         self.data = mv
 
     def __len__(self) -> int:
@@ -245,12 +247,12 @@ class Log:
     def __init__(self, path: str | os.PathLike[str], config: LogConfig | None = None, *,
                  readonly: bool = False, **options: Any) -> None:
         if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+            raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         self.path = os.fspath(path)
         if not self.path:
-            raise ValueError("path must not be empty")
+            raise InvalidArgumentError("path must not be empty")
         if config is not None and not isinstance(config, LogConfig):
-            raise TypeError(f"config must be a LogConfig, got {type(config).__name__}")
+            raise ArgumentTypeError(f"config must be a LogConfig, got {type(config).__name__}")
         self.readonly = readonly
         self._lock = threading.RLock()
         self._sync_cv = threading.Condition(threading.Lock())
@@ -539,7 +541,7 @@ class Log:
             return None
         t = type(value)
         if t is str:
-            raise TypeError("value must be bytes-like (or an iterable of bytes-like chunks), got str")
+            raise ArgumentTypeError("value must be bytes-like (or an iterable of bytes-like chunks), got str")
         if isinstance(value, _BYTES_LIKE):
             return _as_bytes(value, "value")
         try:
@@ -550,7 +552,7 @@ class Log:
         try:
             chunks = iter(value)
         except TypeError:
-            raise TypeError(f"value must be bytes-like (or an iterable of bytes-like chunks), got {t.__name__}") from None
+            raise ArgumentTypeError(f"value must be bytes-like (or an iterable of bytes-like chunks), got {t.__name__}") from None
         return self._take_stream(chunks)
 
     def _take_stream(self, chunks: Iterator[Any]) -> bytes:
@@ -715,15 +717,15 @@ class Log:
         element raises before anything is written.
         """
         if isinstance(values, (bytes, bytearray, memoryview, str)):
-            raise TypeError(f"values must be a sequence of bytes-likes, not a single {type(values).__name__}")
+            raise ArgumentTypeError(f"values must be a sequence of bytes-likes, not a single {type(values).__name__}")
         if type(values) is not list and not isinstance(values, PackedBytes):
             try:
                 values = list(values)
             except TypeError:
-                raise TypeError(f"values must be a sequence of bytes-likes, got {type(values).__name__}") from None
+                raise ArgumentTypeError(f"values must be a sequence of bytes-likes, got {type(values).__name__}") from None
         n = len(values)
         if n == 0:
-            raise ValueError("append_batch needs at least one value")
+            raise InvalidArgumentError("append_batch needs at least one value")
         cfg = self.config
         lens = _batch_lengths(values, keys, metadata, n)  # taken once, for either path
         laid = None if lens is None else _lay_out(values, keys, metadata, n, lens)
@@ -744,16 +746,16 @@ class Log:
         ts_arr = None
         if timestamps is not None:
             if isinstance(timestamps, (bytes, str)):
-                raise TypeError(f"timestamps must be a sequence of ints, not {type(timestamps).__name__}")
+                raise ArgumentTypeError(f"timestamps must be a sequence of ints, not {type(timestamps).__name__}")
             try:
                 ts_arr = np.asarray(timestamps if isinstance(timestamps, np.ndarray) else list(timestamps))
             except TypeError:
-                raise TypeError(f"timestamps must be a sequence of ints, got {type(timestamps).__name__}") from None
+                raise ArgumentTypeError(f"timestamps must be a sequence of ints, got {type(timestamps).__name__}") from None
             if ts_arr.dtype.kind not in "iu" or ts_arr.ndim != 1:
-                raise TypeError(f"timestamps must be a sequence of ints (milliseconds since the epoch), "
+                raise ArgumentTypeError(f"timestamps must be a sequence of ints (milliseconds since the epoch), "
                                 f"got {ts_arr.ndim}-d {ts_arr.dtype}")
             if len(ts_arr) != n:
-                raise ValueError(f"timestamps has {len(ts_arr)} items, values has {n}")
+                raise InvalidArgumentError(f"timestamps has {len(ts_arr)} items, values has {n}")
             ts_arr = ts_arr.astype(np.int64)
             if int(ts_arr.min()) < 0 or int(ts_arr.max()) > fmt.MAX_TIMESTAMP_MS:
                 i = int(np.flatnonzero((ts_arr < 0) | (ts_arr > fmt.MAX_TIMESTAMP_MS))[0])
@@ -903,15 +905,15 @@ class Log:
         """The items joined, and their lengths (NULL_LEN for a None); ``lens``: the lengths
         already taken by :func:`_batch_lengths`."""
         if isinstance(items, (bytes, bytearray, memoryview, str)):
-            raise TypeError(f"{what} must be a sequence, not a single value")
+            raise ArgumentTypeError(f"{what} must be a sequence, not a single value")
         if isinstance(items, PackedBytes):
             if len(items) != n:
-                raise ValueError(f"{what} has {len(items)} items, values has {n}")
+                raise InvalidArgumentError(f"{what} has {len(items)} items, values has {n}")
             return items.data, items.lengths
         if type(items) is not list:
             items = list(items)
         if len(items) != n:
-            raise ValueError(f"{what} has {len(items)} items, values has {n}")
+            raise InvalidArgumentError(f"{what} has {len(items)} items, values has {n}")
         try:  # the common case, bytes-likes only, without a Python-level loop
             joined = b"".join(items)
             if lens is None:
@@ -1170,14 +1172,14 @@ class Log:
         """
         offset = _check_offset(offset)
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
-            raise TypeError(f"max_bytes must be an int, got {type(max_bytes).__name__}")
+            raise ArgumentTypeError(f"max_bytes must be an int, got {type(max_bytes).__name__}")
         if max_bytes < 0:
-            raise ValueError(f"max_bytes={max_bytes} must be >= 0")
+            raise InvalidArgumentError(f"max_bytes={max_bytes} must be >= 0")
         if max_records is not None:
             if isinstance(max_records, bool) or not isinstance(max_records, int):
-                raise TypeError(f"max_records must be an int or None, got {type(max_records).__name__}")
+                raise ArgumentTypeError(f"max_records must be an int or None, got {type(max_records).__name__}")
             if max_records < 1:
-                raise ValueError(f"max_records={max_records} must be >= 1")
+                raise InvalidArgumentError(f"max_records={max_records} must be >= 1")
         self._check_open()
         if self.readonly and offset >= self.stable_offset:
             self.refresh()
@@ -1279,7 +1281,7 @@ class Log:
         start = first if start is None else _check_offset(start, "start")
         stop = nxt if stop is None else _check_offset(stop, "stop")
         if start > stop:
-            raise ValueError(f"start={start} is after stop={stop}")
+            raise InvalidArgumentError(f"start={start} is after stop={stop}")
         if start < first or stop > nxt:
             raise OffsetOutOfRangeError(start if start < first else stop, first, nxt)
         return start, stop
@@ -1317,7 +1319,7 @@ class Log:
 
     def _offset_for_time(self, timestamp_ms: int) -> int | None:
         if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
-            raise TypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
+            raise ArgumentTypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
         ts = int(timestamp_ms)
         self._check_open()
         with self._lock:
@@ -1482,9 +1484,9 @@ class Log:
         """Delete sealed segments whose newest record is older than ``max_age_ms``
         (never the active segment); returns how many were deleted."""
         if isinstance(max_age_ms, bool) or not isinstance(max_age_ms, int):
-            raise TypeError(f"max_age_ms must be an int, got {type(max_age_ms).__name__}")
+            raise ArgumentTypeError(f"max_age_ms must be an int, got {type(max_age_ms).__name__}")
         if max_age_ms < 0:
-            raise ValueError(f"max_age_ms={max_age_ms} must be >= 0")
+            raise InvalidArgumentError(f"max_age_ms={max_age_ms} must be >= 0")
         with self._lock:
             self._check_writable()
             cutoff = _now_ms() - max_age_ms

@@ -37,7 +37,9 @@ from pylog import fileutil, vfs
 from pylog._backend import impl
 from pylog.config import LogConfig
 from pylog.errors import (
+    ArgumentTypeError,
     ConfigError,
+    InvalidArgumentError,
     InvalidNameError,
     LogClosedError,
     LogLockedError,
@@ -95,7 +97,7 @@ def partition_for_key(key: Any, partitions: int) -> int:
     ``toPositive(murmur2(key)) % partitions``."""
     if type(key) is not bytes:
         if isinstance(key, str):
-            raise TypeError("key must be bytes-like, got str (encode it first)")
+            raise ArgumentTypeError("key must be bytes-like, got str (encode it first)")
         key = bytes(memoryview(key))
     return _positive_hash(key) % partitions
 
@@ -133,9 +135,9 @@ def _write_topic_file(topic_dir: str, partitions: int, config: LogConfig) -> Non
 
 def _check_partitions(partitions: Any) -> int:
     if isinstance(partitions, bool) or not isinstance(partitions, int):
-        raise TypeError(f"partitions must be an int, got {type(partitions).__name__}")
+        raise ArgumentTypeError(f"partitions must be an int, got {type(partitions).__name__}")
     if not 1 <= partitions <= MAX_PARTITIONS:
-        raise ValueError(f"partitions={partitions} must be between 1 and {MAX_PARTITIONS}")
+        raise InvalidArgumentError(f"partitions={partitions} must be between 1 and {MAX_PARTITIONS}")
     return partitions
 
 
@@ -217,10 +219,10 @@ class LogStore:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         if not isinstance(root, (str, os.PathLike)):
-            raise TypeError(f"root must be a str or os.PathLike, got {type(root).__name__}")
+            raise ArgumentTypeError(f"root must be a str or os.PathLike, got {type(root).__name__}")
         self.root = os.fspath(root)
         if not self.root:
-            raise ValueError("root must not be empty")
+            raise InvalidArgumentError("root must not be empty")
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}
         self._consumers: list[Consumer] = []
@@ -271,7 +273,7 @@ class LogStore:
         check_name(name)
         _check_partitions(partitions)
         if config is not None and not isinstance(config, LogConfig):
-            raise TypeError(f"config must be a LogConfig, got {type(config).__name__}")
+            raise ArgumentTypeError(f"config must be a LogConfig, got {type(config).__name__}")
         cfg = (config or LogConfig()).replace(**log_config)
         self._check_open()
         final = self._topic_dir(name)
@@ -361,7 +363,7 @@ class LogStore:
         """Add ``count`` partitions to topic ``name``; returns the new partition count.
         (Like Kafka, this moves where keys land: ``murmur2(key) % partitions`` changes.)"""
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"count={count!r} must be an int >= 1")
+            raise InvalidArgumentError(f"count={count!r} must be an int >= 1")
         t = self.topic(name)
         with self._lock, self._meta_lock():
             n, cfg = _read_topic_file(t.path, name)
@@ -559,7 +561,7 @@ class Topic:
 
     def _check_partition(self, i: Any) -> int:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"partition must be an int, got {type(i).__name__}")
+            raise ArgumentTypeError(f"partition must be an int, got {type(i).__name__}")
         i = int(i)
         if not 0 <= i < self._n:
             raise UnknownPartitionError(f"topic {self.name!r} has no partition {i} (it has {self._n})")
@@ -638,17 +640,17 @@ class Topic:
         next one each batch), unless ``partition`` is given.
         """
         if isinstance(values, (bytes, bytearray, memoryview, str)):
-            raise TypeError("values must be a sequence of bytes-likes, not a single value")
+            raise ArgumentTypeError("values must be a sequence of bytes-likes, not a single value")
         values = list(values)
         n = len(values)
         if n == 0:
-            raise ValueError("append_batch needs at least one value")
+            raise InvalidArgumentError("append_batch needs at least one value")
         if keys is not None:
             if isinstance(keys, (bytes, bytearray, memoryview, str)):
-                raise TypeError("keys must be a sequence, not a single value")
+                raise ArgumentTypeError("keys must be a sequence, not a single value")
             keys = list(keys)
             if len(keys) != n:
-                raise ValueError(f"keys has {len(keys)} items, values has {n}")
+                raise InvalidArgumentError(f"keys has {len(keys)} items, values has {n}")
         if partition is not None or keys is None or all(k is None for k in keys):
             p = self._check_partition(partition) if partition is not None else next(self._rr) % self._n
             first = self.partition(p).append_batch(values, keys, timestamps, metadata)

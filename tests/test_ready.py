@@ -279,3 +279,38 @@ def test_live_members_are_shown_and_protect_the_group(tmp_path):
         assert s.groups() == []
         with pytest.raises(pylog.UnknownGroupError):
             s.delete_group("g")
+
+
+# ----------------------------------------------------------------------------------------
+# the API: errors raised on purpose are PylogErrors (and still the builtin they refine)
+def test_bad_arguments_are_pylog_errors_and_still_value_errors(tmp_path):
+    import pylog
+
+    with pylog.Log(tmp_path / "log") as log:
+        log.append_batch([b"a"] * 100)
+        cases = [(lambda: list(log.scan(300)), pylog.InvalidArgumentError, ValueError, "start=300"),
+                 (lambda: log.append_batch([]), pylog.InvalidArgumentError, ValueError, "at least one value"),
+                 (lambda: log.append("text"), pylog.ArgumentTypeError, TypeError, "str")]
+        with pylog.LogStore(tmp_path / "root") as store:
+            cases.append((lambda: store.create_topic("t", partitions=0), pylog.InvalidArgumentError, ValueError,
+                          "partitions=0"))
+            for fn, cls, builtin, words in cases:
+                with pytest.raises(pylog.PylogError) as ei:
+                    fn()
+                assert isinstance(ei.value, cls) and isinstance(ei.value, builtin), type(ei.value).__mro__
+                assert words in str(ei.value)
+        assert len(log) == 100  # nothing written by the refused calls
+
+
+def test_record_repr_previews_its_bytes(tmp_path):
+    import pylog
+
+    with pylog.Log(tmp_path / "log") as log:
+        log.append(b"x" * 100, key=b"k", metadata=b"m")
+        log.append(None)
+        log.roll()  # sealed: the fields are memoryviews over the map
+        r = log.read(0)
+        assert isinstance(r.value, memoryview)
+        assert repr(r) == (f"Record(offset=0, timestamp={r.timestamp}, key=b'k', "
+                           f"value=b'{'x' * 24}'... (100 B), metadata=b'm')")
+        assert "value=None" in repr(log.read(1))
