@@ -16,6 +16,13 @@ if ! python3 -m benchmarks.compare --quick --json "$WORK/compare-quick.json"; th
   echo "benchmarks: compare crashed"; status=1
 fi
 
+echo "--- benchmarks: python -m benchmarks.bench_serve --quick (pylog serve vs Redis Streams)"
+if python3 -c "import confluent_kafka, kio" 2>/dev/null; then
+  if ! timeout 600 python3 -m benchmarks.bench_serve --quick --json "$WORK/bench-serve-quick.json"; then
+    echo "benchmarks: bench_serve crashed"; status=1
+  fi
+fi
+
 echo "--- benchmarks: asv smoke run"
 if ! python3 -c "import asv, virtualenv" 2>/dev/null; then
   python3 -m pip install -q asv virtualenv || { echo "benchmarks: cannot install asv"; exit 1; }

@@ -24,7 +24,7 @@ import numpy as np
 from pylog import _backend, crc32c
 from pylog import format as fmt
 
-__all__ = ["BatchError", "Decoded", "decode_records", "encode_records"]
+__all__ = ["BatchError", "Decoded", "decode_records", "encode_records", "encode_columns"]
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = _HEADER.size  # 61
@@ -188,6 +188,29 @@ def encode_records(records: list[Any]) -> bytes:
         cols.append((b"".join(x for x in items if x is not None), lens))
     rc, out = _impl.kafka_encode(offsets, stamps, cols[0][0], cols[0][1], cols[1][0], cols[1][1],
                                  cols[2][0], cols[2][1])
+    if rc != 0:
+        raise RuntimeError(f"kafka_encode failed with status {rc}")
+    return bytes(out)
+
+
+def _column(c: Any, n: int) -> tuple[Any, np.ndarray]:
+    """(joined data, uint32 lengths with NULL_LEN for nulls) of an Arrow-layout BinaryColumn."""
+    offs = c.offsets[: n + 1]
+    lens = np.diff(offs).astype(np.uint32)
+    if c.null_count:
+        valid = np.unpackbits(c.validity[: (n + 7) // 8], bitorder="little")[:n]
+        lens[valid == 0] = fmt.NULL_LEN
+    return c.data[: int(offs[n])], lens
+
+
+def encode_columns(cols: Any) -> bytes:
+    """One RecordBatch v2 of the rows of a :class:`pylog._columns.Columns` (a columnar scan:
+    no Record objects), in one C call."""
+    n = cols.rows
+    k, kl = _column(cols.key, n)
+    v, vl = _column(cols.value, n)
+    m, ml = _column(cols.metadata, n)
+    rc, out = _impl.kafka_encode(cols.offsets[:n], cols.timestamps[:n], k, kl, v, vl, m, ml)
     if rc != 0:
         raise RuntimeError(f"kafka_encode failed with status {rc}")
     return bytes(out)
