@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from pylog import _backend
+from pylog.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["encode_headers", "decode_headers", "is_headers"]
 
@@ -35,7 +36,7 @@ def encode_headers(headers: Iterable[Header]) -> bytes | None:
     _varint(out, len(items))
     for k, v in items:
         if not isinstance(k, str):
-            raise TypeError(f"a header key must be a str, got {type(k).__name__}")
+            raise ArgumentTypeError(f"a header key must be a str, got {type(k).__name__}")
         kb = k.encode()
         _varint(out, len(kb))
         out += kb
@@ -58,7 +59,7 @@ def decode_headers(metadata: bytes | memoryview | None) -> list[Header]:
 
     Raises
     ------
-    ValueError
+    InvalidArgumentError
         ``metadata`` is not in the header encoding (the broker then sends it to Kafka clients
         as one header named ``pylog.metadata``).
     """
@@ -66,7 +67,7 @@ def decode_headers(metadata: bytes | memoryview | None) -> list[Header]:
         return []
     mv = memoryview(metadata).cast("B")
     if not _backend.impl.kafka_headers_check(mv):
-        raise ValueError(f"metadata of {len(mv)} bytes is not in Kafka's header encoding")
+        raise InvalidArgumentError(f"metadata of {len(mv)} bytes is not in Kafka's header encoding")
     pos = 0
 
     def varint() -> int:
