@@ -1,12 +1,17 @@
 """A `pylog serve` process for the broker tests: real process, loopback, a free port."""
 from __future__ import annotations
 
+import io
 import os
 import re
+import socket
+import struct
 import signal
 import subprocess
 import sys
 import time
+
+import numpy as np
 
 from conftest import ROOT, py_env
 
@@ -53,3 +58,113 @@ def wait_for(pred, timeout: float = 20.0, step: float = 0.05):  # type: ignore[n
         if v or time.monotonic() > end:
             return v
         time.sleep(step)
+
+
+# -- raw protocol helpers (kio builds the frames; the broker is the thing under test) --------
+def frame(key: int, version: int, body: dict, correlation: int = 7) -> bytes:  # type: ignore[type-arg]
+    """A request frame (size, header, payload) of API ``key`` at ``version``."""
+    from kio.index import load_request_schema
+    from kio.serial import entity_writer
+
+    from pylog.serve.protocol import build
+
+    cls = load_request_schema(key, version)
+    hdr_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    entity_writer(hdr_cls)(buf, hdr_cls(request_api_key=key, request_api_version=version,
+                                        correlation_id=correlation, client_id="t"))
+    entity_writer(cls)(buf, build(cls, body))
+    data = buf.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
+def call(sock: socket.socket, data: bytes, key: int, version: int):  # type: ignore[no-untyped-def]
+    """Send ``data``, read one response of ``key``/``version``; None if the broker closed."""
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    sock.sendall(data)
+    head = recv_exact(sock, 4)
+    if head is None:
+        return None
+    (n,) = struct.unpack(">i", head)
+    body = recv_exact(sock, n)
+    assert body is not None
+    cls = load_response_schema(key, version)
+    hdr, used = entity_reader(cls.__header_schema__)(body, 0)
+    return entity_reader(cls)(body, used)[0]
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    """Exactly ``n`` bytes from ``sock``, or None when it closes first."""
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            return None
+        out += chunk
+    return out
+
+
+def connect(b: BrokerProcess) -> socket.socket:
+    """A socket to the broker (20 s timeout on every operation)."""
+    s = socket.create_connection(("127.0.0.1", b.port), timeout=20)
+    return s
+
+
+def api_versions_ok(b: BrokerProcess) -> bool:
+    """The broker answers ApiVersions on a new connection."""
+    with connect(b) as s:
+        r = call(s, frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}), 18, 3)
+        return r is not None and r.error_code == 0 and any(k.api_key == 0 for k in r.api_keys)
+
+
+def batch(values: list[bytes], corrupt: bool = False) -> bytes:
+    """A RecordBatch v2 of ``values`` (optionally with a broken CRC)."""
+    from pylog import _backend
+
+    n = len(values)
+    lens = np.array([len(v) for v in values], np.uint32)
+    rc, out = _backend.impl.kafka_encode(np.arange(n), np.full(n, 1000), b"", np.full(n, 0xFFFFFFFF, np.uint32),
+                                         b"".join(values), lens)
+    assert rc == 0
+    out = bytearray(out)
+    if corrupt:
+        out[-1] ^= 0xFF
+    return bytes(out)
+
+
+def produce(topic: str, records: bytes, acks: int = -1, partition: int = 0) -> bytes:
+    """A Produce v9 frame of ``records`` for one partition."""
+    return frame(0, 9, {"acks": acks, "timeout": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
+
+
+def fetch(topic: str, offset: int, max_wait: int = 0, min_bytes: int = 0, max_bytes: int = 1 << 20,
+          partition_max_bytes: int = 1 << 20, isolation: int = 0) -> bytes:
+    """A Fetch v12 frame for partition 0 of ``topic``."""
+    return frame(1, 12, {"max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": max_bytes,
+                         "isolation_level": isolation, "topics": [{"topic": topic, "partitions": [
+                             {"partition": 0, "fetch_offset": offset, "partition_max_bytes": partition_max_bytes}]}]})
+
+
+def create_topic(sock: socket.socket, name: str, partitions: int = 1, **configs: str) -> None:
+    """CreateTopics v7 of one topic (Kafka config names with dots as underscores)."""
+    r = call(sock, frame(19, 7, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
+                                             "configs": [{"name": k.replace("_", "."), "value": v}
+                                                         for k, v in configs.items()]}],
+                                 "timeout": 5000}), 19, 7)
+    assert r.topics[0].error_code == 0, r
+
+
+def fetched_values(resp) -> list[tuple[int, bytes]]:  # type: ignore[no-untyped-def]
+    """(offset, value) of every record in a Fetch response's first partition."""
+    from kafka.record.memory_records import MemoryRecords
+
+    data = resp.responses[0].partitions[0].records or b""
+    out = []
+    recs = MemoryRecords(bytes(data))
+    while recs.has_next():
+        for r in recs.next_batch():
+            out.append((r.offset, r.value))
+    return out

@@ -3,7 +3,6 @@ keys and versions, slow clients, corrupt batches (all or nothing per partition),
 SIGKILL under acks=all load that loses nothing acknowledged."""
 from __future__ import annotations
 
-import io
 import os
 import signal
 import socket
@@ -17,76 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("kio")
-from kio.index import load_request_schema, load_response_schema  # noqa: E402
-from kio.serial import entity_reader, entity_writer  # noqa: E402
 
 import pylog  # noqa: E402
 from conftest import scaled  # noqa: E402
-from pylog import _backend  # noqa: E402
-from pylog.serve.protocol import RequestError, build, decode_request  # noqa: E402
-from serve_util import BrokerProcess  # noqa: E402
-
-
-def frame(key: int, version: int, body: dict, correlation: int = 7) -> bytes:  # type: ignore[type-arg]
-    cls = load_request_schema(key, version)
-    hdr_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(hdr_cls)(buf, hdr_cls(request_api_key=key, request_api_version=version,
-                                        correlation_id=correlation, client_id="t"))
-    entity_writer(cls)(buf, build(cls, body))
-    data = buf.getvalue()
-    return struct.pack(">i", len(data)) + data
-
-
-def call(sock: socket.socket, data: bytes, key: int, version: int):  # type: ignore[no-untyped-def]
-    sock.sendall(data)
-    head = _recv(sock, 4)
-    if head is None:
-        return None
-    (n,) = struct.unpack(">i", head)
-    body = _recv(sock, n)
-    assert body is not None
-    cls = load_response_schema(key, version)
-    hdr, used = entity_reader(cls.__header_schema__)(body, 0)
-    return entity_reader(cls)(body, used)[0]
-
-
-def _recv(sock: socket.socket, n: int) -> bytes | None:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            return None
-        out += chunk
-    return out
-
-
-def connect(b: BrokerProcess) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", b.port), timeout=20)
-    return s
-
-
-def api_versions_ok(b: BrokerProcess) -> bool:
-    with connect(b) as s:
-        r = call(s, frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}), 18, 3)
-        return r is not None and r.error_code == 0 and any(k.api_key == 0 for k in r.api_keys)
-
-
-def batch(values: list[bytes], corrupt: bool = False) -> bytes:
-    n = len(values)
-    lens = np.array([len(v) for v in values], np.uint32)
-    rc, out = _backend.impl.kafka_encode(np.arange(n), np.full(n, 1000), b"", np.full(n, 0xFFFFFFFF, np.uint32),
-                                         b"".join(values), lens)
-    assert rc == 0
-    out = bytearray(out)
-    if corrupt:
-        out[-1] ^= 0xFF
-    return bytes(out)
-
-
-def produce(topic: str, records: bytes, acks: int = -1) -> bytes:
-    return frame(0, 9, {"acks": acks, "timeout": 5000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+from pylog.serve.protocol import RequestError, decode_request  # noqa: E402
+from serve_util import BrokerProcess, recv_exact, api_versions_ok, batch, call, connect, frame, produce  # noqa: E402
 
 
 @pytest.fixture
@@ -100,7 +34,7 @@ def test_lying_and_oversized_sizes_close_only_that_connection(broker):
     for claimed in (0x7FFFFFFF, 200 << 20, -5, 3):
         with connect(broker) as s:
             s.sendall(struct.pack(">i", claimed) + b"\0" * 16)
-            assert _recv(s, 4) is None  # closed, nothing allocated for the claim
+            assert recv_exact(s, 4) is None  # closed, nothing allocated for the claim
     # a frame that claims 50 MB and never finishes: other clients are served meanwhile
     slow = connect(broker)
     slow.sendall(struct.pack(">i", 50 << 20) + b"\0" * 100)
@@ -114,14 +48,14 @@ def test_lying_and_oversized_sizes_close_only_that_connection(broker):
 def test_unknown_keys_versions_and_next_step_apis(broker):
     with connect(broker) as s:  # an API key nobody serves: the connection is closed
         s.sendall(struct.pack(">ihhi", 10, 999, 0, 1) + b"\0\0")
-        assert _recv(s, 4) is None
+        assert recv_exact(s, 4) is None
     with connect(broker) as s:  # ApiVersions at a future version: answered at v0, error 35
         r = call(s, struct.pack(">ihhih", 10, 18, 99, 5, -1), 18, 0)
         assert r.error_code == 35 and {k.api_key for k in r.api_keys} >= {0, 1, 2, 3, 18}
     with connect(broker) as s:  # Produce v2 is below Kafka 4.0's minimum
         s.sendall(frame(0, 3, {"acks": 1, "timeout": 100, "topic_data": []})[:6] + struct.pack(">h", 2) +
                   b"\0" * 20)
-        assert _recv(s, 4) is None
+        assert recv_exact(s, 4) is None
     with connect(broker) as s:  # the next step's APIs answer "not supported"
         r = call(s, frame(10, 3, {"key": "g", "key_type": 0}), 10, 3)
         assert r.error_code == 35

@@ -46,6 +46,9 @@ class Broker:
         ``allow_auto_topic_creation`` (Kafka's ``auto.create.topics.enable``).
     max_decompressed_bytes
         The most one compressed batch may decompress to.
+    append_threads
+        Threads that append (and wait for fsyncs); with one, concurrent producers could not
+        share an fsync.
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092, auto_create: bool = True,

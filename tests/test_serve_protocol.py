@@ -1,0 +1,129 @@
+"""`pylog serve` at the protocol level: Fetch long polls and byte limits, acks=0, read
+isolation, a SIGTERM with a request in flight, and concurrent acks=all producers sharing
+fsyncs (counted with strace on the broker process)."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("kio")
+pytest.importorskip("kafka")
+
+from serve_util import (BrokerProcess, batch, call, connect, create_topic, fetch, fetched_values,  # noqa: E402
+                        frame, produce, wait_for)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = BrokerProcess(str(tmp_path / "root"))
+    yield b
+    assert b.stop() == 0, b.stderr()
+
+
+def test_fetch_long_poll_wakes_on_produce_and_times_out(broker):
+    with connect(broker) as s:
+        create_topic(s, "lp")
+        t0 = time.monotonic()
+        r = call(s, fetch("lp", 0, max_wait=400, min_bytes=1), 1, 12)
+        waited = time.monotonic() - t0
+        assert fetched_values(r) == [] and waited >= 0.35
+    done = {}
+
+    def poll() -> None:
+        with connect(broker) as s2:
+            t = time.monotonic()
+            done["r"] = call(s2, fetch("lp", 0, max_wait=15000, min_bytes=1), 1, 12)
+            done["t"] = time.monotonic() - t
+
+    th = threading.Thread(target=poll)
+    th.start()
+    time.sleep(0.5)
+    with connect(broker) as s:
+        assert call(s, produce("lp", batch([b"wake"])), 0, 9).responses[0].partition_responses[0].error_code == 0
+    th.join(20)
+    assert fetched_values(done["r"]) == [(0, b"wake")]
+    assert 0.4 < done["t"] < 10  # answered by the produce, long before max_wait
+
+
+def test_fetch_byte_limits(broker):
+    with connect(broker) as s:
+        create_topic(s, "mb")
+        for i in range(10):
+            call(s, produce("mb", batch([b"%03d" % (i * 10 + j) + b"x" * 997 for j in range(10)])), 0, 9)
+        allr = fetched_values(call(s, fetch("mb", 0), 1, 12))
+        assert [o for o, _ in allr] == list(range(100))
+        some = fetched_values(call(s, fetch("mb", 0, partition_max_bytes=20_000), 1, 12))
+        assert 1 <= len(some) < 100 and [o for o, _ in some] == list(range(len(some)))
+        one = fetched_values(call(s, fetch("mb", 42, partition_max_bytes=1), 1, 12))
+        assert one[0][0] == 42 and one[0][1].startswith(b"042")  # at least one record, always
+        over = call(s, fetch("mb", 101), 1, 12)
+        assert over.responses[0].partitions[0].error_code == 1  # OFFSET_OUT_OF_RANGE
+        hw = call(s, fetch("mb", 0, isolation=1), 1, 12).responses[0].partitions[0]
+        assert (hw.high_watermark, hw.last_stable_offset, hw.log_start_offset) == (100, 100, 0)
+
+
+def test_acks_zero_gets_no_answer_but_is_appended(broker):
+    with connect(broker) as s:
+        create_topic(s, "a0")
+        s.sendall(produce("a0", batch([b"quiet"]), acks=0))
+        # the next answer on this connection is the fetch's: the produce had none
+        r = call(s, fetch("a0", 0, max_wait=5000, min_bytes=1), 1, 12)
+        assert fetched_values(r) == [(0, b"quiet")]
+
+
+def test_sigterm_answers_the_request_in_flight(broker):
+    with connect(broker) as s:
+        create_topic(s, "st")
+        s.sendall(fetch("st", 0, max_wait=3000, min_bytes=1))
+        time.sleep(0.3)
+        os.kill(broker.proc.pid, signal.SIGTERM)
+        s.settimeout(20)
+        head = s.recv(4)
+        assert len(head) == 4  # answered (empty, after its wait), not reset
+    assert broker.proc.wait(30) == 0
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
+def test_concurrent_acks_all_producers_share_fsyncs(broker, tmp_path):
+    with connect(broker) as s:
+        create_topic(s, "fs", flush_messages="1")
+        call(s, produce("fs", batch([b"warm"])), 0, 9)
+    trace = str(tmp_path / "strace.out")
+    st = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", trace, "-p",
+                           str(broker.proc.pid)], stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)  # strace attaches to every thread
+        threads, per = 8, 25
+        errors = []
+
+        def producer(k: int) -> None:
+            with connect(broker) as c:
+                for i in range(per):
+                    r = call(c, produce("fs", batch([b"%d-%d" % (k, i)])), 0, 9)
+                    if r.responses[0].partition_responses[0].error_code:
+                        errors.append(r)
+
+        ts = [threading.Thread(target=producer, args=(k,)) for k in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        assert not errors
+    finally:
+        time.sleep(0.5)
+        os.kill(st.pid, signal.SIGINT)
+        st.wait(20)
+    syncs = sum(1 for line in open(trace) if "fsync(" in line or "fdatasync(" in line)
+    acked = threads * per
+    # every acks=all answer waited for an fsync, but concurrent appends shared them
+    print(f"{syncs} fsyncs for {acked} acks=all produces")
+    assert 0 < syncs < acked, (syncs, acked)
+    with connect(broker) as s:
+        got = fetched_values(call(s, fetch("fs", 1, max_bytes=1 << 20), 1, 12))
+        assert len(got) == acked
