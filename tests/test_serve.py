@@ -12,7 +12,7 @@ kafka = pytest.importorskip("kafka")
 
 import pylog  # noqa: E402
 from pylog.serve.headers import decode_headers  # noqa: E402
-from serve_util import BrokerProcess  # noqa: E402
+from serve_util import BrokerProcess, api_versions_ok  # noqa: E402
 
 
 @pytest.fixture
@@ -67,3 +67,40 @@ def test_graceful_sigterm_exit(broker):
     p.send("t", b"x").get(timeout=20)
     p.close()
     assert broker.stop(signal.SIGTERM) == 0
+
+
+def test_library_appends_reach_kafka_consumers(tmp_path):
+    from pylog.serve.headers import encode_headers
+
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        t = store.create_topic("lib")
+        t.append(b"with-headers", key=b"a", partition=0, metadata=encode_headers([("trace", b"42"), ("z", None)]),
+                 timestamp=1_700_000_000_000)
+        t.append(b"raw-metadata", partition=0, metadata=b"\xff not headers", timestamp=1_700_000_000_001)
+        t.append(b"plain", partition=0, timestamp=1_700_000_000_002)
+    b = BrokerProcess(root)
+    try:
+        got = _consume(b, "lib", 3)
+        assert [(m.offset, m.key, m.value, m.headers, m.timestamp) for m in got] == [
+            (0, b"a", b"with-headers", [("trace", b"42"), ("z", None)], 1_700_000_000_000),
+            (1, None, b"raw-metadata", [("pylog.metadata", b"\xff not headers")], 1_700_000_000_001),
+            (2, None, b"plain", [], 1_700_000_000_002)]
+    finally:
+        assert b.stop() == 0
+
+
+def test_second_broker_on_the_same_root_and_busy_port_fail_in_one_line(broker, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, py_env
+
+    for args in (["--root", broker.root, "serve", "--port", "0"],
+                 ["--root", str(tmp_path / "other"), "serve", "--port", str(broker.port)]):
+        out = subprocess.run([sys.executable, "-m", "pylog.cli", *args], cwd=ROOT, env=py_env(),
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1, out
+        err = [line for line in out.stderr.splitlines() if "pylog.serve INFO" not in line]
+        assert len(err) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert api_versions_ok(broker)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import fcntl
+import os
 import time
 from typing import Any
 
@@ -17,7 +19,7 @@ import numpy as np
 
 from kio.schema.errors import ErrorCode as E
 
-from pylog.errors import (CorruptRecordError, InvalidNameError, InvalidTimestampError, LogClosedError, OffsetOutOfRangeError,
+from pylog.errors import (CorruptRecordError, InvalidNameError, LogLockedError, InvalidTimestampError, LogClosedError, OffsetOutOfRangeError,
                           PylogError, RecordTooLargeError, UnknownPartitionError, UnknownTopicError)
 from pylog.log import Log, PackedBytes
 from pylog.serve.records import BatchError, decode_records, encode_columns, encode_records
@@ -28,7 +30,10 @@ try:  # the columnar scan behind fast fetches allocates through pyarrow
 except ImportError:  # pragma: no cover
     _arrow = None  # type: ignore[assignment]
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "SERVE_LOCK"]
+
+#: The file under the root that a broker holds locked (flock) while it serves.
+SERVE_LOCK = ".serve.lock"
 _WANT = ("key", "metadata", "value", "timestamp")
 
 
@@ -54,6 +59,15 @@ class Broker:
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092, auto_create: bool = True,
                  max_decompressed_bytes: int = 64 << 20, append_threads: int = 4) -> None:
         self.store = LogStore(root)
+        # one broker per root: it is the writer of every partition, so a second one would
+        # fail partition by partition; it fails here instead, before it listens
+        self._lock_fd = os.open(os.path.join(self.store.root, SERVE_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self.store.close()
+            raise LogLockedError(f"another pylog serve is serving {root}") from None
         self.advertised_host = host
         self.port = port
         self.auto_create = auto_create
@@ -104,6 +118,7 @@ class Broker:
         """Wait for appends in flight, then flush and close every partition."""
         self._pool.shutdown(wait=True)
         self.store.close()
+        os.close(self._lock_fd)  # releases the root
 
     # -- produce -----------------------------------------------------------------------------
     def _append(self, name: str, i: int, records: Any) -> tuple[int, int, int]:

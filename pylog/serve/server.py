@@ -67,9 +67,14 @@ class Server:
 
     async def start(self) -> None:
         """Open the data root and listen."""
-        self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16)
-        self.port = self._server.sockets[0].getsockname()[1]
         self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create)
+        try:
+            self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16)
+        except BaseException:
+            self.broker.close()
+            self.broker = None
+            raise
+        self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
         log.info("pylog serve: listening on %s:%d, root %s", self.host, self.port, self.root)
 
     async def stop(self) -> None:
