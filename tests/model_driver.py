@@ -19,6 +19,7 @@ Run one role: ``python -m model_driver ROLE ROOT JOURNAL SEED DEADLINE [ARGS...]
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -39,6 +40,10 @@ NOT_WRITTEN = ("LogLockedError", "UnknownTopicError", "UnknownPartitionError", "
 #: How long a producer may keep using a topic's old partition count after another process
 #: added partitions (issue 14 case 5: "within a bounded time").
 PARTITION_REFRESH_S = 2.0
+#: fcntl's F_SETPIPE_SZ (Linux).
+F_SETPIPE_SZ = 1031
+#: The shortest line ``pylog consume --format json`` prints for a record of ours (it is longer).
+MIN_JSON_LINE = 100
 
 
 def now() -> int:
@@ -283,6 +288,107 @@ def reader(root: str, j: Journal, rng: random.Random, deadline: float, name: str
     j("end")
 
 
+def _die_with_parent() -> None:
+    """In a child: be SIGKILLed when the driver process dies (prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+
+
+def next_offsets(j: Journal, root: str, topic: str) -> dict[int, int]:
+    """Each partition's next_offset now (read-only; {} if the topic is gone)."""
+    import pylog
+    from pylog.topics import _read_topic_file
+
+    out = {}
+    try:
+        n, _ = _read_topic_file(os.path.join(root, topic), topic)
+        for p in range(n):
+            with pylog.Log(os.path.join(root, topic, f"partition-{p}"), readonly=True) as log:
+                out[p] = log.next_offset
+    except Exception as e:
+        j("next-offsets-failed", topic=topic, **_err(e))
+    return out
+
+
+def cliconsumer(root: str, j: Journal, rng: random.Random, deadline: float, name: str, topic: str,
+                group: str) -> None:
+    """Runs ``pylog consume TOPIC -g GROUP --format json`` again and again: to the end of
+    the log or ``-n K`` records (a clean exit), or SIGKILLed after K lines; every line it
+    printed is journaled, and after it exits each partition's next_offset."""
+    import pylog
+
+    j("start", role="cliconsumer", topic=topic, group=group)
+    while time.monotonic() < deadline - 1:
+        if not os.path.isfile(os.path.join(root, topic, "topic.json")):
+            break
+        if rng.random() < 0.2:  # a new group (Kafka's console consumer commits it on close)
+            group = f"{group.split('.')[0]}.{rng.randrange(1 << 20)}"
+        mode = rng.choice(["n", "n", "end", "kill", "head"])
+        k = rng.randint(1, 40)
+        args = [sys.executable, "-m", "pylog", "--root", root, "consume", topic, "-g", group,
+                "--format", "json"]
+        if mode == "n":
+            args += ["-n", str(k)]
+        if rng.random() < 0.5:
+            args.append("--from-beginning")
+        before = next_offsets(j, root, topic)
+        j("cli-start", topic=topic, group=group, mode=mode, args=args[4:])
+        pr = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=_die_with_parent)
+        assert pr.stdout is not None and pr.stderr is not None
+        lines = []
+        pipe = 65536
+        if mode == "head":  # as `| head -n K`: read K lines, close the pipe
+            try:  # a one-page pipe bounds what it may have written and we did not read
+                pipe = fcntl.fcntl(pr.stdout.fileno(), F_SETPIPE_SZ, 4096)
+            except OSError:
+                pass
+            for _ in range(k):
+                line = pr.stdout.readline()
+                if not line.endswith(b"\n"):
+                    break
+                lines.append(line)
+            pr.stdout.close()
+            err = pr.stderr.read()
+            pr.wait(timeout=60)
+            out = b""
+        elif mode == "kill":
+            for _ in range(k):
+                line = pr.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+            pr.kill()
+            # the rest of what it wrote (read through the same buffered reader), and stderr
+            out, err = pr.stdout.read(), pr.stderr.read()
+            pr.wait()
+            if out and not out.endswith(b"\n"):
+                out = out[: out.rfind(b"\n") + 1]  # a line cut short by the kill
+        else:
+            out, err = pr.communicate(timeout=60)
+        lines += out.splitlines()
+        by_part: dict[int, list[list[Any]]] = {}
+        for line in lines:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                if line.strip():
+                    by_part.setdefault(-1, []).append([-1, line[:80].decode("ascii", "replace"), False])
+                continue
+            v = obj.get("value")
+            rid = id_of(v.encode()) if isinstance(v, str) else None
+            by_part.setdefault(obj["partition"], []).append(
+                [obj["offset"], rid, isinstance(v, str) and value_of(rid or "") == v.encode()])
+        j("cli-ran", topic=topic, group=group, mode=mode, rc=pr.returncode, next=next_offsets(j, root, topic),
+          from_beginning="--from-beginning" in args, before=before, pipe=pipe,
+          err=err.decode("utf-8", "replace").strip().splitlines()[-1:] if err.strip() else [],
+          traceback=b"Traceback (most recent call last)" in err,
+          reads={str(p): recs for p, recs in by_part.items()})
+        time.sleep(rng.random() * 0.1)
+    j("end")
+
+
 def topic_config(rng: random.Random) -> dict[str, Any]:
     """A random topic config: fsync policy, small segments, cleanup policy."""
     cfg: dict[str, Any] = {"fsync": rng.choice(["always", "always", "interval", "never"]),
@@ -355,7 +461,7 @@ def admin(root: str, j: Journal, rng: random.Random, deadline: float, name: str)
 
 
 ROLES = {"producer": producer, "txproducer": txproducer, "consumer": consumer, "reader": reader,
-         "admin": admin}
+         "admin": admin, "cliconsumer": cliconsumer}
 
 
 def main(argv: list[str]) -> None:
@@ -409,7 +515,7 @@ def run(root: str, seed: int, seconds: float, kill_every: float = 0.8) -> RunSta
     slots: dict[str, list[Any]] = {
         "p0": ["producer"], "p1": ["producer"], "a0": ["admin"],
         "c0": ["consumer", "t0", "g0"], "c1": ["consumer", "t1", "g1"], "c2": ["consumer", "t1", "g1"],
-        "r0": ["reader", "t0"], "r1": ["reader", "t2"],
+        "r0": ["reader", "t0"], "r1": ["reader", "t2"], "k0": ["cliconsumer", "t2", "gk0"],
     }
     if has_transactions():
         slots["x0"] = ["txproducer"]
@@ -418,12 +524,12 @@ def run(root: str, seed: int, seconds: float, kill_every: float = 0.8) -> RunSta
 
     def spawn(slot: str) -> None:
         role, *args = slots[slot]
-        if role in ("consumer", "reader") and not os.path.isfile(os.path.join(root, args[0], "topic.json")):
+        if role in ("consumer", "reader", "cliconsumer") and not os.path.isfile(os.path.join(root, args[0], "topic.json")):
             alive = sorted(n for n in os.listdir(root) if os.path.isfile(os.path.join(root, n, "topic.json")))
             if not alive:
                 return
             args[0] = rng.choice(alive)
-            if role == "consumer":
+            if role in ("consumer", "cliconsumer"):
                 args[1] = f"g{slot}-{incarnation[slot]}"
             slots[slot] = [role, *args]
         incarnation[slot] += 1
@@ -549,6 +655,7 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
     commits: dict[tuple[str, str, int], list[tuple[int, int, str]]] = {}  # (g, topic, p) -> [(t, off, kind)]
     resumes: list[dict[str, Any]] = []
     written_by: dict[str, list[tuple[str, list[str], list[list[int]]]]] = {}
+    cli_runs: dict[str, list[dict[str, Any]]] = {}
 
     for jname, evs in journals.items():
         pending: list[str] = []  # written, not yet flushed
@@ -629,11 +736,22 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                 commits.setdefault((ev["group"], ev["topic"], ev["p"]), []).append((ev["t"], ev["to"], "seek"))
             elif e == "resume":
                 resumes.append({**ev, "j": jname})
+            elif e == "cli-ran":
+                cli_runs.setdefault(jname, []).append(ev)
+                for p, recs in ev["reads"].items():
+                    if p == "-1":
+                        problems.append(f"{jname}: pylog consume printed a line that is no record: {recs[0][1]!r}")
+                    else:
+                        reads.append((jname, {"topic": ev["topic"], "p": int(p), "recs": recs, "t": ev["t"]}))
+                if ev["traceback"] or (ev["mode"] != "kill" and ev["rc"] not in (0, 1, 2)):
+                    problems.append(f"{jname}: pylog consume exited {ev['rc']} with {ev['err']}"
+                                    + (" and a traceback" if ev["traceback"] else ""))
             elif e in ("consumer-failed", "reader-failed", "flush-failed", "topic-failed"):
                 if ev.get("unexpected"):
                     problems.append(f"{jname}: {e} {ev.get('err')}: {ev.get('msg')}")
 
     recs, starts, nparts = final_state(root, problems)
+    recs_final = recs
 
     def excused(topic: str) -> bool:
         return topic in deletes
@@ -765,9 +883,9 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                 started_after_done.append(off)
         where = f"{ev['j']} resume of group {ev['group']} {ev['topic']}/{ev['p']}"
         if ev["committed"] is not None and ev["pos"] != ev["committed"]:
-            skipped = sorted(off for (t2, p2, off) in seen_at if t2 == ev["topic"] and p2 == ev["p"]
+            skipped = sorted(off for (t2, p2, off) in recs if t2 == ev["topic"] and p2 == ev["p"]
                              and ev["committed"] <= off < ev["pos"])
-            if ev["pos"] < ev["committed"] or (skipped and ev["topic"] not in trimmed):
+            if ev["pos"] < ev["committed"] or skipped:
                 problems.append(f"{where}: started at {ev['pos']}, not at the committed offset "
                                 f"{ev['committed']}" + (f" (skipped {skipped[:5]})" if skipped else ""))
         if done and ev["topic"] not in deletes:
@@ -775,6 +893,51 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                 problems.append(f"{where}: committed offset {done[-1]} was lost")
             elif ev["committed"] != done[-1] and ev["committed"] not in started_after_done:
                 problems.append(f"{where}: resumed from {ev['committed']}, last commit was {done[-1]}")
+
+    # 6. pylog consume -g: a run starts where the group's last run stopped printing
+    # (a clean exit commits exactly what it printed; a killed one may commit less, never
+    # more than it printed); a new group that printed nothing commits where it stood
+    for jname, runs in cli_runs.items():
+        # (group, topic, p) -> (last printed or passed, exact, how, lowest start allowed,
+        # how many records it may have printed that nobody read: a closed pipe's content)
+        after: dict[tuple[str, str, int], tuple[int, bool, str, int, int]] = {}
+        for ev in runs:
+            for p_s, recs in ev["reads"].items():
+                p = int(p_s)
+                if p < 0 or not recs:
+                    continue
+                key = (ev["group"], ev["topic"], p)
+                first = recs[0][0]
+                if key in after:
+                    hi, exact, how, lo, slack = after[key]
+                    # records only leave a log from its front (retention) or as superseded
+                    # (compaction): one still there at the end was there when this run began
+                    skipped = sorted(o for (t2, p2, o) in recs_final if t2 == ev["topic"] and p2 == p and hi < o < first)
+                    if len(skipped) > slack:
+                        problems.append(f"{jname}: pylog consume -g {ev['group']} {ev['topic']}/{p} started at "
+                                        f"{first}, skipping {skipped[:5]} ({len(skipped)}) after {how}")
+                    elif exact and first <= hi:
+                        problems.append(f"{jname}: pylog consume -g {ev['group']} {ev['topic']}/{p} started at "
+                                        f"{first}, printed again after {how} that printed up to {hi}")
+                    elif first < lo:
+                        problems.append(f"{jname}: pylog consume -g {ev['group']} {ev['topic']}/{p} started at "
+                                        f"{first}, before {lo}, where {how} had its position")
+            clean = ev["rc"] == 0  # it exited by itself (a 'kill' run may end before its kill)
+            if ev["mode"] == "head" and ev["rc"] != 0:
+                clean = False  # a broken pipe: what it printed last may not be whole
+            for p_s, nxt in ev["next"].items():
+                p = int(p_s)
+                key = (ev["group"], ev["topic"], p)
+                recs = ev["reads"].get(p_s)
+                if recs:
+                    slack = ev["pipe"] // MIN_JSON_LINE if ev["mode"] == "head" else 0
+                    after[key] = (recs[-1][0], clean and not slack, f"a {ev['mode']} run", -1, slack)
+                elif clean and key not in after:
+                    # a new group that printed nothing: its position was at most the end of
+                    # the log, and without --from-beginning at least the end when it started
+                    lo = -1 if ev["from_beginning"] else ev["before"].get(p_s, -1)
+                    after[key] = (nxt - 1, False, f"a {ev['mode']} run of a new group that printed nothing "
+                                  f"(log end {ev['before'].get(p_s)}..{nxt})", lo, 0)
     return nevents, problems
 
 

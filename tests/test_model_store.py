@@ -20,6 +20,8 @@ from model_driver import check, has_transactions, run
 #: entry when its fix is on main.
 KNOWN_OPEN = {
     r"^partition: ": "issue 14 case 5: a producer keeps a topic's old partition count",
+    r"pylog consume -g .* of a new group that printed nothing":
+        "issue 14 case 6: pylog consume commits nothing for a new group that read nothing",
 }
 
 
@@ -68,8 +70,9 @@ def _journal(path, *events):
 
 def test_checker_finds_violations(tmp_path):
     """The checker is not vacuous: a lost acknowledged record, a record read that was never
-    appended, one of an aborted transaction, damaged bytes, a committed offset moving back
-    and a restart that skips records are each reported."""
+    appended, one of an aborted transaction, damaged bytes, a committed offset moving back,
+    a restart that skips records and a `pylog consume -g` run that reads again what its
+    group had passed are each reported."""
     import pylog
     from model_driver import value_of
 
@@ -104,11 +107,17 @@ def test_checker_finds_violations(tmp_path):
              {"e": "committed", "topic": "t", "group": "g", "offsets": {"0": 1}, "t": 15})
     _journal(jdir / "c.2.jsonl",
              {"e": "resume", "topic": "t", "group": "g", "p": 0, "pos": 1, "committed": 0, "t": 16})
+    run = {"e": "cli-ran", "topic": "t", "group": "k", "rc": 0, "err": [], "traceback": False,
+           "from_beginning": False, "pipe": 65536}
+    _journal(jdir / "k.1.jsonl",  # a new group prints nothing at the end, the next run reads from 0
+             {**run, "mode": "n", "before": {"0": 2}, "next": {"0": 2}, "reads": {}, "t": 17},
+             {**run, "mode": "end", "before": {"0": 2}, "next": {"0": 2}, "t": 18,
+              "reads": {"0": [[0, "p:0", True], [1, "p:2", True]]}})
     events, problems = check(str(root), str(jdir))
-    assert events == 17
+    assert events == 19
     text = "\n".join(problems)
     for what in ["'p:1' acknowledged at ('t', 0, 1) is lost", "bytes differ from what was appended for 'p:0'",
                  "'ghost:0' was never appended", "'x:0' of transaction x:tx0 which is aborted",
                  "committed 1 after 7", "started at 1, not at the committed offset 0 (skipped [0])",
-                 "resumed from 0, last commit was 1"]:
+                 "resumed from 0, last commit was 1", "-g k t/0 started at 0, before 2"]:
         assert what in text, (what, problems)
