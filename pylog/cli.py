@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Iterator
 import click
 
 from pylog import __version__
-from pylog.errors import PylogError, UnknownTopicError
+from pylog.errors import InvalidNameError, PylogError, UnknownTopicError
 
 DEFAULT_ROOT = "pylog-data"
 CHUNK = 4 << 20
@@ -62,13 +62,53 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def _parse_configs(items: tuple[str, ...]) -> dict[str, Any]:
+_SIZE_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+               "kb": 1000, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_TIME_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000,
+               "w": 7 * 86_400_000}
+
+
+def _with_unit(text: str, units: dict[str, int], what: str, hint: str) -> int:
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text.replace("_", ""))
+    if m is None or m.group(2).lower() not in units and m.group(2):
+        raise click.BadParameter(f"{text!r} is not a {what} (e.g. {'64MiB, 1GB, 4096' if what == 'size' else '7d, 12h, 30s, 500ms'})",
+                                 param_hint=hint)
+    value = float(m.group(1)) * units[m.group(2).lower() or ("b" if what == "size" else "ms")]
+    if value != int(value):
+        raise click.BadParameter(f"{text!r} is not a whole number of {'bytes' if what == 'size' else 'ms'}",
+                                 param_hint=hint)
+    return int(value)
+
+
+def _parse_duration(text: str, hint: str) -> int:
+    """Milliseconds of a duration: ``500ms``, ``30s``, ``5m``, ``12h``, ``7d``, ``2w``, or a number of ms."""
+    return _with_unit(text, _TIME_UNITS, "duration", hint)
+
+
+def _parse_configs(items: tuple[str, ...], base: Any = None) -> dict[str, Any]:
+    """``-c NAME=VALUE`` options as LogConfig changes, checked (a bad one is a usage error).
+    Sizes (``*_bytes``) take units (``64MiB``, ``1GB``), durations (``*_ms``) too (``7d``)."""
+    from pylog.config import LogConfig
+    from pylog.errors import ConfigError
+
     out = {}
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not name.strip():
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--config")
-        out[name.strip().replace("-", "_").replace(".", "_")] = _parse_value(value)
+        key = name.strip().replace("-", "_").replace(".", "_")
+        v = _parse_value(value)
+        if isinstance(v, str) and key.endswith("_bytes"):
+            v = _with_unit(v, _SIZE_UNITS, "size", f"--config {key}")
+        elif isinstance(v, str) and key.endswith("_ms"):
+            v = _with_unit(v, _TIME_UNITS, "duration", f"--config {key}")
+        out[key] = v
+    try:
+        (base or LogConfig()).replace(**out)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--config") from None
     return out
 
 
@@ -88,7 +128,38 @@ def _topics_arg(store: Any, topic: str | None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------
-@click.group(context_settings=CONTEXT)
+def _set_root(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.find_root().ensure_object(dict)["root"] = value
+
+
+class _Group(click.Group):
+    """A command group whose commands also take ``--root`` after the verb
+    (``pylog topic list --root DIR`` as well as ``pylog --root DIR topic list``)."""
+
+    group_class = type  # subgroups (pylog topic, pylog group) are _Groups too
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Add ``cmd``, giving it (unless it is a group) a ``--root`` option."""
+        if not isinstance(cmd, click.Group) and not any(p.name == "root_after_verb" for p in cmd.params):
+            cmd.params.append(click.Option(["--root", "root_after_verb"], metavar="DIR", expose_value=False,
+                                           callback=_set_root, help="Data root (also before the verb)."))
+        super().add_command(cmd, name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a closed stdout (``pylog consume | head``) becomes _PipeClosed,
+        which click does not turn into exit status 1 as it does a BrokenPipeError."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _PipeClosed() from None
+
+
+class _PipeClosed(Exception):
+    """The reader of stdout went away: not an error (exit 0)."""
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
 @click.option("--root", envvar="PYLOG_ROOT", default=DEFAULT_ROOT, show_default=True, metavar="DIR",
               help="Data root (also $PYLOG_ROOT).")
 @click.version_option(version=__version__, prog_name="pylog")
@@ -139,15 +210,21 @@ def topic_create(ctx: click.Context, name: str, partitions: int, configs: tuple[
 
 
 @topic.command("list", context_settings=CONTEXT)
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
-def topic_list(ctx: click.Context) -> None:
-    """List the topics, one per line."""
+def topic_list(ctx: click.Context, fmt_: str) -> None:
+    """List the topics, one per line (json: one array)."""
     root = ctx.obj["root"]
+    names: list[str] = []
     if not os.path.isdir(root):
         if os.path.exists(root):
             raise CliError(f"data root {root!r} is not a directory")
+    else:
+        names = _store(ctx).topics()
+    if fmt_ == "json":
+        click.echo(json.dumps(names))
         return
-    for name in _store(ctx).topics():
+    for name in names:
         click.echo(name)
 
 
@@ -339,10 +416,12 @@ def group_delete(ctx: click.Context, group_name: str, topic_name: str | None) ->
 
 
 # -- produce -------------------------------------------------------------------------------
-def _lines(streams: list[BinaryIO]) -> Iterator[list[bytes]]:
-    """Lists of lines (without their newline), a few MiB at a time."""
-    for f in streams:
+def _lines(streams: list[tuple[str, BinaryIO]]) -> Iterator[tuple[str, int, list[bytes]]]:
+    """``(source name, number of the first line, lines)``, a few MiB of lines at a time,
+    without their newline (``\\n`` or ``\\r\\n``)."""
+    for name, f in streams:
         rest = b""
+        first = 1
         while True:
             data = f.read(CHUNK)
             if not data:
@@ -352,9 +431,67 @@ def _lines(streams: list[BinaryIO]) -> Iterator[list[bytes]]:
             lines = data.split(b"\n")
             rest = lines.pop()
             if lines:
-                yield lines
+                if b"\r" in data:
+                    lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+                yield name, first, lines
+                first += len(lines)
         if rest:
-            yield [rest]
+            yield name, first, [rest[:-1] if rest.endswith(b"\r") else rest]
+
+
+class _BadLine(Exception):
+    def __init__(self, index: int, why: str) -> None:
+        super().__init__(why)
+        self.index = index
+        self.why = why
+
+
+def _json_bytes(obj: dict[str, Any], name: str) -> bytes | None:
+    """Field ``name`` of a JSON-lines record (``name``: text, or ``name_base64``), as bytes."""
+    if name + "_base64" in obj:
+        b64 = obj[name + "_base64"]
+        if not isinstance(b64, str):
+            raise ValueError(f"{name}_base64 must be a string")
+        try:
+            return base64.b64decode(b64, validate=True)
+        except ValueError:
+            raise ValueError(f"{name}_base64 is not valid base64") from None
+    v = obj.get(name)
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.encode()
+    return json.dumps(v, separators=(",", ":")).encode()  # a JSON value that is not a string
+
+
+def _parse_json_line(line: bytes) -> tuple[bytes | None, bytes | None, bytes | None, int | None, int | None]:
+    """(key, value, metadata, timestamp, partition) of one JSON-lines record."""
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        raise ValueError(f"not valid JSON ({e.args[0].split(':')[0]})") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    ts = obj.get("timestamp")
+    part = obj.get("partition")
+    for name, v in (("timestamp", ts), ("partition", part)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+    return _json_bytes(obj, "key"), _json_bytes(obj, "value"), _json_bytes(obj, "metadata"), ts, part
+
+
+def _parse_ts(text: str) -> int:
+    """A --timestamp: milliseconds since the epoch, or an ISO 8601 date/time."""
+    try:
+        return int(text)
+    except ValueError:
+        from pylog.groups import parse_datetime
+
+        try:
+            return parse_datetime(text)
+        except ValueError as e:
+            raise click.BadParameter(f"{text!r} is neither milliseconds since the epoch nor an ISO 8601 "
+                                     f"date/time", param_hint="--timestamp") from e
 
 
 @cli.command(context_settings=CONTEXT)
@@ -364,52 +501,129 @@ def _lines(streams: list[BinaryIO]) -> Iterator[list[bytes]]:
               help="Split each line at the first SEP into key and value.")
 @click.option("-p", "--partition", type=click.IntRange(0), default=None,
               help="Write every record to this partition (default: by key hash, or spread).")
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: one value per line; json: one object per line, as consume --format json prints "
+                   "them (key, value, metadata, *_base64, timestamp, partition; \"value\": null is a tombstone).")
+@click.option("--null-marker", default=None, metavar="TEXT",
+              help="text format: a value equal to TEXT is a tombstone (a record whose value is None).")
+@click.option("-H", "--metadata", default=None, metavar="TEXT", help="text format: metadata of every record.")
+@click.option("--timestamp", "timestamp_", default=None, metavar="MS|ISO",
+              help="text format: timestamp of every record (ms since the epoch, or ISO 8601; default: now).")
 @click.pass_context
 def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_separator: str | None,
-            partition: int | None) -> None:
+            partition: int | None, fmt_: str, null_marker: str | None, metadata: str | None,
+            timestamp_: str | None) -> None:
     """Append one record per line of FILES (default: stdin) to TOPIC.
 
-    A line's trailing newline is not part of the record. With --key-separator, the text
-    before the first separator is the key. Records with a key go to the partition Kafka's
-    partitioner would choose; records without one are spread over the partitions.
+    A line's trailing newline (\\n or \\r\\n) is not part of the record. With --key-separator,
+    the text before the first separator is the key. Records with a key go to the partition
+    Kafka's partitioner would choose; records without one are spread over the partitions.
+    A bad line stops the command (exit 1) naming its line number; the records before it are
+    kept, those after it are not written.
     """
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    if key_separator is not None:
+        key_separator = key_separator.replace("\\t", "\t")  # -k '\t' as typed in a shell
+    if fmt_ == "json":
+        for flag, v in (("--key-separator", key_separator), ("--null-marker", null_marker),
+                        ("--metadata", metadata), ("--timestamp", timestamp_)):
+            if v is not None:
+                raise click.UsageError(f"{flag} is for the text format (a JSON line carries its own fields)")
+    ts = _parse_ts(timestamp_) if timestamp_ is not None else None
     store = _store(ctx)
     t = store.topic(topic_name)
     if partition is not None:
         t._check_partition(partition)
-    streams: list[BinaryIO] = []
+    limit = t.config.max_record_bytes
+    streams: list[tuple[str, BinaryIO]] = []
     try:
         for name in files or ("-",):
             if name == "-":
-                streams.append(sys.stdin.buffer)
+                streams.append(("stdin", sys.stdin.buffer))
             else:
                 try:
-                    streams.append(open(name, "rb"))
+                    streams.append((name, open(name, "rb")))
                 except OSError as e:
                     raise CliError(f"cannot read {name}: {e.strerror}") from None
         sep = key_separator.encode() if key_separator is not None else None
+        null = null_marker.encode() if null_marker is not None else None
+        meta = metadata.encode() if metadata is not None else None
         count = 0
-        for lines in _lines(streams):
-            if sep is None:
-                t.append_batch(lines, partition=partition)
-            else:
-                keys, values = [], []
-                for i, line in enumerate(lines):
-                    k, found, v = line.partition(sep)
-                    if not found:
-                        raise CliError(f"line {count + i + 1} has no key separator {key_separator!r}"
-                                       f" ({count} records were produced before it)")
-                    keys.append(k)
-                    values.append(v)
-                t.append_batch(values, keys=keys, partition=partition)
-            count += len(lines)
+        for source, first, lines in _lines(streams):
+            try:
+                count += _produce_lines(t, lines, fmt_, sep, key_separator, null, meta, ts, partition, limit)
+            except _BadLine as e:
+                count += e.index
+                where = f"line {first + e.index}" + (f" of {source}" if len(streams) > 1 else "")
+                raise CliError(f"{where} {e.why} ({count} record{'s' if count != 1 else ''} before it "
+                               f"{'were' if count != 1 else 'was'} produced and kept)") from None
         ctx.obj["produced"] = count
     finally:
-        for f in streams:
+        for _name, f in streams:
             if f is not sys.stdin.buffer:
                 f.close()
+
+
+def _produce_lines(t: Any, lines: list[bytes], fmt_: str, sep: bytes | None, sep_text: str | None,
+                   null: bytes | None, meta: bytes | None, ts: int | None, partition: int | None,
+                   limit: int) -> int:
+    """Append the records of ``lines``; at a bad line, append the records before it and raise
+    _BadLine. Returns how many records were appended."""
+    if fmt_ == "text" and ts is None:
+        keys: list[Any] | None = None
+        values: list[Any] = lines
+        if sep is not None:
+            keys, values = [], []
+            for i, line in enumerate(lines):
+                k, found, v = line.partition(sep)
+                if not found:
+                    if i:
+                        t.append_batch(values, keys=keys, partition=partition,
+                                       metadata=None if meta is None else [meta] * i)
+                    raise _BadLine(i, f"has no key separator {sep_text!r}")
+                keys.append(k)
+                values.append(v)
+        if null is not None:
+            values = [None if v == null else v for v in values]
+        extra = 0 if meta is None else len(meta)
+        big = next((i for i, v in enumerate(values) if v is not None and len(v) + extra
+                    + (len(keys[i]) if keys is not None else 0) > limit), None)  # type: ignore[index]
+        if big is not None:
+            if big:
+                t.append_batch(values[:big], keys=None if keys is None else keys[:big], partition=partition,
+                               metadata=None if meta is None else [meta] * big)
+            size = len(values[big]) + extra + (len(keys[big]) if keys is not None else 0)  # type: ignore[arg-type]
+            raise _BadLine(big, f"is a record of {size} bytes, larger than max_record_bytes={limit}")
+        if values:
+            t.append_batch(values, keys=keys, partition=partition,
+                           metadata=None if meta is None else [meta] * len(values))
+        return len(values)
+    # JSON lines, or explicit timestamps: one record at a time, so a record refused by the
+    # log (a timestamp below the partition's latest one, ...) stops exactly there
+    for i, line in enumerate(lines):
+        if fmt_ == "json":
+            if not line.strip():
+                raise _BadLine(i, "is empty (expected a JSON object)")
+            try:
+                key, value, m, when, part = _parse_json_line(line)
+            except ValueError as e:
+                raise _BadLine(i, f"is not a record: {e}") from None
+            if partition is not None:
+                part = partition
+        else:
+            key, value, m, when, part = None, line, meta, ts, partition
+            if sep is not None:
+                key, found, value = line.partition(sep)
+                if not found:
+                    raise _BadLine(i, f"has no key separator {sep_text!r}")
+            if null is not None and value == null:
+                value = None
+        try:
+            t.append(value, key=key, partition=part, metadata=m, timestamp=when)
+        except PylogError as e:
+            raise _BadLine(i, f"was refused: {e}") from None
+    return len(lines)
 
 
 # -- consume -------------------------------------------------------------------------------
@@ -443,15 +657,117 @@ def _json_field(out: dict[str, Any], name: str, value: Any) -> None:
 @click.option("--print-key", is_flag=True, help="text format: print KEY<separator>VALUE.")
 @click.option("--key-separator", default="\t", show_default=repr("\t"), metavar="SEP",
               help="Separator for --print-key.")
+@click.option("-F", "--template", default=None, metavar="FMT",
+              help="Print each record by this template, as kcat -f: %t topic, %p partition, %o offset, "
+                   "%T timestamp, %k key, %s value, %h metadata, %K key size, %S value size, %% a %; "
+                   "\\n \\t escapes. Example: '%p:%o %k=%s\\n'.")
+@click.option("--idle-timeout", default=None, metavar="DURATION",
+              help="Wait for new records (as --follow), and stop after this long without one (e.g. 5s, 500ms).")
 @click.pass_context
 def consume(ctx: click.Context, topic_name: str, from_beginning: bool, offset: str | None,
             partition: int | None, group: str | None, follow: bool, max_records: int | None, fmt_: str,
-            print_key: bool, key_separator: str) -> None:
+            print_key: bool, key_separator: str, template: str | None, idle_timeout: str | None) -> None:
     """Print the records of TOPIC.
 
     Without --group and --from-beginning, only records appended from now on are printed
     (as Kafka's console consumer does). Without --follow, stops at the end of the log.
+    Ctrl-C ends --follow quietly (exit 0).
     """
+    _check_consume_options(ctx, offset, from_beginning, fmt_, print_key, template)
+    idle = _parse_duration(idle_timeout, "--idle-timeout") if idle_timeout is not None else None
+    render = _compile_template(template, topic_name) if template is not None else None
+    try:
+        _consume(ctx, topic_name, from_beginning, offset, partition, group, follow or idle is not None,
+                 max_records, fmt_, print_key, key_separator, render, idle)
+    except KeyboardInterrupt:
+        if not (follow or idle is not None):
+            raise
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            pass
+
+
+def _check_consume_options(ctx: click.Context, offset: str | None, from_beginning: bool, fmt_: str,
+                           print_key: bool, template: str | None) -> None:
+    """Refuse options that contradict each other."""
+    from click.core import ParameterSource
+
+    if offset is not None and from_beginning:
+        raise click.UsageError("--offset and --from-beginning contradict each other (--offset earliest is "
+                               "the beginning of one partition)")
+    if template is not None and ctx.get_parameter_source("fmt_") is ParameterSource.COMMANDLINE:
+        raise click.UsageError("--template and --format contradict each other (the template is the format)")
+    if print_key and (fmt_ == "json" or template is not None):
+        raise click.UsageError("--print-key is for the text format (json shows the key; a template uses %k)")
+
+
+def _compile_template(template: str, topic_name: str) -> Any:
+    """A function record, partition -> bytes for a kcat-like ``-f`` template."""
+    fields = {"t": None, "p": None, "o": None, "T": None, "k": None, "s": None, "h": None, "K": None, "S": None}
+    parts: list[Any] = []
+    lit = []
+    i = 0
+    text = template
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in "ntr\\":
+            lit.append({"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}[text[i + 1]])
+            i += 2
+            continue
+        if c == "%":
+            if i + 1 >= len(text):
+                raise click.BadParameter("ends with a lone %", param_hint="--template")
+            f = text[i + 1]
+            if f == "%":
+                lit.append("%")
+            elif f in fields:
+                if lit:
+                    parts.append("".join(lit).encode())
+                    lit = []
+                parts.append(f)
+            else:
+                raise click.BadParameter(f"unknown field %{f} (known: %t %p %o %T %k %s %h %K %S %%)",
+                                         param_hint="--template")
+            i += 2
+            continue
+        lit.append(c)
+        i += 1
+    if lit:
+        parts.append("".join(lit).encode())
+    topic_b = topic_name.encode()
+
+    def render(r: Any, p: int) -> bytes:
+        out = []
+        for part in parts:
+            if type(part) is bytes:
+                out.append(part)
+            elif part == "s":
+                out.append(b"null" if r[3] is None else r[3])
+            elif part == "k":
+                out.append(b"null" if r[2] is None else r[2])
+            elif part == "h":
+                out.append(b"null" if r[4] is None else r[4])
+            elif part == "o":
+                out.append(b"%d" % r[0])
+            elif part == "p":
+                out.append(b"%d" % p)
+            elif part == "T":
+                out.append(b"%d" % r[1])
+            elif part == "t":
+                out.append(topic_b)
+            elif part == "K":
+                out.append(b"-1" if r[2] is None else b"%d" % len(r[2]))
+            else:  # S
+                out.append(b"-1" if r[3] is None else b"%d" % len(r[3]))
+        return b"".join(out)
+
+    return render
+
+
+def _consume(ctx: click.Context, topic_name: str, from_beginning: bool, offset: str | None,
+             partition: int | None, group: str | None, follow: bool, max_records: int | None, fmt_: str,
+             print_key: bool, key_separator: str, render: Any, idle: int | None) -> None:
     start: int | str | None = None
     if offset is not None:
         if partition is None:
@@ -498,17 +814,25 @@ def consume(ctx: click.Context, topic_name: str, from_beginning: bool, offset: s
     out = sys.stdout.buffer
     left = max_records if max_records is not None else 1 << 62
     text = fmt_ == "text"
-    ksep = key_separator.encode()
+    ksep = key_separator.replace("\\t", "\t").encode()
+    idle_until = None if idle is None else time.monotonic() + idle / 1000
     while left > 0:
-        batch = consumer.poll_partitions(min(left, 20000), timeout_ms=1000 if follow else 0)
+        wait = 1000 if idle_until is None else max(0, min(1000, int((idle_until - time.monotonic()) * 1000)))
+        batch = consumer.poll_partitions(min(left, 20000), timeout_ms=wait if follow else 0)
         if not batch:
+            if idle_until is not None and time.monotonic() >= idle_until:
+                break
             if follow:
                 continue
             break
+        if idle is not None:
+            idle_until = time.monotonic() + idle / 1000
         for p, recs in batch.items():
             if len(recs) > left:
                 recs = recs[:left]
-            if text and not print_key:
+            if render is not None:
+                out.write(b"".join([render(r, p) for r in recs]))
+            elif text and not print_key:
                 vals = list(map(_VALUE, recs))
                 if None in vals:
                     vals = [b"null" if v is None else v for v in vals]
@@ -562,8 +886,9 @@ def _err_console() -> Any:
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("topic_name", metavar="[TOPIC]", required=False)
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
-def verify(ctx: click.Context, topic_name: str | None) -> None:
+def verify(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
     """CRC-check every record of TOPIC (default: every topic). Exit status 1, and one
     line per bad record, when anything is corrupt. Changes nothing."""
     store = _store(ctx)
@@ -584,17 +909,24 @@ def verify(ctx: click.Context, topic_name: str | None) -> None:
             for err in log.verify(progress=lambda n: prog.advance(task, n)):
                 bad.append((name, p, err))
             records += log.next_offset - log.start_offset
-    for name, p, err in bad:
-        click.echo(f"{name}/partition-{p}: {err}")
+    if fmt_ == "json":
+        click.echo(json.dumps({"ok": not bad, "partitions": len(logs), "bytes": total, "records": records,
+                               "corrupt": [{"topic": n, "partition": p, "offset": e.offset, "position": e.position,
+                                            "path": e.path, "reason": e.reason} for n, p, e in bad]}))
+    else:
+        for name, p, err in bad:
+            click.echo(f"{name}/partition-{p}: {err}")
     if bad:
         raise CliError(f"{len(bad)} corrupt record{'s' if len(bad) != 1 else ''} found", code=1)
-    click.echo(f"ok: {len(logs)} partition{'s' if len(logs) != 1 else ''}, {_human(total)} checked")
+    if fmt_ == "text":
+        click.echo(f"ok: {len(logs)} partition{'s' if len(logs) != 1 else ''}, {_human(total)} checked")
 
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("topic_name", metavar="[TOPIC]", required=False)
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
-def recover(ctx: click.Context, topic_name: str | None) -> None:
+def recover(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
     """Open every partition of TOPIC (default: every topic) for writing, which recovers
     it after a crash (torn tails cut, indexes rebuilt), and report what was done."""
     store = _store(ctx)
@@ -609,6 +941,11 @@ def recover(ctx: click.Context, topic_name: str | None) -> None:
             for err in log.recovery_report:
                 what.append(f"corrupt: {err}")
                 problems += 1
+            if fmt_ == "json":
+                click.echo(json.dumps({"topic": name, "partition": p, "start_offset": log.start_offset,
+                                       "next_offset": log.next_offset, "truncated_bytes": log.truncated_bytes,
+                                       "corrupt": [str(e) for e in log.recovery_report]}))
+                continue
             click.echo(f"{name}/partition-{p}: [{log.start_offset}, {log.next_offset}) "
                        f"{'; '.join(what) if what else 'ok'}")
     if problems:
@@ -618,25 +955,32 @@ def recover(ctx: click.Context, topic_name: str | None) -> None:
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("topic_name", metavar="[TOPIC]", required=False)
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
-def retention(ctx: click.Context, topic_name: str | None) -> None:
+def retention(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
     """Apply retention_ms / retention_bytes to TOPIC (default: every topic whose
     cleanup_policy is delete): delete whole old segments."""
     store = _store(ctx)
     names = _topics_arg(store, topic_name)
     total = 0
+    rows = []
     for name in names:
         for (_n, p), k in store.enforce_retention(name).items():
             total += k
-            if k:
+            rows.append({"topic": name, "partition": p, "segments_deleted": k})
+            if k and fmt_ == "text":
                 click.echo(f"{name}/partition-{p}: deleted {k} segment{'s' if k != 1 else ''}")
+    if fmt_ == "json":
+        click.echo(json.dumps({"segments_deleted": total, "partitions": rows}))
+        return
     click.echo(f"retention: {total} segment{'s' if total != 1 else ''} deleted")
 
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("topic_name", metavar="[TOPIC]", required=False)
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
-def compact(ctx: click.Context, topic_name: str | None) -> None:
+def compact(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
     """Compact TOPIC (default: every topic whose cleanup_policy is compact): keep the
     latest record of each key in sealed segments."""
     store = _store(ctx)
@@ -644,13 +988,20 @@ def compact(ctx: click.Context, topic_name: str | None) -> None:
         raise CliError(f"topic {topic_name} has cleanup_policy=delete; "
                        f"set it with: pylog topic alter {topic_name} -c cleanup_policy=compact")
     removed = 0
+    rows = []
     for name in _topics_arg(store, topic_name):
         for (_n, p), rep in store.compact(name).items():
             removed += rep.records_removed
-            if rep:
+            rows.append({"topic": name, "partition": p, "segments_cleaned": rep.segments_cleaned,
+                         "records_removed": rep.records_removed, "bytes_before": rep.bytes_before,
+                         "bytes_after": rep.bytes_after})
+            if rep and fmt_ == "text":
                 click.echo(f"{name}/partition-{p}: {rep.segments_cleaned} segments cleaned, "
                            f"{rep.records_removed} records removed, "
                            f"{_human(rep.bytes_before)} -> {_human(rep.bytes_after)}")
+    if fmt_ == "json":
+        click.echo(json.dumps({"records_removed": removed, "partitions": rows}))
+        return
     click.echo(f"compaction: {removed} record{'s' if removed != 1 else ''} removed")
 
 
@@ -681,7 +1032,9 @@ def _show_bytes(b: Any, limit: int) -> str:
 @click.option("--max-bytes", type=click.IntRange(0), default=100, show_default=True,
               help="With --print-data: show at most this many bytes of each field.")
 @click.option("--max-records", type=click.IntRange(1), default=None, help="Stop after this many records.")
-def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -> None:
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per line (the file, then each record or index entry).")
+def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None, fmt_: str) -> None:
     """Decode a segment file (.log), an offset index (.index), a time index (.timeindex) or
     a committed-offset file (.offset), like kafka-dump-log. Exit 1 at a bad frame."""
     import mmap
@@ -702,7 +1055,10 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
             off = decode_offset(f.read(1024))
             if off is None:
                 raise CliError(f"{path}: not a valid committed-offset file")
-            click.echo(f"Dumping {path}\ncommitted offset: {off}")
+            if fmt_ == "json":
+                click.echo(json.dumps({"file": path, "kind": "offset", "committed_offset": off}))
+            else:
+                click.echo(f"Dumping {path}\ncommitted offset: {off}")
             return
         kinds = {fmt.STORE_SUFFIX: fmt.STORE_MAGIC, fmt.INDEX_SUFFIX: fmt.INDEX_MAGIC,
                  fmt.TIMEINDEX_SUFFIX: fmt.TIMEINDEX_MAGIC}
@@ -715,8 +1071,14 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
             raise CliError(f"{path}: bad file header (not a pylog {suffix} file, or damaged)")
         version = struct.unpack_from("<H", head, 8)[0]
         out = sys.stdout.buffer
-        out.write(f"Dumping {path}\nbase offset: {base} version: {version} flags: {flags}"
-                  f"{' (compacted)' if flags & fmt.HEADER_COMPACTED else ''} size: {size}\n".encode())
+        js = fmt_ == "json"
+        if js:
+            out.write((json.dumps({"file": path, "kind": suffix.lstrip("."), "base_offset": base, "version": version,
+                                   "flags": flags, "compacted": bool(flags & fmt.HEADER_COMPACTED),
+                                   "size": size}) + "\n").encode())
+        else:
+            out.write(f"Dumping {path}\nbase offset: {base} version: {version} flags: {flags}"
+                      f"{' (compacted)' if flags & fmt.HEADER_COMPACTED else ''} size: {size}\n".encode())
         if suffix != fmt.STORE_SUFFIX:
             esize = fmt.INDEX_ENTRY_SIZE if suffix == fmt.INDEX_SUFFIX else fmt.TIMEINDEX_ENTRY_SIZE
             body = f.read()
@@ -726,10 +1088,12 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
             for i in range(len(body) // esize):
                 if suffix == fmt.INDEX_SUFFIX:
                     rel, pos = struct.unpack_from("<II", body, i * esize)
-                    lines.append(f"offset: {base + rel} position: {pos}")
+                    lines.append(json.dumps({"offset": base + rel, "position": pos}) if js
+                                 else f"offset: {base + rel} position: {pos}")
                 else:
                     ts, rel, pos = struct.unpack_from("<qII", body, i * esize)
-                    lines.append(f"timestamp: {ts} offset: {base + rel} position: {pos}")
+                    lines.append(json.dumps({"timestamp": ts, "offset": base + rel, "position": pos}) if js
+                                 else f"timestamp: {ts} offset: {base + rel} position: {pos}")
                 if max_records is not None and len(lines) >= max_records:
                     break
             if lines:
@@ -750,6 +1114,21 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
                 lines = []
                 for fr in frames.tolist():
                     fpos, off, ts, fsize, attrs, klen, mlen, vlen, crc = fr
+                    if js:
+                        obj: dict[str, Any] = {
+                            "offset": off, "position": fpos, "timestamp": ts, "size": fsize, "crc": crc,
+                            "keysize": -1 if attrs & 1 else klen, "metadatasize": -1 if attrs & 2 else mlen,
+                            "valuesize": -1 if attrs & 4 else vlen}
+                        if print_data:
+                            p = fpos + fmt.FRAME_HEADER_SIZE
+                            for name, absent, lo, n in (("key", attrs & 1, p, klen), ("metadata", attrs & 2, p + klen, mlen),
+                                                        ("value", attrs & 4, p + klen + mlen, vlen)):
+                                _json_field(obj, name, None if absent else mv[lo : lo + min(n, max_bytes)])
+                        lines.append(json.dumps(obj))
+                        shown += 1
+                        if max_records is not None and shown >= max_records:
+                            break
+                        continue
                     line = (f"offset: {off} position: {fpos} timestamp: {ts} size: {fsize} crc: {crc} "
                             f"isvalid: true keysize: {-1 if attrs & 1 else klen} "
                             f"metadatasize: {-1 if attrs & 2 else mlen} valuesize: {-1 if attrs & 4 else vlen}")
@@ -781,8 +1160,9 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
                         # preallocated (preallocate=True) or a tail a crash left unwritten,
                         # which recovery cuts. (In a sealed segment they would be lost records.)
                         after = "the last record" if shown else "the file header"
-                        out.write(f"zeros: {size - int(end)} bytes after {after} "
-                                  f"(preallocated, or never written)\n".encode())
+                        out.write((json.dumps({"zeros": size - int(end), "after": after}) + "\n").encode() if js
+                                  else f"zeros: {size - int(end)} bytes after {after} "
+                                       f"(preallocated, or never written)\n".encode())
                         return
                     out.flush()
                     raise CliError(f"{path}: bad frame at position {int(end)} (expected offset {expected}): "
@@ -811,10 +1191,12 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None) -
               help="Run the comparison with other stores (pylog.bench; its peers come with the bench "
                    "extra, and a peer not installed is skipped). Arguments after it go to the comparison "
                    "(--quick, --peers, --json FILE, ...; see pylog bench --compare --help).")
+@click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object (with --compare: use its --json FILE).")
 @click.argument("compare_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def bench(ctx: click.Context, help_: bool, records: int, value_size: int, partitions: int, keys: int,
-          compare: bool, compare_args: tuple[str, ...]) -> None:
+          fmt_: str, compare: bool, compare_args: tuple[str, ...]) -> None:
     """A quick produce/consume benchmark in a temporary directory (records/s, MB/s)."""
     if compare:
         from click.core import ParameterSource
@@ -863,6 +1245,11 @@ def bench(ctx: click.Context, help_: bool, records: int, value_size: int, partit
                 got += len(r)
             t2 = time.perf_counter()
         mb = records * value_size / 1e6
+        if fmt_ == "json":
+            click.echo(json.dumps({"records": records, "value_size": value_size, "partitions": partitions,
+                                   "produce_s": t1 - t0, "produce_records_s": records / (t1 - t0),
+                                   "consume_s": t2 - t1, "consumed": got, "consume_records_s": got / (t2 - t1)}))
+            return
         click.echo(f"produce: {records} records of {value_size} B in {t1 - t0:.3f} s: "
                    f"{records / (t1 - t0):,.0f} records/s, {mb / (t1 - t0):,.1f} MB/s")
         click.echo(f"consume: {got} records in {t2 - t1:.3f} s: "
@@ -901,18 +1288,35 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
     run(ctx.obj["root"], host, port, ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))
 
 
+_NO_ARGS: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+def _one_line_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                      line: str | None = None) -> None:
+    """Warnings (a damaged committed-offset file, ...) as one line: ``pylog: warning: ...``."""
+    sys.stderr.write(f"pylog: warning: {' '.join(str(message).split())}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pylog`` console script; returns (and exits with) the status."""
+    import warnings
+
+    warnings.showwarning = _one_line_warning
     try:
         rv = cli.main(args=argv, prog_name="pylog", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
+    except _NO_ARGS as e:  # bare "pylog" or "pylog topic": the help, on stdout
+        click.echo(e.ctx.get_help() if e.ctx is not None else cli.get_help(click.Context(cli)))
+        code = 0
     except click.exceptions.Abort:
         code = _fail("interrupted", 130)
     except click.ClickException as e:
         code = _fail(e.format_message(), e.exit_code if e.exit_code else 2)
     except CliError as e:
         code = _fail(str(e), e.code)
-    except BrokenPipeError:
+    except InvalidNameError as e:  # a topic or group name typed on the command line
+        code = _fail(str(e), 2)
+    except (BrokenPipeError, _PipeClosed):
         # the reader went away (pylog consume | head): not an error
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -314,3 +314,188 @@ def test_record_repr_previews_its_bytes(tmp_path):
         assert repr(r) == (f"Record(offset=0, timestamp={r.timestamp}, key=b'k', "
                            f"value=b'{'x' * 24}'... (100 B), metadata=b'm')")
         assert "value=None" in repr(log.read(1))
+
+
+# ----------------------------------------------------------------------------------------
+# the CLI a person expects (issue 17, item 5)
+def test_bare_pylog_and_pylog_topic_print_the_help(tmp_path):
+    for args, first in (((), "Usage: pylog [OPTIONS] COMMAND"), (("topic",), "Usage: pylog topic [OPTIONS]"),
+                        (("group",), "Usage: pylog group [OPTIONS]")):
+        p = cli(None, *args)
+        assert p.returncode == 0 and p.stderr == "", p.stderr
+        assert p.stdout.startswith(first), p.stdout[:200]
+        assert "Commands:" in p.stdout
+
+
+def test_root_works_after_the_verb_too(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(None, "topic", "create", "orders", "--root", str(root)))
+    ok(cli(None, "produce", "orders", "--root", str(root), input="x\n"))
+    assert ok(cli(None, "consume", "orders", "--from-beginning", "--root", str(root))) == "x\n"
+    assert ok(cli(tmp_path / "elsewhere", "topic", "list", "--root", str(root))) == "orders\n"  # the later wins
+
+
+def test_exit_codes_usage_2_failure_1(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders"))
+    one_line_error(cli(root, "topic", "create", "bad/name"), 2, "invalid topic name")
+    one_line_error(cli(root, "topic", "create", "t", "-c", "segment_bytes=1"), 2, "segment_bytes=1 is out of range")
+    one_line_error(cli(root, "consume", "orders", "--group", "../g"), 2, "invalid group name")
+    one_line_error(cli(root, "topic", "describe", "missing"), 1, "unknown topic")
+    one_line_error(cli(root, "topic", "create", "orders"), 1, "already exists")
+    assert sorted(os.listdir(root)) == [".store.lock", "orders"] or "t" not in os.listdir(root)
+
+
+def test_consume_into_head_exits_0(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders"))
+    ok(cli(root, "produce", "orders", input="".join(f"{i}\n" for i in range(200_000))))
+    p = _run(["bash", "-c", f"set -o pipefail; {sys.executable} -m pylog --root {root} consume orders "
+              f"--from-beginning | head -1; echo status=${{PIPESTATUS[0]}}"], env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.stdout.splitlines() == ["0", "status=0"], p.stdout + p.stderr
+    assert p.stderr == ""
+
+
+def test_ctrl_c_ends_follow_quietly(tmp_path):
+    import signal
+
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders"))
+    ok(cli(root, "produce", "orders", input="first\n"))
+    proc = subprocess.Popen([sys.executable, "-m", "pylog", "--root", str(root), "consume", "orders",
+                             "--from-beginning", "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        assert proc.stdout.readline() == "first\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and err == "", (proc.returncode, err)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--offset", "5", "--from-beginning", "-p", "0"], "--offset and --from-beginning contradict"),
+    (["--template", "%s", "--format", "json"], "--template and --format contradict"),
+    (["--print-key", "--format", "json"], "--print-key is for the text format"),
+    (["--template", "%x"], "unknown field %x"),
+    (["--idle-timeout", "soon"], "'soon' is not a duration"),
+])
+def test_conflicting_or_bad_consume_options_are_refused(tmp_path, args, words):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders"))
+    one_line_error(cli(root, "consume", "orders", *args), 2, words)
+
+
+def _values(root, topic="orders", *extra):
+    return json.loads("[" + ",".join(ok(cli(root, "consume", topic, "--from-beginning", "--format", "json",
+                                            *extra)).splitlines()) + "]")
+
+
+def test_produce_a_bad_line_keeps_the_records_before_it(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders", "-c", "max_record_bytes=10"))
+    err = one_line_error(cli(root, "produce", "orders", "-k", ":", input="a:1\nb:2\nnokey\nc:3\n"), 1)
+    assert err == "pylog: error: line 3 has no key separator ':' (2 records before it were produced and kept)"
+    assert [(r["key"], r["value"]) for r in _values(root)] == [("a", "1"), ("b", "2")]
+    err = one_line_error(cli(root, "produce", "orders", input="x\n" + "y" * 20 + "\nz\n"), 1)
+    assert err == ("pylog: error: line 2 is a record of 20 bytes, larger than max_record_bytes=10 "
+                   "(1 record before it was produced and kept)")
+    assert [r["value"] for r in _values(root)] == ["1", "2", "x"]
+    # JSON lines: the same, with the line number
+    err = one_line_error(cli(root, "produce", "orders", "--format", "json",
+                             input='{"value": "j1"}\n{"value": "j2"}\n{"value": \n{"value": "j4"}\n'), 1)
+    assert err.startswith("pylog: error: line 3 is not a record: not valid JSON")
+    assert err.endswith("(2 records before it were produced and kept)")
+    assert [r["value"] for r in _values(root)] == ["1", "2", "x", "j1", "j2"]
+
+
+def test_produce_crlf_tombstones_metadata_timestamps(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders"))
+    ok(cli(root, "produce", "orders", "-k", ":", input="a:1\r\nb:2\r\nc:3"))
+    ok(cli(root, "produce", "orders", "-k", ":", "--null-marker", "NULL", "-H", "src=test",
+           "--timestamp", "2030-01-01T00:00:00Z", input="a:NULL\r\nd:4\n"))
+    rows = _values(root)
+    assert [(r["key"], r["value"]) for r in rows] == [("a", "1"), ("b", "2"), ("c", "3"), ("a", None), ("d", "4")]
+    assert [r["metadata"] for r in rows[3:]] == ["src=test", "src=test"]
+    assert [r["timestamp"] for r in rows[3:]] == [1893456000000] * 2
+
+
+def test_json_lines_round_trip(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders", "-p", "3"))
+    ok(cli(root, "topic", "create", "copy", "-p", "3"))
+    lines = ['{"key": "k1", "value": "v1", "metadata": "m", "timestamp": 1000, "partition": 2}',
+             '{"key": "k1", "value": null, "timestamp": 1001, "partition": 2}',
+             '{"value_base64": "AP8=", "key_base64": "/w==", "partition": 0, "timestamp": 5}',
+             '{"value": {"n": 1}, "partition": 1}']
+    ok(cli(root, "produce", "orders", "--format", "json", input="\n".join(lines) + "\n"))
+    rows = _values(root)
+    assert [(r["partition"], r["key"], r["value"], r["metadata"]) for r in rows] == [
+        (0, None, None, None), (1, None, '{"n":1}', None), (2, "k1", "v1", "m"), (2, "k1", None, None)]
+    assert rows[0]["key_base64"] == "/w==" and rows[0]["value_base64"] == "AP8="
+    assert [r["timestamp"] for r in rows if r["partition"] != 1] == [5, 1000, 1001]
+    dumped = ok(cli(root, "consume", "orders", "--from-beginning", "--format", "json"))
+    ok(cli(root, "produce", "copy", "--format", "json", input=dumped))
+    strip = [{k: v for k, v in r.items() if k != "topic"} for r in rows]
+    assert [{k: v for k, v in r.items() if k != "topic"} for r in _values(root, "copy")] == strip
+
+
+def test_consume_template_and_idle_timeout(tmp_path):
+    import time
+
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders"))
+    ok(cli(root, "produce", "orders", "-k", ":", "--timestamp", "77", input="a:hello\nb:\n"))
+    out = ok(cli(root, "consume", "orders", "--from-beginning", "-F", r"%t/%p@%o %T %k=%s (%K,%S) %h\n"))
+    assert out == "orders/0@0 77 a=hello (1,5) null\norders/0@1 77 b= (1,0) null\n"
+    t = time.monotonic()
+    out = ok(cli(root, "consume", "orders", "--from-beginning", "--idle-timeout", "1500ms"))
+    took = time.monotonic() - t
+    assert out == "hello\n\n" and 1.4 < took < 30, took
+
+
+def test_human_units_in_config(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders", "-c", "segment_bytes=64MiB", "-c", "retention_ms=7d",
+           "-c", "retention_bytes=1GB"))
+    cfg = json.loads(ok(cli(root, "topic", "describe", "orders", "--format", "json")))["config"]
+    assert (cfg["segment_bytes"], cfg["retention_ms"], cfg["retention_bytes"]) == (64 << 20, 7 * 86_400_000, 10**9)
+    ok(cli(root, "topic", "alter", "orders", "-c", "segment_ms=12h"))
+    assert json.loads(ok(cli(root, "topic", "describe", "orders", "--format", "json")))["config"]["segment_ms"] == \
+        12 * 3_600_000
+    one_line_error(cli(root, "topic", "alter", "orders", "-c", "segment_bytes=64XB"), 2, "'64XB' is not a size")
+
+
+def test_format_json_on_every_verb_that_prints_data(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders"))
+    ok(cli(root, "topic", "create", "kv", "-c", "cleanup_policy=compact"))
+    ok(cli(root, "produce", "orders", input="a\nb\n"))
+    ok(cli(root, "consume", "orders", "-g", "g", "--from-beginning"))
+    seg = os.path.join(root, "orders", "partition-0", "00000000000000000000")
+    verbs = [["topic", "list"], ["topic", "describe"], ["consume", "orders", "--from-beginning"], ["verify"],
+             ["recover"], ["retention"], ["compact"], ["group", "list"], ["group", "describe", "g"],
+             ["group", "reset", "g", "--topic", "orders", "--to-earliest", "--dry-run"],
+             ["dump", seg + ".log", "-d"], ["dump", seg + ".index"], ["bench", "-n", "1000"]]
+    for v in verbs:
+        out = ok(cli(root, *v, "--format", "json"))
+        docs = [json.loads(line) for line in out.splitlines()] if v[0] in ("consume", "dump", "recover") \
+            else [json.loads(out)]
+        assert docs, v
+    assert json.loads(ok(cli(root, "verify", "--format", "json")))["ok"] is True
+    assert json.loads(ok(cli(root, "topic", "list", "--format", "json"))) == ["kv", "orders"]
+
+
+def test_a_damaged_committed_offset_file_is_one_line(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "orders"))
+    ok(cli(root, "produce", "orders", input="a\nb\n"))
+    ok(cli(root, "consume", "orders", "-g", "g", "--from-beginning"))
+    with open(os.path.join(root, "orders", "~consumers", "g", "partition-0.offset"), "wb") as f:
+        f.write(b"garbage")
+    p = cli(root, "consume", "orders", "-g", "g", "--from-beginning")
+    assert p.returncode == 0 and p.stdout == "a\nb\n"
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pylog: warning: committed offset file ") and "damaged" in lines[0]
