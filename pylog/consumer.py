@@ -131,6 +131,14 @@ class Consumer:
         Byte budget of one partition's fetch in :meth:`poll`.
     rebalance_ms
         How often a group member re-checks the membership while polling.
+
+    Attributes
+    ----------
+    last_poll : dict[int, list[Record]]
+        The records the last :meth:`poll` returned, by partition (which partition each
+        record came from; a Record does not carry it).
+    store, topic, group
+        The LogStore, the Topic and the group name (None: no group) of the consumer.
     """
 
     def __init__(self, store: "LogStore", topic: "Topic", group: str | None = None, *,

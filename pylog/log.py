@@ -236,6 +236,24 @@ class Log:
         the writer's tail: new records and segments appear on the next read past the end,
         or after :meth:`refresh`.
 
+    Attributes
+    ----------
+    path : str
+        The partition directory.
+    config : LogConfig
+        The config the log runs with (the stored one, with the values passed applied).
+    readonly : bool
+        Whether the log was opened with ``readonly=True``.
+    recovery_report : list[CorruptRecordError]
+        What opening found corrupt in sealed segments (kept as they are, never returned by
+        reads; see docs/durability.md). Empty after a clean open.
+    truncated_bytes : int
+        Bytes of a torn tail that opening cut from the active segment (0 after a clean
+        shutdown).
+
+    ``len(log)`` is ``next_offset - start_offset``: the offsets the log spans (a compacted
+    log holds fewer records than that).
+
     Raises
     ------
     LogLockedError
@@ -494,6 +512,8 @@ class Log:
         return self.stable_offset
 
     def __len__(self) -> int:
+        """``next_offset - start_offset``: the offsets the log spans (compaction can leave
+        fewer records)."""
         return self.next_offset - self.start_offset
 
     @property
