@@ -25,7 +25,7 @@ def _rows(data: dict[str, Any], dataset: str, workload: str) -> list[dict[str, A
 def throughput(data: dict[str, Any], out: str, plt: Any) -> str:
     datasets = [d for d in dict.fromkeys(r["dataset"] for r in data["rows"]) if "records x" in d]
     workloads = ["append (each)", "append (batch)", "scan"]
-    fig, axes = plt.subplots(len(datasets), 1, figsize=(9, 3.6 * len(datasets)), squeeze=False)
+    fig, axes = plt.subplots(len(datasets), 1, figsize=(10.5, 3.6 * len(datasets)), squeeze=False)
     for ax, ds in zip(axes[:, 0], datasets):
         systems = list(dict.fromkeys(r["system"] for r in data["rows"] if r["dataset"] == ds and r["rate"]
                                      and r["workload"] in workloads))
@@ -44,7 +44,7 @@ def throughput(data: dict[str, Any], out: str, plt: Any) -> str:
         ax.set_ylabel("records/s (log)")
         ax.set_title(f"{ds}, fsync off, warm page cache (median of repetitions)")
         ax.grid(axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=4)
+        ax.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
     fig.tight_layout()
     path = os.path.join(out, "compare-throughput.png")
     fig.savefig(path, dpi=80)

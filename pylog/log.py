@@ -223,6 +223,9 @@ class PackedBytes:
 class Log:
     """One partition: an append-only sequence of records with consecutive 64-bit offsets.
 
+    ``len(log)`` is ``next_offset - start_offset``: the offsets the log spans (a compacted
+    log holds fewer records than that).
+
     Parameters
     ----------
     path
@@ -250,9 +253,6 @@ class Log:
     truncated_bytes : int
         Bytes of a torn tail that opening cut from the active segment (0 after a clean
         shutdown).
-
-    ``len(log)`` is ``next_offset - start_offset``: the offsets the log spans (a compacted
-    log holds fewer records than that).
 
     Raises
     ------

@@ -499,3 +499,27 @@ def test_a_damaged_committed_offset_file_is_one_line(tmp_path):
     assert p.returncode == 0 and p.stdout == "a\nb\n"
     lines = p.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("pylog: warning: committed offset file ") and "damaged" in lines[0]
+
+
+# ----------------------------------------------------------------------------------------
+# the documentation site
+def test_the_docs_site_builds_strict(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs extra (mkdocs, mkdocstrings) is not installed")
+    pytest.importorskip("mkdocstrings")
+    site = tmp_path / "site"
+    p = _run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", os.path.join(ROOT, "mkdocs.yml"),
+              "--site-dir", str(site)], cwd=ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "WARNING" not in p.stderr
+    import re
+
+    index = re.sub(r"<[^>]+>", "", (site / "index.html").read_text())  # the text, without highlighting
+    assert "pip install pylog-commitlog" in index
+    api = (site / "api.html").read_text()
+    # the reference comes from the docstrings: a method, its docstring, and the roles rewritten
+    assert 'id="pylog.Log.append_batch"' in api and "recovery_report" in api
+    assert 'id="pylog.groups.reset_group"' in api and "exactly one of" in api
+    assert ":class:" not in api and ":meth:" not in api
+    bench = (site / "benchmarks.html").read_text()
+    for png in ("compare-throughput.png", "compare-latency.png", "compare-targets.png"):
+        assert f"img/{png}" in bench and (site / "img" / png).stat().st_size > 10_000
