@@ -104,3 +104,16 @@ def test_second_broker_on_the_same_root_and_busy_port_fail_in_one_line(broker, t
         err = [line for line in out.stderr.splitlines() if "pylog.serve INFO" not in line]
         assert len(err) == 1 and "Traceback" not in out.stderr, out.stderr
     assert api_versions_ok(broker)
+
+
+def test_serve_without_the_extra_says_what_to_install(tmp_path):
+    from conftest import run_py
+
+    out = run_py(f"""
+        import sys
+        sys.modules["kio"] = None  # as if the serve extra were not installed
+        from pylog.cli import main
+        main(["--root", {str(tmp_path)!r}, "serve", "--port", "0"])
+    """)
+    assert out.returncode == 1
+    assert out.stderr.strip().count("\\n") == 0 and "pylog-commitlog[serve]" in out.stderr, out.stderr

@@ -16,6 +16,12 @@ __all__ = ["Server", "serve"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
+        try:
+            import kio  # noqa: F401
+        except ImportError:
+            from pylog.errors import MissingExtraError
+
+            raise MissingExtraError("pylog serve", "kio", "serve") from None
         from pylog.serve import server
 
         return getattr(server, name)
