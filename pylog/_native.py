@@ -597,7 +597,7 @@ def kafka_encode(offsets, timestamps, keys, key_lens, values, value_lens, meta=N
 
     ``offsets``/``timestamps``: int64 arrays; keys, values, meta: joined bytes-likes with
     uint32 lengths (``PLOG_NULL_LEN``: null; ``meta_lens`` None: no metadata).
-    Returns ``(status, batch)``.
+    Returns ``(status, batch)``, the batch a read-only buffer (memoryview).
     """
     offsets = np.ascontiguousarray(offsets, np.int64)
     timestamps = np.ascontiguousarray(timestamps, np.int64)
@@ -607,16 +607,14 @@ def kafka_encode(offsets, timestamps, keys, key_lens, values, value_lens, meta=N
     kmv, vmv = memoryview(keys).cast("B"), memoryview(values).cast("B")
     mmv = memoryview(meta if meta is not None else _EMPTY).cast("B")
     cap = KAFKA_BATCH_HEADER_SIZE + n * 64 + len(kmv) + len(vmv) + len(mmv)
-    out = bytearray(cap)
+    out = _raw_alloc("uint8_t[]", cap)  # not zeroed: C writes every byte it reports
     written = ffi.new("size_t *")
     ml = None if meta_lens is None else np.ascontiguousarray(meta_lens, np.uint32)
     with ffi.from_buffer(kmv) as kp, ffi.from_buffer(vmv) as vp, ffi.from_buffer(mmv) as mp:
         rc = lib.plog_kafka_encode(
-            ffi.from_buffer("uint8_t[]", out, require_writable=True), cap, n,
-            ffi.from_buffer("int64_t[]", offsets), ffi.from_buffer("int64_t[]", timestamps),
+            out, cap, n, ffi.from_buffer("int64_t[]", offsets), ffi.from_buffer("int64_t[]", timestamps),
             kp, ffi.from_buffer("uint32_t[]", key_lens), vp, ffi.from_buffer("uint32_t[]", value_lens),
             mp, ffi.NULL if ml is None else ffi.from_buffer("uint32_t[]", ml), written)
     if rc != OK:
         return rc, None
-    del out[written[0]:]
-    return rc, out
+    return rc, memoryview(ffi.buffer(out, written[0]))

@@ -127,3 +127,24 @@ def test_concurrent_acks_all_producers_share_fsyncs(broker, tmp_path):
     with connect(broker) as s:
         got = fetched_values(call(s, fetch("fs", 1, max_bytes=1 << 20), 1, 12))
         assert len(got) == acked
+
+
+def test_metadata_v0_empty_list_means_every_topic_and_transactional_batches_refused(broker):
+    import numpy as np
+
+    from pylog import _backend
+
+    with connect(broker) as s:
+        create_topic(s, "m1")
+        create_topic(s, "m2", partitions=3)
+        r = call(s, frame(3, 0, {"topics": []}), 3, 0)
+        assert sorted((t.name, len(t.partitions)) for t in r.topics) == [("m1", 1), ("m2", 3)]
+        r = call(s, frame(3, 12, {"topics": [], "allow_auto_topic_creation": False}), 3, 12)
+        assert r.topics == ()
+        rc, b = _backend.impl.kafka_encode(np.arange(1), np.full(1, 5), b"", np.full(1, 0xFFFFFFFF, np.uint32),
+                                           b"tx", np.full(1, 2, np.uint32))
+        b = bytearray(b)
+        b[22] |= 0x10  # attributes: transactional; the CRC32C covers them, so recompute it
+        b[17:21] = _backend.impl.crc32c(bytes(b[21:])).to_bytes(4, "big")
+        r = call(s, produce("m1", bytes(b)), 0, 9)
+        assert r.responses[0].partition_responses[0].error_code == 48  # INVALID_TXN_STATE

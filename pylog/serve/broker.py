@@ -130,6 +130,8 @@ class Broker:
             d = decode_records(records, self.max_decompressed_bytes)
         except BatchError as e:
             return e.code, -1, -1
+        if d.transactional:  # transactions over the protocol come with InitProducerId (next step)
+            return E.invalid_txn_state, -1, -1
         now = int(time.time() * 1000)
         ts = d.timestamps
         if d.log_append_time:
@@ -237,13 +239,13 @@ class Broker:
         return out, total
 
     @staticmethod
-    def _records(log: Log, off: int, end: int, limit: int) -> bytes:
+    def _records(log: Log, off: int, end: int, limit: int) -> Any:
         """RecordBatches of the records in [off, end), about ``limit`` bytes (at least one
         record): a columnar scan of the segments encoded in C, no Record objects; without
         pyarrow (whose allocator the scan uses), or when the scan stops at a bad frame,
         through ``Log.read_batch`` (which raises CorruptRecordError for a bad frame)."""
         if _arrow is not None:
-            out: list[bytes] = []
+            out: list[Any] = []
             used = 0
             for part in _arrow._parts(log, off, end, 1):
                 left = max(limit - used, 1)
@@ -257,7 +259,7 @@ class Broker:
                 if used >= limit or not out:
                     break
             if out:
-                return b"".join(out)
+                return out[0] if len(out) == 1 else b"".join(out)
         recs = [x for x in log.read_batch(off, max_bytes=limit) if x.offset < end]
         return encode_records(recs) if recs else b""
 

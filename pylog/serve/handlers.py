@@ -38,7 +38,7 @@ def api_versions(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
 def metadata(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
     """Metadata: this one broker leads every partition; unknown topics may be auto-created."""
     store = broker.store
-    if req.topics is None:
+    if req.topics is None or (version == 0 and not req.topics):  # v0: an empty list means all
         names = store.topics()
     else:
         names = [t.name for t in req.topics if t.name is not None]

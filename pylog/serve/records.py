@@ -203,7 +203,7 @@ def _column(c: Any, n: int) -> tuple[Any, np.ndarray]:
     return c.data[: int(offs[n])], lens
 
 
-def encode_columns(cols: Any) -> bytes:
+def encode_columns(cols: Any) -> Any:
     """One RecordBatch v2 of the rows of a :class:`pylog._columns.Columns` (a columnar scan:
     no Record objects), in one C call."""
     n = cols.rows
@@ -213,4 +213,4 @@ def encode_columns(cols: Any) -> bytes:
     rc, out = _impl.kafka_encode(cols.offsets[:n], cols.timestamps[:n], k, kl, v, vl, m, ml)
     if rc != 0:
         raise RuntimeError(f"kafka_encode failed with status {rc}")
-    return bytes(out)
+    return out  # a buffer, not copied again
