@@ -12,6 +12,11 @@ unclean. Either file, if damaged or inconsistent with the segment files, is igno
 recovery. ``active_mtime_ns`` (the active store's modification time at close) ties the
 marker to the store as it was then: a stale marker (left over or restored while the log
 moved on) whose size happens to match again is not trusted.
+
+``truncate-point`` (28 bytes, the layout of ``recovery-point`` with magic ``b"PYLOGTRP"``):
+the offset a ``truncate()`` drops from, written durably before it changes any file and
+removed when it is done. Its presence at open means a truncate was interrupted: the
+opening writer finishes it.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ _CLN_VERSION = 2
 _CRC = struct.Struct("<I")
 CKP_MAGIC = b"PYLOGCKP"
 CLN_MAGIC = b"PYLOGCLN"
+TRP_MAGIC = b"PYLOGTRP"
 _NO_TS = -(1 << 63)
 
 
@@ -73,6 +79,28 @@ def read_recovery_point(dirpath: str) -> int | None:
     data = _read(os.path.join(dirpath, fmt.CHECKPOINT_FILE))
     fields = _open(data, _CKP, CKP_MAGIC, _CKP_VERSION) if data is not None else None
     return fields[4] if fields else None
+
+
+def write_truncate_point(dirpath: str, offset: int) -> None:
+    """Record durably that a truncate to ``offset`` is under way."""
+    fileutil.atomic_write(os.path.join(dirpath, fmt.TRUNCATE_FILE), _seal(_CKP.pack(TRP_MAGIC, _CKP_VERSION, 0, 0, offset)))
+
+
+def read_truncate_point(dirpath: str) -> int | None:
+    """The offset of an interrupted truncate; None when there is none. A damaged file is
+    one the crash cut before its rename committed it, so it counts as none."""
+    data = _read(os.path.join(dirpath, fmt.TRUNCATE_FILE))
+    fields = _open(data, _CKP, TRP_MAGIC, _CKP_VERSION) if data is not None else None
+    return fields[4] if fields else None
+
+
+def clear_truncate_point(dirpath: str) -> None:
+    """Remove the truncate point durably (a no-op when there is none)."""
+    try:
+        vfs.unlink(os.path.join(dirpath, fmt.TRUNCATE_FILE))
+    except FileNotFoundError:
+        return
+    fileutil.fsync_dir(dirpath)
 
 
 def write_clean(dirpath: str, state: CleanState) -> None:

@@ -62,10 +62,14 @@ TIMEINDEX_SUFFIX = ".timeindex"
 TEMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted"
 BROKEN_SUFFIX = ".broken"
+#: segments found after a gap in the offsets at an unclean open: set aside, never deleted
+GAP_SUFFIX = ".gap"
 
 CONFIG_FILE = "config.json"
 CHECKPOINT_FILE = "recovery-point"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+#: an interrupted truncate's target offset (written before it changes a file)
+TRUNCATE_FILE = "truncate-point"
 LOCK_FILE = ".lock"
 
 #: numpy views of index files (little-endian, packed: entries start at byte 32 of the file)

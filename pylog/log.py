@@ -160,6 +160,28 @@ def _last_timestamp(seg: SealedSegment) -> int | None:
         pos = int(end)
 
 
+def _records_end(seg: SealedSegment) -> int | None:
+    """One past the last record of sealed segment ``seg``, found by walking from its last
+    index entry (at most one index interval is read); None when that cannot be told: a
+    compacted segment, or a walk stopped by damage before the end of the store."""
+    m = seg.maps()  # learns seg.gaps
+    if seg.gaps:
+        return None
+    ix = m.index
+    if ix.n:
+        pos = int(ix.array[-1]["position"])
+        end = seg.base_offset + int(ix.array[-1]["relative_offset"])
+    else:
+        pos, end = fmt.FILE_HEADER_SIZE, seg.base_offset
+    while True:
+        _rc, frames, stop = impl.scan(m.store.buf, m.store.length, pos, None, 4096, (1 << 64) - 1, False)
+        if not len(frames):
+            break
+        end = int(frames[-1]["offset"]) + 1
+        pos = int(stop)
+    return end if pos == m.store.length else None
+
+
 def _as_bytes(x: Any, what: str) -> Any:
     """A bytes object or a flat byte memoryview of ``x``; TypeError for anything else."""
     t = type(x)
@@ -249,7 +271,11 @@ class Log:
         Whether the log was opened with ``readonly=True``.
     recovery_report : list[CorruptRecordError]
         What opening found corrupt in sealed segments (kept as they are, never returned by
-        reads; see docs/durability.md). Empty after a clean open.
+        reads; see docs/durability.md), and holes in the offsets it found (the segments
+        after one are set aside as ``*.gap``). Empty after a clean open.
+    recovery_actions : list[str]
+        What opening repaired, one line each: an interrupted truncate it finished (or could
+        not finish: the log then opens fenced), segments it set aside after a hole.
     truncated_bytes : int
         Bytes of a torn tail that opening cut from the active segment (0 after a clean
         shutdown).
@@ -282,6 +308,7 @@ class Log:
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         self.recovery_report: list[CorruptRecordError] = []
+        self.recovery_actions: list[str] = []
         self.truncated_bytes = 0
         self._cap: int | None = None  # the last stable offset while a transaction applies
         if readonly:
@@ -316,6 +343,8 @@ class Log:
             self._flush_t = self.config.flush_ms or (1 << 62)
             self._load(bases)
             self._update_writable()
+            if not readonly:
+                self._finish_truncate()  # a log-level operation that was under way first
             if not readonly and os.path.exists(os.path.join(self.path, STABLE_FILE)):
                 self._open_stable()
         except BaseException:
@@ -407,6 +436,8 @@ class Log:
             self._durable_next = cfg.initial_offset
             return
         clean = checkpoint.take_clean(self.path)
+        if clean is None and len(bases) > 1:
+            bases = self._set_aside_after_gap(bases)
         sealed = [SealedSegment(self.path, b, bases[i + 1], None, cfg.index_interval_bytes, self._cache)
                   for i, b in enumerate(bases[:-1])]  # sizes are read when first needed
         last = bases[-1]
@@ -424,6 +455,57 @@ class Log:
         self._durable_next = active.next_offset
         if clean is None:
             checkpoint.write_recovery_point(self.path, active.base_offset)
+
+    def _set_aside_after_gap(self, bases: list[int]) -> list[int]:
+        """Backstop of an unclean open: where a segment's records end before the next
+        segment's base (a hole in the offsets: a file deleted by hand, or a crash of an
+        older pylog's truncate), the segments after the hole are renamed ``*.gap`` (kept,
+        never deleted), reported in ``recovery_report`` and ``recovery_actions``, and the
+        log ends before the hole. Returns the bases still in the log."""
+        cfg = self.config
+        for i in range(len(bases) - 1):
+            seg = SealedSegment(self.path, bases[i], bases[i + 1], None, cfg.index_interval_bytes, self._cache)
+            try:
+                end = _records_end(seg)
+            finally:
+                self._cache.discard(seg)
+            if end is None or end >= bases[i + 1]:
+                continue
+            saved = []
+            for b in bases[i + 1 :]:
+                for p in paths(self.path, b):
+                    if os.path.exists(p):
+                        vfs.rename(p, p + fmt.GAP_SUFFIX)
+                        saved.append(os.path.basename(p) + fmt.GAP_SUFFIX)
+            fileutil.fsync_dir(self.path)
+            what = (f"offsets [{end}, {bases[i + 1]}) are missing: the segments from {bases[i + 1]} on "
+                    f"were set aside as {', '.join(n for n in saved if fmt.STORE_SUFFIX + fmt.GAP_SUFFIX in n)}")
+            self.recovery_report.append(CorruptRecordError(paths(self.path, bases[i + 1])[0] + fmt.GAP_SUFFIX,
+                                                           0, end, what))
+            self.recovery_actions.append(what)
+            return bases[: i + 1]
+        return bases
+
+    def _finish_truncate(self) -> None:
+        """Finish a truncate that a crash interrupted: its point was made durable before it
+        changed any file, so the records from it on are dropped now (``recovery_actions``
+        says so)."""
+        t = checkpoint.read_truncate_point(self.path)
+        if t is None:
+            checkpoint.clear_truncate_point(self.path)  # none, or one that never committed
+            return
+        start, nxt = self.start_offset, self.next_offset
+        if start <= t < nxt:
+            try:
+                self.truncate(t)
+            except OSError as e:  # a full disk, say: the log opens fenced, and readable
+                self.recovery_actions.append(f"could not finish an interrupted truncate to offset {t} ({e}); "
+                                             f"the log refuses appends until it is reopened")
+                return
+            self.recovery_actions.append(f"finished an interrupted truncate: offsets [{t}, {nxt}) dropped")
+        else:
+            checkpoint.clear_truncate_point(self.path)
+            self.recovery_actions.append(f"an interrupted truncate to offset {t} had nothing left to drop")
 
     def _recover(self, sealed: list[SealedSegment], last: int) -> ActiveSegment:
         """Unclean shutdown: verify what follows the recovery point, cut the active tail."""
@@ -1432,31 +1514,43 @@ class Log:
                     raise PylogError(f"cannot truncate at offset {offset}: it lies in a compacted segment "
                                      f"({tseg.store_path}); truncate at or after {tseg.next_offset}")
             self._write_out(active)
+            try:
+                # From here a crash leaves the truncate to finish at the next open (the
+                # point is durable before any file changes), and a failure leaves the log
+                # fenced, its view matching the files (_match_files).
+                checkpoint.write_truncate_point(self.path, offset)
+            except OSError as e:
+                self._truncate_failed(e, None, 0, [])
+                raise
             if offset >= active.base_offset:
                 target_base = active.base_offset
-                doomed: list[SealedSegment] = []
                 doomed_files: list[int] = []
                 _, f = active.find(offset)
-                active.close_files()
             else:
                 seg = self._sealed_for(offset)
                 assert seg is not None
                 target_base = seg.base_offset
-                i = self._sealed.index(seg)
-                doomed = self._sealed[i + 1 :]
                 _, f = seg.find(offset)
                 self._cache.discard(seg)
-                active.close_files()
-                doomed_files = [active.base_offset]
+                # newest first: a crash (or a failure) part way leaves a shorter log, never
+                # one with a hole in its offsets
+                doomed_files = [active.base_offset] + [s.base_offset for s in reversed(self._sealed)
+                                                       if s.base_offset > target_base]
+            active.close_files()
+            target = paths(self.path, target_base)[0]
+            target_size = os.path.getsize(target)
+            new = None
             try:
-                if offset < active.base_offset:
-                    self._delete_files([s.base_offset for s in doomed] + doomed_files)
+                self._delete_files(doomed_files)
                 # copied, never cut in place: read-only logs in other processes may map it
-                fileutil.shrink_file(paths(self.path, target_base)[0], f[0], copy=True)
+                fileutil.shrink_file(target, f[0], copy=True)
                 new, _cut = ActiveSegment.recover(self.path, target_base, self.config, save_broken=False)
                 checkpoint.write_recovery_point(self.path, target_base)
+                checkpoint.clear_truncate_point(self.path)
             except OSError as e:
-                self._fence(e)
+                if new is not None:
+                    new.close_files()
+                self._truncate_failed(e, target, target_size, doomed_files)
                 raise
             keep = [s for s in self._sealed if s.base_offset < target_base]
             for s in self._sealed:
@@ -1469,8 +1563,58 @@ class Log:
             with self._sync_cv:
                 self._durable_next = min(self._durable_next, new.next_offset)
 
+    def _truncate_failed(self, e: BaseException, target: str | None, size: int, doomed: list[int]) -> None:
+        """A truncate failed: fence (:meth:`_fail`). If it changed no file (every doomed
+        store is there and the kept one has its old size), its truncate point goes too, so
+        a reopen finds the log as it was; else the point stays and the reopen finishes it."""
+        self._fail(e)
+        try:
+            if (target is None or os.path.getsize(target) == size) and all(
+                    os.path.exists(paths(self.path, b)[0]) for b in doomed):
+                checkpoint.clear_truncate_point(self.path)
+        except OSError:
+            pass  # the point stays: the next open finishes the truncate
+
+    def _fail(self, e: BaseException) -> None:
+        """A truncate or retention failed part way: fence the log, and make what it shows
+        match the files as the failure left them, so every offset it still claims reads."""
+        self._fence(e)
+        try:
+            self._match_files()
+        except OSError:
+            pass  # the old view stays; reads of what is gone raise OffsetOutOfRangeError
+
+    def _match_files(self) -> None:
+        """Rebuild the segment list from the store files now in the directory. The active
+        segment is kept while its files are open and it is still the last; otherwise the
+        last store is read as a read-only reader would (whole, CRC-valid frames only)."""
+        from pylog.tail import TailSegment  # the read-only tail, as in _load_readonly
+
+        bases = self._list_bases()
+        if not bases:
+            return
+        active = self._active
+        if not (isinstance(active, ActiveSegment) and active.store_fd >= 0 and bases[-1] == active.base_offset):
+            if isinstance(active, ActiveSegment):
+                active.close_files()
+            active = TailSegment(self.path, bases[-1], self.config)
+        known = {s.base_offset: s for s in self._sealed}
+        sealed = []
+        for i, b in enumerate(bases[:-1]):
+            s = known.get(b)
+            if s is None or s.next_offset != bases[i + 1]:
+                s = SealedSegment(self.path, b, bases[i + 1], None, self.config.index_interval_bytes, self._cache)
+            sealed.append(s)
+        for s in self._sealed:
+            if s not in sealed:
+                self._cache.discard(s)
+        self._sealed = sealed
+        self._sealed_bases = [s.base_offset for s in sealed]
+        self._active = active
+
     def _delete_files(self, bases: Iterable[int]) -> None:
-        """Delete segments crash-safely: rename to .deleted, fsync dir, unlink."""
+        """Delete segments crash-safely, in the order given: rename to .deleted (the store
+        first, so a segment is gone as a whole), fsync dir, unlink."""
         renamed = []
         for b in bases:
             for p in paths(self.path, b):
@@ -1489,15 +1633,16 @@ class Log:
         if count <= 0:
             return 0
         doomed = self._sealed[:count]
+        try:
+            # oldest first: a crash part way leaves a log that starts later, never a hole
+            self._delete_files([s.base_offset for s in doomed])
+        except OSError as e:
+            self._fail(e)  # start_offset moves only past the segments really gone
+            raise
         for s in doomed:
             self._cache.discard(s)
         self._sealed = self._sealed[count:]
         self._sealed_bases = self._sealed_bases[count:]
-        try:
-            self._delete_files([s.base_offset for s in doomed])
-        except OSError as e:
-            self._fence(e)
-            raise
         return count
 
     def remove_expired(self, max_age_ms: int) -> int:
@@ -1617,7 +1762,8 @@ class Log:
         if self.readonly:
             raise ReadOnlyLogError(f"log {self.path} was opened read-only")
         for name in os.listdir(self.path):
-            ours = name in (fmt.CONFIG_FILE, fmt.CHECKPOINT_FILE, fmt.CLEAN_SHUTDOWN_FILE, fmt.LOCK_FILE) or any(
+            ours = name in (fmt.CONFIG_FILE, fmt.CHECKPOINT_FILE, fmt.CLEAN_SHUTDOWN_FILE, fmt.LOCK_FILE,
+                            fmt.TRUNCATE_FILE) or any(
                 fmt.parse_segment_name(name.split(".", 1)[0] + s, s) is not None
                 for s in (fmt.STORE_SUFFIX, fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX)
             )

@@ -179,3 +179,247 @@ def test_acknowledged_appends_survive_sigkill_across_rolls(tmp_path, seed):
             v = bytes(rec.value)
             assert v == value_for(rec.offset, len(v), seed)
         assert log.verify() == []
+
+
+# ---------------------------------------------------------------------------------------
+# cases 11 and 12: truncate and retention, killed or failing at every system call
+#: the system calls a truncate or a retention changes files with
+FILE_CALLS = ["rename", "unlink", "fsync", "fdatasync", "ftruncate", "copy_file_range", "pwrite64"]
+if os.environ.get("PYLOG_LONG") == "1":
+    FILE_CALLS.append("write")
+BOUNDS = (0, 17, 34, 45)  # segments [0,17) [17,34) [34,45), as in the issue
+CUT = 5                   # truncate(5)
+VSIZE = 40
+
+
+def make_three_segments(path: str) -> None:
+    with pylog.Log(path, fsync="never") as log:
+        for o in range(BOUNDS[-1]):
+            log.append(value_for(o, VSIZE))
+            if o + 1 in BOUNDS[1:-1]:
+                log.roll()
+        assert [s["base_offset"] for s in log.segments()] == list(BOUNDS[:-1])
+
+
+OP_CHILD = """
+import json, os, sys
+import pylog
+from pylog.errors import LogFencedError
+sys.path.insert(0, os.environ["TESTS_DIR"])
+from test_seam_durability import value_for, VSIZE, CUT
+path, op = sys.argv[1], sys.argv[2]
+try:
+    log = pylog.Log(path)
+except OSError as e:  # the fault hit the open, before the operation
+    print(json.dumps({"phase": "open", "error": repr(e)}))
+    sys.stdout.flush()
+    os._exit(0)
+failed = None
+try:
+    if op == "truncate":
+        log.truncate(CUT)
+    else:
+        log.remove_expired(0)
+except OSError as e:
+    failed = repr(e)
+# what the log shows now (a fenced one after a failure) must read back, all of it
+start, nxt = log.start_offset, log.next_offset
+bad = [o for o in range(start, nxt) if bytes(log.read(o).value) != value_for(o, VSIZE)]
+scanned = [r.offset for r in log.scan()]
+batch = [r.offset for r in log.read_batch(start, max_records=1000)] if nxt > start else []
+verified = [str(e) for e in log.verify()]
+try:
+    log.append(b"more")
+    appended = True
+except LogFencedError:
+    appended = False
+stores = sorted(int(n[:-4]) for n in os.listdir(path) if n.endswith(".log"))
+print(json.dumps({"phase": "op", "failed": failed, "start": start, "next": nxt, "bad": bad,
+                  "dense": scanned == list(range(start, nxt)) and batch == scanned,
+                  "verify": verified, "appended": appended, "stores": stores}))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def run_under_strace(path: str, op: str, call: str, fault: str, n: int, trace: str):
+    """Run OP_CHILD on ``path`` with strace making the ``n``-th ``call`` fail with
+    ``fault`` (``signal=SIGKILL`` or ``error=EIO``). Returns (process, injected)."""
+    env = dict(py_env(), TESTS_DIR=os.path.dirname(os.path.abspath(__file__)))
+    # no -f: the operation runs in the main thread, and strace counts calls per process
+    # (importing pylog starts helper processes of its own)
+    r = subprocess.run([STRACE, "-qq", "-o", trace, "-e", f"trace={call}",
+                        "-e", f"inject={call}:{fault}:when={n}", sys.executable, "-c", OP_CHILD, path, op],
+                       capture_output=True, text=True, timeout=120, env=env)
+    with open(trace) as f:
+        injected = "INJECTED" in f.read()
+    return r, injected
+
+
+def check_reopened(path: str, op: str) -> tuple[int, int]:
+    """Reopen after the fault: offsets dense from start to next, every record genuine,
+    nothing bad; (start, next)."""
+    with pylog.Log(path) as log:
+        start, nxt = log.start_offset, log.next_offset
+        recs = list(log.scan())
+        assert [r.offset for r in recs] == list(range(start, nxt))
+        assert all(bytes(r.value) == value_for(r.offset, VSIZE) for r in recs)
+        assert log.verify() == [] and log.recovery_report == []
+        if op == "truncate":
+            assert start == 0
+            assert nxt in (CUT, BOUNDS[-1])  # not begun, or finished (by the open if need be)
+        else:
+            assert nxt == BOUNDS[-1] and start in BOUNDS[:-1]
+        assert log.append(b"after") == nxt  # appends resume
+        assert not os.path.exists(os.path.join(path, "truncate-point"))
+    return start, nxt
+
+
+def sweep(tmp_path, op: str, call: str, fault: str) -> list[dict]:
+    """Fault the 1st, 2nd, ... ``call`` of opening the log and running ``op`` until a run
+    gets through without a fault; check the log after each. Returns the runs' reports."""
+    template = str(tmp_path / "template")
+    make_three_segments(template)
+    reports = []
+    for n in range(1, 200):
+        path = str(tmp_path / f"run{n}")
+        shutil.copytree(template, path)
+        r, injected = run_under_strace(path, op, call, fault, n, str(tmp_path / f"trace{n}"))
+        killed = r.returncode == -signal.SIGKILL
+        assert killed or r.returncode == 0, r.stderr[-2000:]
+        rep = {"n": n, "killed": killed, "injected": injected}
+        if not killed:
+            rep.update(__import__("json").loads(r.stdout.strip().splitlines()[-1]))
+        rep["reopened"] = check_reopened(path, op)
+        reports.append(rep)
+        shutil.rmtree(path)
+        if not killed and not injected:
+            break
+    else:
+        pytest.fail(f"{op} still reached a {call} after 200 runs")
+    return reports
+
+
+@needs_strace
+@pytest.mark.parametrize("op", ["truncate", "retention"])
+@pytest.mark.parametrize("call", FILE_CALLS)
+def test_crash_at_every_call_of_truncate_and_retention(tmp_path, op, call):
+    """Case 11: SIGKILL at every ``call`` of a truncate(5) of [0,17) [17,34) [34,45) (and of
+    a retention that deletes both sealed segments). After each, the reopened log has dense
+    offsets and reads every record it claims; a truncate is either not begun or finished
+    (the open finishes one whose truncate point was durable), never a hole; once a run
+    finished it, every later crash point does too; retention only ever moves the start
+    forward, to a segment's base."""
+    reports = sweep(tmp_path, op, call, "signal=SIGKILL")
+    final = reports[-1]
+    assert not final["killed"] and final["failed"] is None
+    if op == "truncate":
+        assert final["next"] == CUT and final["reopened"] == (0, CUT)
+        nexts = [r["reopened"][1] for r in reports]
+        assert nexts == sorted(nexts, reverse=True), nexts  # 45 ... 45, 5 ... 5
+    else:
+        assert final["start"] == BOUNDS[2]
+        starts = [r["reopened"][0] for r in reports]
+        assert starts == sorted(starts), starts
+
+
+@needs_strace
+@pytest.mark.parametrize("op", ["truncate", "retention"])
+@pytest.mark.parametrize("call", FILE_CALLS)
+def test_failure_at_every_call_of_truncate_and_retention(tmp_path, op, call):
+    """Case 12: EIO from every ``call`` of a truncate or a retention. The operation raises,
+    the log is fenced (appends raise LogFencedError), and what it shows matches the files:
+    every offset in [start_offset, next_offset) reads back (read, read_batch, scan) with no
+    hole and verify() finds nothing; a failed retention starts at the oldest store still
+    there. After a reopen the same holds, and an interrupted truncate is finished."""
+    reports = sweep(tmp_path, op, call, "error=EIO")
+    failures = [r for r in reports if r.get("phase") == "op" and r["failed"]]
+    for r in failures:
+        assert r["bad"] == [] and r["dense"] and r["verify"] == [], r
+        assert r["appended"] is False, r
+        assert r["start"] == r["stores"][0], r  # start_offset never past a store still there
+        if op == "truncate":
+            assert r["start"] == 0 and CUT <= r["next"] <= BOUNDS[-1], r
+        else:
+            assert r["next"] == BOUNDS[-1], r
+    final = reports[-1]
+    assert not final["injected"] and final["failed"] is None and final["appended"]
+
+
+def test_open_sets_aside_the_segments_after_a_hole(tmp_path):
+    """Case 11's backstop: the state an interrupted truncate of an older pylog left ([0,17)
+    and [34,45), the middle segment gone, unclean). Opening used to claim [0, 45) with
+    17..33 unreadable for good; now the log ends before the hole, the segments after it are
+    kept as ``*.gap`` (byte for byte), the hole is reported, and appends continue."""
+    path = str(tmp_path / "log")
+    make_three_segments(path)
+    stores = store_files(path)
+    with open(stores[2], "rb") as f:
+        after = f.read()
+    for name in os.listdir(path):
+        if name.startswith("00000000000000000017.") or name == "clean-shutdown":
+            os.unlink(os.path.join(path, name))
+    with pylog.Log(path) as log:
+        assert (log.start_offset, log.next_offset) == (0, 17)
+        assert [r.offset for r in log.scan()] == list(range(17))
+        assert all(bytes(log.read(o).value) == value_for(o, VSIZE) for o in range(17))
+        [err] = log.recovery_report
+        assert err.offset == 17 and "[17, 34)" in err.reason and err.path.endswith(".log.gap")
+        assert len(log.recovery_actions) == 1 and "set aside" in log.recovery_actions[0]
+        assert log.append(b"next") == 17
+    with open(stores[2] + ".gap", "rb") as f:
+        assert f.read() == after
+    assert not os.path.exists(stores[2])
+    with pylog.Log(path) as log:  # reopened: the set-aside files stay, nothing more to report
+        assert log.next_offset == 18 and log.recovery_report == []
+    assert os.path.exists(stores[2] + ".gap")
+
+
+def test_open_finishes_an_interrupted_truncate(tmp_path):
+    """A truncate point left by a crash (written before a truncate changes any file) is
+    finished by the next writer's open, and said so in ``recovery_actions``; a reader's
+    open changes nothing."""
+    from pylog import checkpoint
+
+    path = str(tmp_path / "log")
+    make_three_segments(path)
+    checkpoint.write_truncate_point(path, CUT)
+    with pylog.Log(path, readonly=True) as ro:
+        assert ro.next_offset == BOUNDS[-1]
+    with pylog.Log(path) as log:
+        assert (log.start_offset, log.next_offset) == (0, CUT)
+        assert log.recovery_actions == [f"finished an interrupted truncate: offsets [{CUT}, 45) dropped"]
+        assert [bytes(r.value) for r in log.scan()] == [value_for(o, VSIZE) for o in range(CUT)]
+    assert not os.path.exists(os.path.join(path, "truncate-point"))
+    with pylog.Log(path) as log:
+        assert log.next_offset == CUT and log.recovery_actions == []
+
+
+def test_an_unfinishable_truncate_opens_fenced_and_readable(tmp_path, monkeypatch):
+    """If finishing an interrupted truncate fails at open (a full disk), the log still
+    opens: fenced, every record it shows readable; the next open finishes the truncate."""
+    import errno
+
+    from pylog import checkpoint, fileutil
+
+    path = str(tmp_path / "log")
+    make_three_segments(path)
+    checkpoint.write_truncate_point(path, CUT)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fileutil, "copy_range", full)
+    log = pylog.Log(path)
+    assert "could not finish an interrupted truncate to offset 5" in log.recovery_actions[0]
+    start, nxt = log.start_offset, log.next_offset
+    assert start == 0 and CUT <= nxt <= BOUNDS[-1]
+    assert [r.offset for r in log.scan()] == list(range(nxt))
+    assert all(bytes(log.read(o).value) == value_for(o, VSIZE) for o in range(nxt))
+    with pytest.raises(LogFencedError):
+        log.append(b"x")
+    log.close()
+    monkeypatch.undo()
+    with pylog.Log(path) as log:
+        assert log.next_offset == CUT
+        assert log.recovery_actions == [f"finished an interrupted truncate: offsets [{CUT}, {nxt}) dropped"]
