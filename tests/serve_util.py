@@ -43,11 +43,20 @@ class BrokerProcess:
             self.proc.kill()
             self.proc.wait(10)
             raise
+        finally:
+            self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            self._err = self.proc.stderr.read()
+            self.proc.stderr.close()
+        if self.proc.stdout is not None and not self.proc.stdout.closed:
+            self.proc.stdout.close()
 
     def stderr(self) -> str:
         """What the broker wrote to stderr (after it stopped)."""
-        assert self.proc.stderr is not None
-        return self.proc.stderr.read()
+        self._close_pipes()
+        return getattr(self, "_err", "")
 
 
 def wait_for(pred, timeout: float = 20.0, step: float = 0.05):  # type: ignore[no-untyped-def]

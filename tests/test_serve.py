@@ -117,3 +117,20 @@ def test_serve_without_the_extra_says_what_to_install(tmp_path):
     """)
     assert out.returncode == 1
     assert out.stderr.strip().count("\\n") == 0 and "pylog-commitlog[serve]" in out.stderr, out.stderr
+
+
+def test_library_reader_follows_kafka_producers(broker):
+    """A read-only Log kept open beside the broker sees exactly the acknowledged records
+    after each round of produces (it refreshes to the writer's tail)."""
+    p = _producer(broker, acks=1, linger_ms=0)
+    p.send("follow", b"first").get(timeout=20)
+    path = os.path.join(broker.root, "follow", "partition-0")
+    with pylog.Log(path, readonly=True) as log:
+        acked = 1
+        for rnd in range(10):
+            futures = [p.send("follow", b"r%d-%d" % (rnd, i)) for i in range(rnd * 7 + 1)]
+            acked += len([f.get(timeout=20) for f in futures])
+            log.refresh()
+            assert log.next_offset == acked
+            assert bytes(log.read(acked - 1).value) == b"r%d-%d" % (rnd, rnd * 7)
+    p.close()

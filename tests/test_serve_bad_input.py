@@ -20,7 +20,8 @@ pytest.importorskip("kio")
 import pylog  # noqa: E402
 from conftest import scaled  # noqa: E402
 from pylog.serve.protocol import RequestError, decode_request  # noqa: E402
-from serve_util import BrokerProcess, recv_exact, api_versions_ok, batch, call, connect, frame, produce  # noqa: E402
+from serve_util import (BrokerProcess, api_versions_ok, batch, call, connect, fetch, fetched_values,  # noqa: E402
+                        create_topic, frame, produce, recv_exact)
 
 
 @pytest.fixture
@@ -160,3 +161,24 @@ def test_sigkill_under_acks_all_loses_nothing_acknowledged(tmp_path, configs):
             assert bytes(t.partition(part).read(off).value) == value
     finally:
         store.close()
+
+
+def test_vanishing_clients(broker):
+    with connect(broker) as s:
+        create_topic(s, "gone")
+    with connect(broker) as s:  # a produce whose client leaves before the answer
+        s.sendall(produce("gone", batch([b"v"])))
+    with connect(broker) as s:  # half a frame, then gone
+        s.sendall(produce("gone", batch([b"w"]))[:20])
+    s = connect(broker)  # a long poll whose client leaves
+    s.sendall(fetch("gone", 0, max_wait=2000, min_bytes=1 << 20))
+    s.close()
+    s = connect(broker)  # reset (RST) mid-request
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.sendall(produce("gone", batch([b"x"]))[:30])
+    s.close()
+    time.sleep(0.5)
+    assert api_versions_ok(broker)
+    with connect(broker) as s:  # the complete produce was appended, the halves were not
+        got = fetched_values(call(s, fetch("gone", 0), 1, 12))
+    assert got == [(0, b"v")]

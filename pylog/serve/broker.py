@@ -107,12 +107,8 @@ class Broker:
     @staticmethod
     def visible_end(log: Log, read_committed: bool) -> int:
         """The offset a consumer reads up to: the last stable offset under read_committed
-        (when the Log has one), else the next offset."""
-        if read_committed:
-            lso = getattr(log, "last_stable_offset", None)
-            if lso is not None:
-                return int(lso)
-        return log.next_offset
+        (``Log.last_stable_offset``: below a transaction being applied), else the next offset."""
+        return log.last_stable_offset if read_committed else log.next_offset
 
     def close(self) -> None:
         """Wait for appends in flight, then flush and close every partition."""
