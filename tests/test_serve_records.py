@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylog import _pure
@@ -75,3 +75,50 @@ def test_decode_garbage_never_crashes_and_agrees_with_pure(data, count):
     assert a[0] == b[0]
     if a[0] == 0:
         assert [list(x[1]) for x in a[3:]] == [list(x[1]) for x in b[3:]]
+
+
+def _compressed_batch(codec: str, values: list[bytes]) -> bytes:
+    b = kafka_records.DefaultRecordBatchBuilder(
+        magic=2, compression_type={"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[codec],
+        is_transactional=False, producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    for i, v in enumerate(values):
+        b.append(i, timestamp=1000 + i, key=None, value=v, headers=[])
+    return bytes(b.build())
+
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_each_codec_decodes_and_bombs_are_refused(codec):
+    from pylog.serve.records import BatchError, decode_records
+
+    values = [b"a" * 1000 for _ in range(1000)]  # 1 MB that compresses to little
+    data = _compressed_batch(codec, values)
+    d = decode_records(data, 2 << 20)
+    assert d.count == 1000 and bytes(d.values[0]) == b"".join(values)
+    if codec != "none":
+        with pytest.raises(BatchError) as e:
+            decode_records(data, 100_000)  # the limit, not the claimed size, bounds the output
+        assert e.value.code == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(CODECS), st.lists(st.binary(max_size=50), min_size=1, max_size=20),
+       st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=6), st.booleans())
+def test_mutated_batches_are_refused_or_decoded_never_crash(codec, values, flips, fix_crc):
+    """With ``fix_crc`` the mutated bytes (past the CRC) get a matching CRC32C, so the
+    decompressors and the record decoder see them."""
+    from pylog import crc32c
+    from pylog.serve.records import BatchError, decode_records
+
+    data = bytearray(_compressed_batch(codec, values))
+    for pos, byte in flips:
+        data[(21 + pos % (len(data) - 21)) if fix_crc else pos % len(data)] = byte
+    if fix_crc:
+        data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    try:
+        d = decode_records(bytes(data), 1 << 20)
+    except BatchError:
+        return
+    assert d.count >= 0

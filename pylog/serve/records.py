@@ -112,10 +112,18 @@ def decompress(codec: int, data: bytes, limit: int) -> bytes:
         if codec == ZSTD:
             import zstandard
 
-            dobj = zstandard.ZstdDecompressor().decompressobj()
-            out = dobj.decompress(data)  # bounded below by its size; zstd frames are checked
-            _bounded(len(out), limit)
-            return out
+            with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as r:
+                chunks, total = [], 0
+                while True:  # read in steps: a frame's claimed size is never allocated
+                    chunk = r.read(min(1 << 20, limit + 1 - total))
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    total += len(chunk)
+                    _bounded(total, limit)
+                    if total > limit:
+                        break
+            return b"".join(chunks)
     except BatchError:
         raise
     except Exception as e:  # each codec raises its own types for a corrupt stream
