@@ -285,8 +285,8 @@ class Consumer:
         if self.auto_offset_reset == "earliest":
             return log.start_offset
         if self.auto_offset_reset == "latest":
-            return log.next_offset
-        raise OffsetOutOfRangeError(-1, log.start_offset, log.next_offset)
+            return log.stable_offset  # not past a transaction's records still being applied
+        raise OffsetOutOfRangeError(-1, log.start_offset, log.stable_offset)
 
     def _resolve(self, p: int) -> int:
         pos = self._pos[p]
@@ -324,8 +324,9 @@ class Consumer:
         self._seek_edge(partitions, "start_offset")
 
     def seek_to_end(self, partitions: Iterable[int] | None = None) -> None:
-        """Position ``partitions`` (default: all owned) at their ``next_offset``."""
-        self._seek_edge(partitions, "next_offset")
+        """Position ``partitions`` (default: all owned) at their last stable offset (their
+        ``next_offset`` unless a transaction is being applied there)."""
+        self._seek_edge(partitions, "stable_offset")
 
     def _seek_edge(self, partitions: Iterable[int] | None, edge: str) -> None:
         for p in self._targets(partitions):

@@ -14,18 +14,18 @@ The user guide is docs/spark.md. How it works:
   store file and decodes its frames with one C call per batch (CRC-checked) that writes the
   columns straight into Arrow's layout (:mod:`pylog.arrow`'s scan): no Python object per
   record.
-* **Writes** are transactional. Each task stages its rows, grouped by target partition, in
-  Arrow IPC files under ``ROOT/~spark/staging/``. The driver's ``commit()`` takes the
-  topic's commit lock, writes a journal (``TOPIC/~spark/txn.json``: every partition's
-  next_offset before the commit), appends the staged rows to the partitions, fsyncs them and
-  deletes the journal. A failure rolls every partition back to the journal's offsets; a
-  crash mid-commit leaves the journal, and the next commit on the topic rolls back (or,
-  when another producer appended after a half-done commit, rolls forward) before anything
-  else. Spark readers take the lock shared and never read past a journal's offsets, so
-  they see a commit entirely or not at all.
+* **Writes** are store transactions (:mod:`pylog.transactions`). The writer, made where
+  Spark plans the job, begins a transaction (``ROOT/~txn/ID/``); each task stages its rows,
+  grouped by target partition, into it (a staging Log per task and partition); the driver's
+  ``commit()`` commits the tasks' staged records as one transaction, ``abort()`` discards
+  them. Every reader of the store, in Spark or not, stops at each partition's last stable
+  offset, so it sees a commit entirely or not at all; a crash mid-commit is rolled forward
+  (decided) or discarded (not decided) by the store, not by the next Spark job.
 * **Streams** keep offsets ``{topic: {partition: next_offset}}`` (string keys, sorted: Spark
-  compares offsets as JSON text). The sink records the last committed batch id per sink in
-  ``TOPIC/~spark/sinks.json`` in the same commit, so a replayed batch is skipped.
+  compares offsets as JSON text). The sink writes its batch id in the commit's decision
+  (``ROOT/~txn/sinks.json`` keeps the last one per sink), so a replayed batch is skipped.
+  A sink id names one query's checkpoint: a random id kept in the checkpoint directory
+  (``pylog-sink-id``), so a reset (deleted) checkpoint is a new sink.
 
 The one place that reaches into pylog's internals is :func:`_plan_partition` (segment
 positions from the log's segment objects) and :func:`_read_slice` (a C scan of a mapped
@@ -34,13 +34,10 @@ store file); everything else goes through the public :class:`pylog.Log` API.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import json
 import mmap
 import os
 import re
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -53,7 +50,6 @@ from pylog.errors import require
 require("pyspark", "pylog.spark", "spark")
 require("pyarrow", "pylog.spark", "spark")
 import pyarrow as pa  # noqa: E402
-import pyarrow.ipc as ipc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -77,9 +73,9 @@ from pyspark.sql.types import (
 )
 
 import pylog
-from pylog import fileutil
 from pylog import format as fmt
 from pylog import topics as topics_mod
+from pylog import transactions
 from pylog._backend import impl
 from pylog._columns import Columns
 from pylog.arrow import binary_array, int64_buffer, scan_buffer
@@ -99,17 +95,14 @@ _ARROW_SCHEMA = pa.schema([
     ("metadata", pa.binary()),
 ])
 #: What a write task stages per target partition (one Arrow IPC stream file).
-_STAGED_SCHEMA = pa.schema([
+_STAGED_SCHEMA = pa.schema([  # a write's rows, in the columns a partition takes
     ("value", pa.binary()), ("key", pa.binary()), ("metadata", pa.binary()), ("timestamp", pa.int64()),
 ])
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _PARTITION_RE = re.compile(r"^partition-(0|[1-9][0-9]*)$")
-_SPARK_DIR = "~spark"  # "~" cannot occur in a partition or topic name
-_LOCK_FILE = "lock"
-_JOURNAL_FILE = "txn.json"
-_SINKS_FILE = "sinks.json"
-_STAGING_DIR = "staging"
+#: The file in a streaming query's checkpoint directory that holds the sink's id.
+SINK_ID_FILE = "pylog-sink-id"
 # Rows per Arrow batch a read yields. Spark's cost per batch is high (a 1M-row scan took
 # 2.3 s in 64k-row batches, 1.2 s in 500k-row ones, against 1.2 s for Parquet), so batches
 # are large, bounded by the frame bytes they cover.
@@ -263,50 +256,6 @@ def _partitions_of(root: str, topic: str) -> list[int]:
     return parts
 
 
-def _spark_dir(root: str, topic: str) -> str:
-    return os.path.join(root, topic, _SPARK_DIR)
-
-
-@contextlib.contextmanager
-def _topic_lock(root: str, topic: str, exclusive: bool) -> Iterator[None]:
-    """The topic's commit lock: committers hold it exclusively, Spark readers shared (so a
-    reader's snapshot never falls in the middle of a commit). Readers that cannot create the
-    lock file (a read-only directory) go without it."""
-    d = _spark_dir(root, topic)
-    path = os.path.join(d, _LOCK_FILE)
-    try:
-        if exclusive:
-            os.makedirs(d, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        if exclusive:
-            raise
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
-    except FileNotFoundError:
-        return None
-
-
-def _journal_caps(root: str, topic: str) -> dict[int, int]:
-    """Partitions of a commit left half-done by a crash: {partition: next_offset before it}.
-    Readers never read past these offsets (the commit will be rolled back or finished)."""
-    j = _read_json(os.path.join(_spark_dir(root, topic), _JOURNAL_FILE))
-    if not j:
-        return {}
-    return {int(p): int(v[0]) for p, v in j.get("partitions", {}).items()}
-
-
 # ----------------------------------------------------------------------------------------
 # reading
 @dataclass
@@ -386,19 +335,11 @@ def _bounds(root: str, topics: list[str]) -> dict[str, dict[int, tuple[int, int]
     """{topic: {partition: (start_offset, committed next_offset)}}, one consistent snapshot."""
     out: dict[str, dict[int, tuple[int, int]]] = {}
     for t in topics:
-        parts = _partitions_of(root, t)
-        with _topic_lock(root, t, exclusive=False):
-            caps = _journal_caps(root, t)
-            m: dict[int, tuple[int, int]] = {}
-            for p in parts:
-                with _reader(root, t, p) as log:
-                    if log is None:
-                        m[p] = (0, 0)
-                        continue
-                    lo, hi = log.start_offset, log.next_offset
-                if p in caps:
-                    hi = max(lo, min(hi, caps[p]))
-                m[p] = (lo, hi)
+        m: dict[int, tuple[int, int]] = {}
+        for p in _partitions_of(root, t):
+            with _reader(root, t, p) as log:
+                # a transaction's apply in flight: its records are not there yet
+                m[p] = (0, 0) if log is None else (log.start_offset, log.stable_offset)
         out[t] = m
     return out
 
@@ -755,9 +696,11 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 # writing
 @dataclass
 class _Staged(WriterCommitMessage):
-    """What one write task staged: ``files`` = [(partition, path, rows)]."""
+    """What one write task staged into transaction ``txn``: ``parts`` as
+    :meth:`pylog.transactions.Stager.prepare` returns them."""
 
-    files: list[tuple[int, str, int]] = field(default_factory=list)
+    txn: str = ""
+    parts: list[tuple[str, int, str, int]] = field(default_factory=list)
 
 
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
@@ -802,17 +745,21 @@ def _timestamps_ms(col: pa.Array | None, n: int) -> pa.Array:
 
 
 class _StagingWriter:
-    """Task side of a write: rows grouped by target partition into staged Arrow files."""
+    """Task side of a write: rows grouped by target partition, staged into the job's
+    transaction (a :class:`pylog.transactions.Stager` per task attempt)."""
 
-    def __init__(self, staging: str, n_partitions: int, options: dict[str, str]) -> None:
-        self.staging = staging
+    def __init__(self, root: str, txn: str, topic: str, n_partitions: int, late: str,
+                 max_record_bytes: int | None) -> None:
+        self.root = root
+        self.txn = txn
+        self.topic = topic
         self.n = n_partitions
+        self.late = late
+        self.max_record_bytes = max_record_bytes
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> _Staged:
-        os.makedirs(self.staging, exist_ok=True)
-        tag = uuid.uuid4().hex
-        writers: dict[int, tuple[ipc.RecordBatchStreamWriter, Any, str]] = {}
-        rows: dict[int, int] = {}
+        # fails (TransactionError) instead of recreating a transaction the driver discarded
+        stager = transactions.Stager(self.root, self.txn)
         sticky = int.from_bytes(os.urandom(2), "little")  # keyless rows: a whole batch per partition
         try:
             for batch in batches:
@@ -859,34 +806,12 @@ class _StagingWriter:
                     taken = table.take(pa.array(order))
                     groups = [(int(sp[a]), taken.slice(a, b - a)) for a, b in zip(bounds[:-1], bounds[1:])]
                 for p, g in groups:
-                    w = writers.get(p)
-                    if w is None:
-                        path = os.path.join(self.staging, f"{tag}-p{p}.arrow")
-                        sink = pa.OSFile(path, "wb")
-                        w = writers[p] = (ipc.new_stream(sink, _STAGED_SCHEMA), sink, path)
-                    w[0].write_batch(g)
-                    rows[p] = rows.get(p, 0) + g.num_rows
-        finally:
-            for w, sink, _path in writers.values():
-                w.close()
-                sink.close()
-        return _Staged([(p, writers[p][2], rows[p]) for p in sorted(writers)])
-
-
-def _staged_files(messages: Iterable[Any]) -> list[tuple[int, str, int]]:
-    out = []
-    for m in messages:
-        if isinstance(m, _Staged):
-            out.extend(m.files)
-    return out
-
-
-def _load_staged(paths: list[str]) -> pa.Table:
-    tables = []
-    for p in paths:
-        with pa.memory_map(p) as src:
-            tables.append(ipc.open_stream(src).read_all())
-    return pa.concat_tables(tables) if len(tables) != 1 else tables[0]
+                    log = stager.log_for(self.topic, p, self.max_record_bytes)
+                    _append_table(log, pa.Table.from_batches([g]), self.late, self.topic, p)
+            return _Staged(self.txn, stager.prepare())
+        except BaseException:
+            stager.discard()
+            raise
 
 
 def _packed(col: pa.ChunkedArray | pa.Array) -> Any:
@@ -948,9 +873,10 @@ def _append_table(log: pylog.Log, table: pa.Table, late: str, topic: str, p: int
 
 
 class _Committer:
-    """Driver side of a write: the transactional commit into one topic."""
+    """Driver side of a write: begins the job's transaction (where Spark plans the job) and
+    commits or discards what the tasks staged into it."""
 
-    def __init__(self, root: str, topic: str, options: dict[str, str]) -> None:
+    def __init__(self, root: str, topic: str, options: dict[str, str], tag: str = "") -> None:
         self.root = root
         self.topic = topic
         self.create = _bool_opt(options, "createtopic", True)
@@ -958,11 +884,21 @@ class _Committer:
         self.late = str(options.get("latetimestamps", "error")).lower()
         if self.late not in ("error", "clamp"):
             raise _err("lateTimestamps", f"expected error or clamp, got {options.get('latetimestamps')!r}")
-        self.txn = uuid.uuid4().hex
-        # staged outside the topic directory: the topic may not exist until the commit
-        self.staging = os.path.join(root, _SPARK_DIR, _STAGING_DIR, self.txn)
+        self.tag = tag
+        self.max_record_bytes: int | None = None
+        self.txn = ""
+
+    def begin(self) -> None:
+        """Begin the job's transaction (after every option was checked)."""
+        self.txn = transactions.begin_external(self.root, self.tag)
 
     def partition_count(self) -> int:
+        try:
+            n, cfg = topics_mod._read_topic_file(_topic_dir(self.root, self.topic), self.topic)  # noqa: SLF001
+            self.max_record_bytes = cfg.max_record_bytes
+            return n
+        except UnknownTopicError:
+            pass
         try:
             parts = _partitions_of(self.root, self.topic)
         except UnknownTopicError:
@@ -976,22 +912,40 @@ class _Committer:
             raise PylogError(f"pylog: topic {self.topic!r} has partitions {parts}, expected 0..{len(parts) - 1}")
         return len(parts)
 
+    def _txns(self, messages: Iterable[Any]) -> set[str]:
+        """The transactions named: the tasks' (a streaming commit runs on a fresh writer,
+        whose own transaction is not the one the tasks staged into) and this writer's."""
+        out = {m.txn for m in messages if isinstance(m, _Staged) and m.txn}
+        if self.txn:
+            out.add(self.txn)
+        return out
+
     def commit(self, messages: Iterable[Any], n_partitions: int, sink: tuple[str, int] | None = None) -> None:
-        files = _staged_files(messages)
+        messages = list(messages)
+        staged = [m for m in messages if isinstance(m, _Staged) and m.txn]
+        task_txns = {m.txn for m in staged}
+        if len(task_txns) > 1:
+            raise PylogError(f"pylog: the tasks of one write staged into {len(task_txns)} transactions")
+        txn = task_txns.pop() if task_txns else self.txn
         try:
             self._ensure_topic(n_partitions)
-            with _topic_lock(self.root, self.topic, exclusive=True):
-                _recover(self.root, self.topic)
+            with pylog.LogStore(self.root) as store:  # its open finishes what crashed commits left
                 if sink is not None:
-                    state = _read_json(os.path.join(_spark_dir(self.root, self.topic), _SINKS_FILE)) or {}
-                    done = state.get(sink[0])
-                    if done is not None and int(done) >= sink[1]:
+                    done = transactions.last_batch_id(self.root, sink[0])
+                    if done is not None and done >= sink[1]:
                         return  # a replayed batch: already committed
-                if not files and sink is None:
-                    return
-                _transact(self.root, self.topic, self.txn, files, n_partitions, self.late, sink)
+                tx = transactions.Transaction(store, txn_id=txn)
+                tx._late_error = self.late == "error"  # noqa: SLF001
+                tx.add_staged([p for m in staged for p in m.parts])
+                if sink is not None:
+                    tx.set_sink(sink[0], sink[1])
+                try:
+                    tx.commit()
+                except pylog.InvalidTimestampError as e:
+                    raise _err("lateTimestamps", f"{e}; set lateTimestamps=clamp to raise such timestamps to "
+                               "the latest one") from None
         finally:
-            self.cleanup()
+            self.cleanup(messages)
 
     def _ensure_topic(self, n_partitions: int) -> None:
         """Create the topic (LogStore layout) if it does not exist yet: only now, when the
@@ -1007,127 +961,83 @@ class _Committer:
             except pylog.TopicExistsError:
                 pass
 
-    def cleanup(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+    def cleanup(self, messages: Iterable[Any] = ()) -> None:
+        """Discard this write's undecided transactions (a committed one is gone already); a
+        sink's also every other undecided one of the same sink (left by aborted batches and
+        by the fresh writers Spark makes to commit)."""
+        for txn in self._txns(messages):
+            transactions.discard(self.root, txn)
+        if self.tag:
+            transactions.discard_tagged(self.root, self.tag)
 
 
-def _transact(root: str, topic: str, txn: str, files: list[tuple[int, str, int]], n_partitions: int,
-              late: str, sink: tuple[str, int] | None) -> None:
-    """Append staged files to their partitions: all of them, or (after a failure) none."""
-    by_part: dict[int, list[str]] = {}
-    counts: dict[int, int] = {}
-    for p, path, rows in files:
-        if not 0 <= p < n_partitions:
-            raise PylogError(f"pylog: staged rows for partition {p}, but topic {topic!r} has {n_partitions}")
-        by_part.setdefault(p, []).append(path)
-        counts[p] = counts.get(p, 0) + rows
-    logs: dict[int, pylog.Log] = {}
-    sdir = _spark_dir(root, topic)
-    jpath = os.path.join(sdir, _JOURNAL_FILE)
-    try:
-        for p in sorted(by_part):
-            logs[p] = pylog.Log(_partition_dir(root, topic, p))
-        journal = {
-            "txn": txn, "topic": topic,
-            "partitions": {str(p): [logs[p].next_offset, logs[p].next_offset + counts[p]] for p in sorted(logs)},
-            "files": {str(p): by_part[p] for p in sorted(by_part)},
-            "sink": list(sink) if sink is not None else None,
-        }
-        fileutil.atomic_write(jpath, json.dumps(journal, sort_keys=True).encode())
-        try:
-            for p in sorted(by_part):
-                _append_table(logs[p], _load_staged(by_part[p]), late, topic, p)
-                logs[p].flush()
-            if sink is not None:
-                state = _read_json(os.path.join(sdir, _SINKS_FILE)) or {}
-                state[sink[0]] = sink[1]
-                fileutil.atomic_write(os.path.join(sdir, _SINKS_FILE), json.dumps(state, sort_keys=True).encode())
-        except BaseException:
-            _rollback(logs, journal, jpath)
-            raise
-        _remove_journal(jpath)
-    finally:
-        for log in logs.values():
-            try:
-                log.close()
-            except Exception:
-                pass
-
-
-def _rollback(logs: dict[int, pylog.Log], journal: dict[str, Any], jpath: str) -> None:
-    """Truncate every partition back to its offset before the commit, then drop the
-    journal. If that fails too, the journal stays and the next commit recovers."""
-    for p, (pre, _post) in journal["partitions"].items():
-        log = logs[int(p)]
-        if log.next_offset > pre:
-            log.truncate(pre)
-        log.flush()
-    _remove_journal(jpath)
-
-
-def _remove_journal(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    fileutil.fsync_dir(os.path.dirname(path))
-
-
-def _recover(root: str, topic: str) -> None:
-    """Finish a commit a crash left half-done (the caller holds the topic lock).
-
-    Roll back (truncate each partition to its offset before the commit) unless a partition
-    grew past what the commit would have made it (another producer appended after it): then
-    roll forward, appending the staged rows the commit had not appended yet. A sink commit
-    whose batch id is already recorded is complete: its journal is just dropped.
-    """
-    sdir = _spark_dir(root, topic)
-    jpath = os.path.join(sdir, _JOURNAL_FILE)
-    journal = _read_json(jpath)
-    if not journal:
-        return
-    sink = journal.get("sink")
-    if sink is not None:
-        state = _read_json(os.path.join(sdir, _SINKS_FILE)) or {}
-        if state.get(sink[0]) is not None and int(state[sink[0]]) >= int(sink[1]):
-            _remove_journal(jpath)
-            return
-    logs = {int(p): pylog.Log(_partition_dir(root, topic, int(p))) for p in journal["partitions"]}
-    try:
-        forward = any(logs[int(p)].next_offset > post for p, (_pre, post) in journal["partitions"].items())
-        if not forward:
-            _rollback(logs, journal, jpath)
-        else:
-            for p, (pre, post) in journal["partitions"].items():
-                log = logs[int(p)]
-                if log.next_offset == pre:
-                    _append_table(log, _load_staged(journal["files"][p]), "clamp", topic, int(p))
-                    log.flush()
-                elif log.next_offset < post:
-                    raise PylogError(f"pylog: cannot finish the half-done commit {journal['txn']} of topic "
-                                     f"{topic!r}: partition {p} holds part of it; see {jpath}")
-            if sink is not None:
-                state = _read_json(os.path.join(sdir, _SINKS_FILE)) or {}
-                state[sink[0]] = sink[1]
-                fileutil.atomic_write(os.path.join(sdir, _SINKS_FILE), json.dumps(state, sort_keys=True).encode())
-            _remove_journal(jpath)
-    finally:
-        for log in logs.values():
-            log.close()
-    shutil.rmtree(os.path.join(root, _SPARK_DIR, _STAGING_DIR, journal["txn"]), ignore_errors=True)
-
-
-def _writer_parts(options: dict[str, str], schema: StructType) -> tuple["_Committer", int, "_StagingWriter"]:
+def _writer_parts(options: dict[str, str], schema: StructType,
+                  tag: str = "") -> tuple["_Committer", int, "_StagingWriter"]:
     """What the batch writer and the streaming sink both start from: the checked schema and
-    topic, the driver-side committer, and the task-side staging writer."""
+    topic, the driver-side committer (its transaction begun), and the task-side staging
+    writer."""
     _check_write_schema(schema)
     root = _root_opt(options)
     topic = options.get("topic")
     if not topic:
         raise _err("topic", "required: the topic to write")
-    committer = _Committer(root, _check_topic_name(str(topic), "topic"), options)
+    committer = _Committer(root, _check_topic_name(str(topic), "topic"), options, tag)
     n_partitions = committer.partition_count()
-    return committer, n_partitions, _StagingWriter(committer.staging, n_partitions, options)
+    committer.begin()
+    return committer, n_partitions, _StagingWriter(root, committer.txn, committer.topic, n_partitions,
+                                                   committer.late, committer.max_record_bytes)
+
+
+def _local_dir(location: str) -> str:
+    """A checkpoint location as a local directory (``file:`` URIs too); ConfigError for
+    another file system, whose checkpoint this module cannot read."""
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", location)
+    if m and len(m.group(1)) > 1:
+        if m.group(1).lower() != "file":
+            raise _err("checkpointLocation", f"{location!r} is not on the local file system: the pylog sink "
+                       "keeps its id in the checkpoint directory (set sinkId to name the query instead)")
+        location = re.sub(r"^//(localhost)?(?=/)", "", m.group(2))
+    return location
+
+
+def _sink_id(options: dict[str, str]) -> str:
+    """The sink's id: a random id kept in the query's checkpoint directory (written the
+    first time), so it names that checkpoint and nothing else, and a deleted (reset)
+    checkpoint makes a new sink. Without a checkpointLocation option (e.g. a location from
+    the SQL conf spark.sql.streaming.checkpointLocation, which sinks are not told), the
+    ``sinkId`` option, or one clear error."""
+    where = options.get("checkpointlocation")
+    if not where:
+        explicit = options.get("sinkid")
+        if explicit:
+            return "id-" + str(explicit)
+        raise _err("checkpointLocation", "the pylog sink needs the query's checkpoint to tell its batches apart "
+                   "from another query's: set .option(\"checkpointLocation\", ...) on writeStream (a location "
+                   "from spark.sql.streaming.checkpointLocation is not passed to sinks), or a sinkId option "
+                   "that names this query and its checkpoint")
+    d = _local_dir(str(where))
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, SINK_ID_FILE)
+    try:
+        with open(path, "rb") as f:
+            sid = f.read().decode().strip()
+    except FileNotFoundError:
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(uuid.uuid4().hex.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # exclusive: the first writer's id wins
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+        with open(path, "rb") as f:
+            sid = f.read().decode().strip()
+    if not re.fullmatch(r"[0-9a-f]{32}", sid):
+        raise _err("checkpointLocation", f"{path} does not hold a pylog sink id")
+    return "ck-" + sid
 
 
 class PylogWriter(DataSourceArrowWriter):
@@ -1143,19 +1053,15 @@ class PylogWriter(DataSourceArrowWriter):
         self.committer.commit(messages, self.n_partitions)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self.committer.cleanup()
+        self.committer.cleanup(messages)
 
 
 class PylogStreamWriter(DataSourceStreamArrowWriter):
     """Streaming sink: exactly once per batch id (replays are skipped)."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.committer, self.n_partitions, self.stager = _writer_parts(options, schema)
-        sink_id = options.get("sinkid")
-        if not sink_id:
-            where = options.get("checkpointlocation") or options.get("path")
-            sink_id = "q-" + hashlib.sha256(str(where).encode()).hexdigest()[:16]
-        self.sink_id = str(sink_id)
+        self.sink_id = _sink_id(options)
+        self.committer, self.n_partitions, self.stager = _writer_parts(options, schema, tag=self.sink_id)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self.stager.write(iterator)
@@ -1164,7 +1070,7 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):
         self.committer.commit(messages, self.n_partitions, sink=(self.sink_id, int(batchId)))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.committer.cleanup()
+        self.committer.cleanup(messages)
 
 
 # ----------------------------------------------------------------------------------------

@@ -50,28 +50,27 @@ start offsets say exactly where the transaction's records go.
 """
 from __future__ import annotations
 
-import errno
 import fcntl
 import itertools
 import json
 import os
 import shutil
-import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from pylog import fileutil, vfs
 from pylog import log as log_mod
-from pylog.errors import ConfigError, CorruptRecordError, LogLockedError, PylogError, UnknownTopicError
+from pylog.errors import CorruptRecordError, InvalidTimestampError, LogLockedError, PylogError, UnknownTopicError
 from pylog.log import STABLE_FILE, Log, read_stable_file
 
 if TYPE_CHECKING:
     from pylog.topics import LogStore
 
-__all__ = ["Transaction", "TransactionError", "Stager", "StagedPart", "recover", "last_batch_id", "TXN_DIR"]
+__all__ = ["Transaction", "TransactionError", "Stager", "StagedPart", "recover", "last_batch_id", "begin_external",
+           "discard", "discard_tagged", "TXN_DIR"]
 
 TXN_DIR = "~txn"  # "~" cannot occur in a topic name
 DECISION_FILE = "decision.json"
@@ -133,8 +132,12 @@ class Stager:
             raise TransactionError(f"transaction {txn_id} does not exist (ended or discarded)")
         self.contributor = contributor or uuid.uuid4().hex
         self._logs: dict[tuple[str, int], Log] = {}
-        self._counts: dict[tuple[str, int], int] = {}
-        self._made: set[str] = set()
+
+    def log_for(self, topic: str, partition: int, max_record_bytes: int | None = None) -> Log:
+        """The staging :class:`~pylog.Log` of ``topic``/``partition`` (made on first use;
+        ``max_record_bytes`` should be the target topic's, so a record the partition would
+        refuse is refused now, before any commit). Append to it directly for bulk staging."""
+        return self._log(topic, partition, max_record_bytes)
 
     def _log(self, topic: str, partition: int, max_record_bytes: int | None) -> Log:
         key = (topic, partition)
@@ -142,29 +145,38 @@ class Stager:
         if log is None:
             rel = os.path.join(self.contributor, topic, str(partition))
             path = os.path.join(self.dir, rel)
-            # never recreate the directory of a transaction that was aborted meanwhile
-            if not os.path.isdir(self.dir):
-                raise TransactionError(f"transaction {self.txn_id} was aborted")
             opts: dict[str, Any] = {"fsync": "never", "flush_ms": None}
             if max_record_bytes is not None:
                 opts["max_record_bytes"] = max_record_bytes
-            log = self._logs[key] = Log(path, **opts)
-            self._counts[key] = 0
+            # Never recreate the directory of a transaction discarded meanwhile: an external
+            # one's contributors hold its "external" file shared while they make a staging
+            # Log, and discard() holds it exclusively while it deletes.
+            try:
+                fd = os.open(os.path.join(self.dir, EXTERNAL_FILE), os.O_RDONLY)
+            except FileNotFoundError:
+                fd = -1
+                if not os.path.exists(os.path.join(self.dir, OWNER_LOCK)):
+                    raise TransactionError(f"transaction {self.txn_id} was aborted") from None
+            try:
+                if fd >= 0:
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    if os.fstat(fd).st_nlink == 0:
+                        raise TransactionError(f"transaction {self.txn_id} was aborted")
+                log = self._logs[key] = Log(path, **opts)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
         return log
 
     def append(self, topic: str, partition: int, value: Any, key: Any = None, metadata: Any = None,
                timestamp: int | None = None, max_record_bytes: int | None = None) -> None:
         """Stage one record for ``topic``/``partition`` (checked as :meth:`pylog.Log.append`)."""
         self._log(topic, partition, max_record_bytes).append(value, key, metadata, timestamp)
-        self._counts[(topic, partition)] += 1
 
     def append_batch(self, topic: str, partition: int, values: Any, keys: Any = None, timestamps: Any = None,
                      metadata: Any = None, max_record_bytes: int | None = None) -> None:
         """Stage records for ``topic``/``partition`` (as :meth:`pylog.Log.append_batch`)."""
-        log = self._log(topic, partition, max_record_bytes)
-        before = log.next_offset
-        log.append_batch(values, keys, timestamps, metadata)
-        self._counts[(topic, partition)] += log.next_offset - before
+        self._log(topic, partition, max_record_bytes).append_batch(values, keys, timestamps, metadata)
 
     def prepare(self) -> list[StagedPart]:
         """Make every staged record durable and close the staging Logs; returns what was
@@ -172,9 +184,10 @@ class Stager:
         out: list[StagedPart] = []
         dirs = set()
         for (topic, p), log in sorted(self._logs.items()):
+            count = log.next_offset - log.start_offset
             log.flush()
             log.close()
-            out.append((topic, p, os.path.join(self.contributor, topic, str(p)), self._counts[(topic, p)]))
+            out.append((topic, p, os.path.join(self.contributor, topic, str(p)), count))
             dirs.add(os.path.dirname(log.path))
         for d in sorted(dirs):
             fileutil.fsync_dir(d)
@@ -217,25 +230,19 @@ class Transaction:
         ``"open"``, ``"committed"`` or ``"aborted"``.
     """
 
-    def __init__(self, store: "LogStore", *, external: bool = False) -> None:
+    def __init__(self, store: "LogStore", *, txn_id: str | None = None) -> None:
         self.store = store
         self.root = store.root
-        self.id = uuid.uuid4().hex
-        base = _txn_root(self.root)
-        vfs.makedirs(base)
-        tmp = os.path.join(base, _NEW_PREFIX + self.id)
-        vfs.mkdir(tmp, 0o755)
         self._lock_fd = -1
-        if external:
-            with open(os.path.join(tmp, EXTERNAL_FILE), "wb"):
-                pass
-        else:
-            fd = vfs.open(os.path.join(tmp, OWNER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._lock_fd = fd  # the flock follows the file through the rename
-        self.dir = os.path.join(base, self.id)
-        vfs.rename(tmp, self.dir)
-        fileutil.fsync_dir(base)
+        if txn_id is None:
+            self.id = uuid.uuid4().hex
+            self.dir, self._lock_fd = _create_dir(self.root, self.id, None)
+        else:  # adopt a transaction begun elsewhere (begin_external)
+            self.id = _check_id(txn_id)
+            self.dir = os.path.join(_txn_root(self.root), self.id)
+            if not os.path.isfile(os.path.join(self.dir, EXTERNAL_FILE)):
+                raise TransactionError(f"transaction {self.id} does not exist (ended or discarded)")
+        self._late_error = False
         self.state = "open"
         self.offsets: dict[tuple[str, int], int] = {}
         self._stager = Stager(self.root, self.id, "local")
@@ -339,7 +346,8 @@ class Transaction:
             parts = self._stager.prepare() + self._extra
             decided = self._decide(parts)
         except BaseException:
-            self._abort_quietly()
+            if self.state == "open":
+                self._abort_quietly()
             raise
         self.state = "committed"
         self._finish(decided)
@@ -369,6 +377,8 @@ class Transaction:
             for log, entry in logs:
                 log.flush()  # the start offset must be durable: a recovery never cuts below it
                 entry["start"] = log.next_offset
+                if self._late_error:
+                    _check_late(log, self.dir, entry)
             for log, entry in logs:
                 fileutil.atomic_write(os.path.join(log.path, STABLE_FILE),
                                       json.dumps({"txn": self.id, "start": entry["start"]}).encode())
@@ -377,11 +387,17 @@ class Transaction:
             decision = {"version": 1, "txn": self.id, "partitions": [e for _l, e in logs], "sinks": self._sinks}
             fileutil.atomic_write(os.path.join(self.dir, DECISION_FILE),
                                   json.dumps(decision, sort_keys=True).encode())  # the commit point
-        except BaseException:
-            for log in marked:
-                _drop_marker(log)
+        except BaseException as e:
+            decided = os.path.exists(os.path.join(self.dir, DECISION_FILE))
+            if not decided:
+                for log in marked:
+                    _drop_marker(log)
             for log in reversed(held):
                 log._lock.release()
+            if decided:  # the decision's rename happened: it stands, the markers stay
+                self.state = "committed"
+                raise TransactionError(f"transaction {self.id} is committed, but failed after its commit point "
+                                       f"({e}); it finishes when its partitions are next opened") from e
             raise
         self._held = held
         return logs
@@ -410,7 +426,7 @@ class Transaction:
     def _abort_quietly(self) -> None:
         self.state = "aborted"
         self._stager.discard()
-        _remove_txn_dir(self.dir)
+        discard(self.root, self.id)
         self._release()
 
     def _release(self) -> None:
@@ -433,6 +449,90 @@ class Transaction:
         return f"<pylog.Transaction {self.id} {self.state}>"
 
 
+def _create_dir(root: str, txn_id: str, external: str | None) -> tuple[str, int]:
+    """Make transaction ``txn_id``'s directory, whole: built under a temporary name, with
+    its ``owner.lock`` flocked (local; the descriptor holding the flock is returned, the
+    flock follows the file through the rename) or its ``external`` file holding
+    ``external``, then renamed into place. Returns (directory, descriptor or -1)."""
+    base = _txn_root(root)
+    vfs.makedirs(base)
+    tmp = os.path.join(base, _NEW_PREFIX + txn_id)
+    vfs.mkdir(tmp, 0o755)
+    fd = -1
+    try:
+        if external is not None:
+            with open(os.path.join(tmp, EXTERNAL_FILE), "wb") as f:
+                f.write(external.encode())
+        else:
+            fd = vfs.open(os.path.join(tmp, OWNER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        final = os.path.join(base, txn_id)
+        vfs.rename(tmp, final)
+        fileutil.fsync_dir(base)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final, fd
+
+
+def begin_external(root: str, tag: str = "") -> str:
+    """Begin a transaction coordinated outside a :class:`~pylog.LogStore` (a Spark job's
+    driver): its directory is made and its id returned; contributors stage into it with
+    :class:`Stager`, and the coordinator commits it with ``Transaction(store, txn_id=id)``
+    or discards it with :func:`discard`. ``tag`` (e.g. a sink id) is kept with it
+    (:func:`discard_tagged`). Nobody holds it open, so a store open discards it only when
+    nothing in it changed for :data:`ABANDON_SECONDS`."""
+    txn_id = uuid.uuid4().hex
+    _create_dir(os.fspath(root), txn_id, tag)
+    return txn_id
+
+
+def discard(root: str, txn_id: str) -> None:
+    """Discard an undecided transaction (its staged records are deleted); a decided one is
+    left to finish. Contributors that stage later fail instead of recreating it."""
+    d = os.path.join(_txn_root(os.fspath(root)), _check_id(txn_id))
+    ext = os.path.join(d, EXTERNAL_FILE)
+    try:
+        fd = os.open(ext, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = -1
+    try:
+        if fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits for contributors creating staging Logs
+        if not os.path.exists(os.path.join(d, DECISION_FILE)):
+            _remove_txn_dir(d)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def discard_tagged(root: str, tag: str, keep: Iterable[str] = ()) -> list[str]:
+    """Discard every undecided external transaction tagged ``tag`` but those in ``keep``
+    (a streaming sink's batches run one after another: another undecided one is the
+    leftover of an aborted batch). Returns the ids discarded."""
+    base = _txn_root(os.fspath(root))
+    out = []
+    keep = set(keep)
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return out
+    for name in names:
+        if len(name) != 32 or name in keep:
+            continue
+        try:
+            with open(os.path.join(base, name, EXTERNAL_FILE), "rb") as f:
+                if f.read().decode(errors="replace") != tag:
+                    continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        discard(root, name)
+        out.append(name)
+    return out
+
+
 def _remove_txn_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
     try:
@@ -452,6 +552,57 @@ def _drop_marker(log: Log) -> None:
     log._cap = None
 
 
+def _check_late(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
+    """InvalidTimestampError when a staged record's timestamp is below the partition's
+    latest (they would be raised to it: ``lateTimestamps=error`` of the Spark writer)."""
+    mx = log._active.app.max_timestamp
+    if mx is None:
+        return
+    for rel, _count in entry["staged"]:
+        src = Log(os.path.join(txn_dir, rel), readonly=True)
+        try:
+            if len(src) and src.read(src.start_offset).timestamp < mx:
+                raise InvalidTimestampError(
+                    f"topic {entry['topic']!r} partition {entry['partition']}: timestamp "
+                    f"{src.read(src.start_offset).timestamp} is below the partition's latest timestamp {mx} "
+                    "(pylog timestamps never decrease)")
+        finally:
+            src.close()
+
+
+def _staged_records(txn_dir: str, staged: list[tuple[str, int]]) -> Iterator[list[Any]]:
+    """The staged records of one partition in chunks, checked against the decision's
+    counts. Several staged Logs (contributors) are merged by timestamp (stable), as one
+    sorted batch would be."""
+    srcs = []
+    try:
+        for rel, count in staged:
+            try:
+                srcs.append((Log(os.path.join(txn_dir, rel), readonly=True), rel, count))
+            except FileNotFoundError:
+                raise CorruptRecordError(f"transaction {os.path.basename(txn_dir)}: staged records {rel} "
+                                         "are missing") from None
+        for src, rel, count in srcs:
+            if src.stable_offset - src.start_offset != count:
+                raise CorruptRecordError(f"transaction {os.path.basename(txn_dir)}: staged records {rel} "
+                                         f"hold {src.stable_offset - src.start_offset} records, the decision "
+                                         f"says {count}")
+        if len(srcs) == 1:
+            src = srcs[0][0]
+            for a in range(src.start_offset, src.stable_offset, _APPLY_CHUNK):
+                yield list(src.scan(a, min(a + _APPLY_CHUNK, src.stable_offset)))
+            return
+        recs = [r for src, _rel, _count in srcs for r in src.scan()]
+        ts = np.array([r.timestamp for r in recs], np.int64)
+        if len(ts) > 1 and (np.diff(ts) < 0).any():
+            recs = [recs[i] for i in np.argsort(ts, kind="stable").tolist()]
+        for a in range(0, len(recs), _APPLY_CHUNK):
+            yield recs[a:a + _APPLY_CHUNK]
+    finally:
+        for src, _rel, _count in srcs:
+            src.close()
+
+
 def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
     """Append a decided transaction's staged records to ``log`` at ``entry["start"]``
     (cutting back whatever a torn earlier apply left after it), make them durable, and
@@ -467,28 +618,11 @@ def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
                 f"was decided to start at {start}; records before it were lost")
         mx = log._active.app.max_timestamp
         last = -1 if mx is None else int(mx)
-        for rel, count in entry["staged"]:
-            path = os.path.join(txn_dir, rel)
-            try:
-                src = Log(path, readonly=True)
-            except FileNotFoundError:
-                raise CorruptRecordError(f"transaction {os.path.basename(txn_dir)}: staged records {rel} "
-                                         "are missing") from None
-            try:
-                got = 0
-                for a in range(src.start_offset, src.stable_offset, _APPLY_CHUNK):
-                    recs = list(src.scan(a, min(a + _APPLY_CHUNK, src.stable_offset)))
-                    ts = np.maximum.accumulate(np.array([r.timestamp for r in recs] + [0], np.int64)[:-1])
-                    ts = np.maximum(ts, last)  # timestamps never decrease in a partition
-                    last = int(ts[-1])
-                    log.append_batch([r.value for r in recs], [r.key for r in recs], ts,
-                                     [r.metadata for r in recs])
-                    got += len(recs)
-            finally:
-                src.close()
-            if got != count:
-                raise CorruptRecordError(f"transaction {os.path.basename(txn_dir)}: staged records {rel} "
-                                         f"hold {got} records, the decision says {count}")
+        for recs in _staged_records(txn_dir, [tuple(x) for x in entry["staged"]]):
+            ts = np.maximum.accumulate(np.array([r.timestamp for r in recs], np.int64))
+            ts = np.maximum(ts, last)  # timestamps never decrease in a partition
+            last = int(ts[-1])
+            log.append_batch([r.value for r in recs], [r.key for r in recs], ts, [r.metadata for r in recs])
         log.flush()
         _drop_marker(log)
 

@@ -12,10 +12,14 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 import pylog
+import pylog.transactions
+
+from conftest import py_env
 
 pytestmark = pytest.mark.spark
 
@@ -72,6 +76,12 @@ def rows(df):
     return sorted((r["partition"], r["offset"], None if r["value"] is None else bytes(r["value"])) for r in df.collect())
 
 
+def txn_dirs(root):
+    """Transactions under the root's ~txn (staging left behind, undecided or unfinished)."""
+    d = os.path.join(str(root), "~txn")
+    return sorted(n for n in os.listdir(d) if len(n) == 32 or n.startswith(".new-")) if os.path.isdir(d) else []
+
+
 def log_contents(root, topic):
     out = {}
     for d in sorted(glob.glob(os.path.join(str(root), topic, "partition-*"))):
@@ -124,7 +134,7 @@ def test_write_read_round_trip_sizes(spark, tmp_path):
         by_key.setdefault(bytes(r["key"]), set()).add(r["partition"])
     assert all(len(s) == 1 for s in by_key.values())
     assert back.agg(F.sum(F.length("value"))).first()[0] == sum(map(len, values))
-    assert not os.listdir(os.path.join(str(tmp_path), "~spark", "staging"))
+    assert txn_dirs(tmp_path) == []
 
 
 def test_write_columns_partition_timestamp_metadata_and_strings(spark, tmp_path):
@@ -189,27 +199,38 @@ def test_failed_job_leaves_every_partition_as_it_was(spark, tmp_path):
     with pytest.raises(Exception, match="task failed on purpose"):
         df.write.format("pylog").mode("append").option("path", str(tmp_path)).option("topic", "ab").save()
     assert log_contents(tmp_path, "ab") == before
-    staging = os.path.join(str(tmp_path), "~spark", "staging")
-    assert not os.path.exists(staging) or not os.listdir(staging)
+    assert txn_dirs(tmp_path) == []
 
 
-def test_half_done_commit_is_rolled_back_and_hidden_from_readers(spark, tmp_path):
+def test_crashed_commit_is_hidden_from_spark_and_rolled_forward(spark, tmp_path):
+    """A process killed while it applied a committed transaction: Spark planning stops at the
+    partitions' last stable offsets (not at the torn records), and the next write's store
+    open rolls the transaction forward."""
     make_topic(tmp_path, "j", partitions=2, records=5)
-    # a crash in the middle of a commit: partition 0 got its rows, partition 1 not yet
-    with pylog.Log(os.path.join(str(tmp_path), "j", "partition-0")) as log:
-        log.append_batch([b"uncommitted"] * 3)
-    sdir = os.path.join(str(tmp_path), "j", "~spark")
-    os.makedirs(sdir, exist_ok=True)
-    with open(os.path.join(sdir, "txn.json"), "w") as f:
-        json.dump({"txn": "dead", "topic": "j", "partitions": {"0": [5, 8], "1": [5, 9]},
-                   "files": {"0": [], "1": []}, "sink": None}, f)
-    assert read(spark, tmp_path, "j").count() == 10  # readers stop at the journal's offsets
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import os, sys, pylog
+        from pylog import transactions as T
+        real = T._apply
+        def _apply(log, d, e):
+            if e["partition"] == 1:
+                log.append_batch([b"torn"] * 2); log.flush(); os._exit(9)
+            real(log, d, e)
+        T._apply = _apply
+        with pylog.LogStore(sys.argv[1]) as s, s.transaction() as tx:
+            tx.append_batch("j", [b"c0"] * 3, partition=0)
+            tx.append_batch("j", [b"c1"] * 4, partition=1)
+    """), str(tmp_path)], capture_output=True, text=True, env=py_env())
+    assert out.returncode == 9, out.stderr
+    # partition 0 was applied in full; partition 1 is behind its marker
+    assert read(spark, tmp_path, "j").count() == 10 + 3
+    assert b"torn" not in {bytes(r["value"]) for r in read(spark, tmp_path, "j").collect()}
     spark.createDataFrame([(b"new",)], "value binary").write.format("pylog").mode("append") \
-        .option("path", str(tmp_path)).option("topic", "j").save()
+        .option("path", str(tmp_path)).option("topic", "j").option("partitions", "2").save()
     c = log_contents(tmp_path, "j")
-    assert not os.path.exists(os.path.join(sdir, "txn.json"))
-    assert b"uncommitted" not in {r[3] for part in c.values() for r in part}
-    assert sum(len(v) for v in c.values()) == 11
+    assert [r[3] for r in c["partition-1"][5:9]] == [b"c1"] * 4
+    assert b"torn" not in {r[3] for part in c.values() for r in part}
+    assert sum(len(v) for v in c.values()) == 10 + 7 + 1
+    assert txn_dirs(tmp_path) == []
 
 
 def test_stream_restart_no_loss_no_duplicates_new_partitions(spark, tmp_path):
@@ -270,8 +291,54 @@ def test_stream_sink_is_exactly_once_per_batch(spark, tmp_path):
         os.unlink(crc)
     run()
     assert log_contents(tmp_path, "dst") == first
-    sinks = json.load(open(os.path.join(str(tmp_path), "dst", "~spark", "sinks.json")))
+    sinks = json.load(open(os.path.join(str(tmp_path), "~txn", "sinks.json")))
     assert list(sinks.values()) == [int(os.path.basename(commits[-1]))]
+    assert txn_dirs(tmp_path) == []  # no micro-batch leaves its staging behind
+
+
+def _stream_copy(spark, root, src, dst, ckpt=None, **options):
+    w = (spark.readStream.format("pylog").option("path", str(root)).option("topic", src)
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "20").load().select("value")
+         .writeStream.format("pylog").option("path", str(root)).option("topic", dst))
+    if ckpt is not None:
+        w = w.option("checkpointLocation", ckpt)
+    for k, v in options.items():
+        w = w.option(k, v)
+    q = w.trigger(availableNow=True).start()
+    q.awaitTermination(120)
+    if q.exception() is not None:
+        raise q.exception()
+
+
+def test_stream_sink_refuses_a_checkpoint_it_is_not_told(spark, tmp_path):
+    """13(a): with the checkpoint from the SQL conf, the sink cannot tell two queries apart:
+    it refuses (before, both shared one id and the second's batches were skipped)."""
+    make_topic(tmp_path, "src", partitions=1, records=100)
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "conf-ckpt"))
+    try:
+        with pytest.raises(Exception, match="pylog sink needs the query's checkpoint"):
+            _stream_copy(spark, tmp_path, "src", "dst", queryName="q1")
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    assert sum(len(v) for v in log_contents(tmp_path, "dst").values()) == 0
+    # two queries, each with its own checkpoint, into one root: both write everything
+    _stream_copy(spark, tmp_path, "src", "dst", str(tmp_path / "ck1"))
+    _stream_copy(spark, tmp_path, "src", "dst", str(tmp_path / "ck2"))
+    assert sum(len(v) for v in log_contents(tmp_path, "dst").values()) == 200
+    assert txn_dirs(tmp_path) == []
+
+
+def test_stream_sink_reset_checkpoint_is_a_new_sink(spark, tmp_path):
+    """13(b): a query reset by deleting its checkpoint restarts its batch ids at 0; its
+    batches are new ones, not replays."""
+    make_topic(tmp_path, "src", partitions=1, records=60)
+    ckpt = str(tmp_path / "ckpt")
+    _stream_copy(spark, tmp_path, "src", "dst", ckpt)
+    assert len(glob.glob(os.path.join(ckpt, "commits", "[0-9]*"))) == 3
+    shutil.rmtree(ckpt)
+    _stream_copy(spark, tmp_path, "src", "dst", ckpt)
+    assert sum(len(v) for v in log_contents(tmp_path, "dst").values()) == 120
+    assert txn_dirs(tmp_path) == []
 
 
 def test_clear_errors(spark, tmp_path):
@@ -340,30 +407,30 @@ def test_offsets_are_canonical_and_limit_split_by_backlog():
     assert pylog_spark._split_limit({("t", "0"): 3}, 10) == {("t", "0"): 3}
 
 
-def test_half_done_commit_rolls_forward_when_a_producer_appended_after_it(tmp_path):
+def test_late_task_cannot_recreate_an_aborted_staging(tmp_path):
+    """A task attempt that runs after the job was aborted fails; it does not bring the
+    transaction's staging directory back."""
     import pyarrow as pa
 
-    root = str(tmp_path)
-    make_topic(root, "f", partitions=2, records=5)
-    staging = os.path.join(root, "~spark", "staging", "dead")
-    batch = pa.RecordBatch.from_pydict({"value": [b"a", b"b", b"c", b"d", b"e"], "partition": [0, 0, 0, 1, 1]})
-    staged = pylog_spark._StagingWriter(staging, 2, {}).write(iter([batch]))
-    files = {str(p): [path] for p, path, _rows in staged.files}
-    # the crashed commit appended partition 0's rows; then another producer appended to it
-    with pylog.Log(os.path.join(root, "f", "partition-0")) as log:
-        log.append_batch([b"a", b"b", b"c"])
-        log.append(b"someone else")
-    os.makedirs(os.path.join(root, "f", "~spark"), exist_ok=True)
-    with open(os.path.join(root, "f", "~spark", "txn.json"), "w") as f:
-        json.dump({"txn": "dead", "topic": "f", "partitions": {"0": [5, 8], "1": [5, 7]}, "files": files,
-                   "sink": None}, f)
-    with pylog_spark._topic_lock(root, "f", exclusive=True):
-        pylog_spark._recover(root, "f")
-    c = log_contents(root, "f")
-    assert [r[3] for r in c["partition-0"][5:]] == [b"a", b"b", b"c", b"someone else"]
-    assert [r[3] for r in c["partition-1"][5:]] == [b"d", b"e"]
-    assert not os.path.exists(os.path.join(root, "f", "~spark", "txn.json"))
-    assert not os.path.exists(staging)
+    make_topic(tmp_path, "f", partitions=2, records=1)
+    w = pylog_spark.PylogWriter({"path": str(tmp_path), "topic": "f"},
+                                pylog_spark.StructType.fromDDL("value binary"))
+    batch = pa.RecordBatch.from_pydict({"value": [b"a", b"b"]})
+    first = w.write(iter([batch]))
+    assert len(txn_dirs(tmp_path)) == 1
+    w.abort([first, None])
+    assert txn_dirs(tmp_path) == []
+    with pytest.raises(pylog.transactions.TransactionError, match="aborted|does not exist"):
+        w.write(iter([batch]))
+    assert txn_dirs(tmp_path) == []
+    # and one whose transaction disappears between its start and its first staged row
+    w2 = pylog_spark.PylogWriter({"path": str(tmp_path), "topic": "f"},
+                                 pylog_spark.StructType.fromDDL("value binary"))
+    stager = pylog.transactions.Stager(str(tmp_path), w2.committer.txn)
+    w2.abort([])
+    with pytest.raises(pylog.transactions.TransactionError, match="aborted"):
+        stager.append("f", 0, b"late")
+    assert txn_dirs(tmp_path) == []
 
 
 def test_packed_bytes_append(tmp_path):
