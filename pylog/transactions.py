@@ -63,7 +63,15 @@ import numpy as np
 
 from pylog import fileutil, vfs
 from pylog import log as log_mod
-from pylog.errors import CorruptRecordError, InvalidTimestampError, LogLockedError, PylogError, UnknownTopicError
+from pylog.errors import (
+    ArgumentTypeError,
+    CorruptRecordError,
+    InvalidArgumentError,
+    InvalidTimestampError,
+    LogLockedError,
+    PylogError,
+    UnknownTopicError,
+)
 from pylog.log import STABLE_FILE, Log, read_stable_file
 
 if TYPE_CHECKING:
@@ -99,7 +107,7 @@ def _txn_root(root: str) -> str:
 
 def _check_id(txn_id: Any) -> str:
     if not isinstance(txn_id, str) or len(txn_id) != 32 or any(c not in "0123456789abcdef" for c in txn_id):
-        raise ValueError(f"transaction id must be 32 lowercase hex digits, got {txn_id!r}")
+        raise InvalidArgumentError(f"transaction id must be 32 lowercase hex digits, got {txn_id!r}")
     return txn_id
 
 
@@ -284,20 +292,20 @@ class Transaction:
         ``partition`` is given), as :meth:`pylog.Topic.append_batch` picks them."""
         self._check_open()
         if isinstance(values, (bytes, bytearray, memoryview, str)):
-            raise TypeError("values must be a sequence of bytes-likes, not a single value")
+            raise ArgumentTypeError("values must be a sequence of bytes-likes, not a single value")
         values = list(values)
         n = len(values)
         if n == 0:
-            raise ValueError("append_batch needs at least one value")
+            raise InvalidArgumentError("append_batch needs at least one value")
         if keys is not None:
             if isinstance(keys, (bytes, bytearray, memoryview, str)):
-                raise TypeError("keys must be a sequence, not a single value")
+                raise ArgumentTypeError("keys must be a sequence, not a single value")
             keys = list(keys)
             if len(keys) != n:
-                raise ValueError(f"keys has {len(keys)} items, values has {n}")
+                raise InvalidArgumentError(f"keys has {len(keys)} items, values has {n}")
         for name, seq in (("timestamps", timestamps), ("metadata", metadata)):
             if seq is not None and len(seq) != n:
-                raise ValueError(f"{name} has {len(seq)} items, values has {n}")
+                raise InvalidArgumentError(f"{name} has {len(seq)} items, values has {n}")
         if partition is not None or keys is None or all(k is None for k in keys):
             t, p = self._target(topic, None, partition)
             self._stager.append_batch(topic, p, values, keys, timestamps, metadata, t.config.max_record_bytes)
@@ -320,7 +328,7 @@ class Transaction:
         for part in parts:
             topic, p, rel, count = part
             if not isinstance(rel, str) or os.path.isabs(rel) or ".." in rel.split(os.sep):
-                raise ValueError(f"staged part {part!r} names a path outside the transaction")
+                raise InvalidArgumentError(f"staged part {part!r} names a path outside the transaction")
             if not os.path.isdir(os.path.join(self.dir, rel)):
                 raise TransactionError(f"transaction {self.id}: staged records {rel!r} are missing")
             self._extra.append((str(topic), int(p), rel, int(count)))

@@ -80,6 +80,10 @@ def test_bad_input_is_a_typed_error_and_stages_nothing(tmp_path):
                 tx.append("t", b"x", partition=7)
             with pytest.raises(TypeError):
                 tx.append("t", "a str")
+            with pytest.raises(pylog.PylogError, match="at least one value"):
+                tx.append_batch("t", [])
+            with pytest.raises(pylog.PylogError, match="keys has 1 items, values has 2"):
+                tx.append_batch("t", [b"a", b"b"], keys=[b"k"])
             tx.append("t", b"ok", partition=1)
         assert _values(s.topic("t").partition(1)) == [b"ok"]
         assert len(s.topic("t").partition(0)) == 0
