@@ -24,11 +24,19 @@ def _run() -> None:
     while True:
         time.sleep(_TICK)
         now = time.time_ns() // 1_000_000
-        for log in list(_logs):
+        for log in _snapshot():
             try:
                 log._timer_flush(now)
             except Exception:  # a failed flush fences that log; the thread goes on
                 pass
+
+
+def _snapshot() -> "list[_Flushable]":
+    """The registered logs, copied under the lock: a WeakSet raises if another thread
+    registers or unregisters a log while it is iterated (that killed this thread, and with
+    it every log's ``flush_ms`` timer)."""
+    with _lock:
+        return list(_logs)
 
 
 def register(log: _Flushable) -> None:
@@ -47,7 +55,7 @@ def unregister(log: _Flushable) -> None:
 
 @atexit.register
 def _at_exit() -> None:
-    for log in list(_logs):
+    for log in _snapshot():
         try:
             log._exit_flush()
         except Exception:
