@@ -105,6 +105,7 @@ def producer(root: str, j: Journal, rng: random.Random, deadline: float, name: s
     j("start", role="producer")
     ops = 0
     work: list[str] = []
+    held: dict[str, Any] = {}  # topic -> a Topic handle kept across appends, even after a delete
     while time.monotonic() < deadline:
         ops += 1
         if ops % rng.randint(15, 40) == 0:  # let go of the partitions now and then
@@ -112,6 +113,7 @@ def producer(root: str, j: Journal, rng: random.Random, deadline: float, name: s
             store = pylog.LogStore(root)
             j("reopen")
             work = []
+            held = {}
         topics = store.topics()
         if not topics:
             time.sleep(0.05)
@@ -120,10 +122,20 @@ def producer(root: str, j: Journal, rng: random.Random, deadline: float, name: s
         # do not all want the same partitions (each partition has one writer at a time)
         work = [t for t in work if t in topics] or rng.sample(topics, min(len(topics), rng.randint(1, 3)))
         tname = rng.choice(work)
+        r = rng.random()
+        if r < 0.05:  # take a handle of some topic and keep it (issue 14 case 4)
+            tname = rng.choice(topics)
+            held[tname] = None
+            j("hold", topic=tname)
+        elif r < 0.1 and held:  # append through a handle held for a while
+            tname = rng.choice(sorted(held))
         try:
-            topic = store.topic(tname)
+            topic = store.topic(tname) if held.get(tname) is None else held[tname]
+            if tname in held:
+                held[tname] = topic
         except Exception as e:
-            j("topic-failed", topic=tname, **_err(e))
+            j("topic-failed", topic=tname, unexpected=not _expected(e), **_err(e))
+            held.pop(tname, None)
             continue
         r = rng.random()
         if r < 0.08:
@@ -154,6 +166,8 @@ def producer(root: str, j: Journal, rng: random.Random, deadline: float, name: s
             j("failed", topic=tname, ids=ids, unexpected=not _expected(e), **_err(e))
             if type(e).__name__ in ("LogLockedError", "UnknownTopicError"):
                 work = [t for t in work if t != tname]
+                if type(e).__name__ == "UnknownTopicError":
+                    held.pop(tname, None)
                 time.sleep(rng.random() * 0.02)
             continue
         j("acked" if topic.config.fsync == "always" else "written", topic=tname, ids=ids,
@@ -187,14 +201,20 @@ def txproducer(root: str, j: Journal, rng: random.Random, deadline: float, name:
         j("tx-begin", tx=txid)
         try:
             with store.transaction() as tx:
-                for _ in range(rng.randint(1, 8)):
+                for _ in range(rng.randint(1, 6)):
                     tname = rng.choice(topics)
-                    rid = f"{name}:{seq}"
-                    seq += 1
-                    key = f"k{name}-{rng.randint(0, 5)}" if rng.random() < 0.5 else None
-                    j("tx-attempt", tx=txid, topic=tname, ids=[rid], keys=[key])
-                    res = tx.append(tname, value_of(rid), key=key.encode() if key else None)
-                    j("tx-appended", tx=txid, ids=[rid], at=list(res) if isinstance(res, tuple) else None)
+                    n = 1 if rng.random() < 0.7 else rng.randint(2, 6)
+                    ids = [f"{name}:{seq + i}" for i in range(n)]
+                    seq += n
+                    keyed = rng.random() < 0.5
+                    keys = [f"k{name}-{rng.randint(0, 5)}" if keyed else None for _ in ids]
+                    j("tx-attempt", tx=txid, topic=tname, ids=ids, keys=keys)
+                    if n == 1:
+                        parts = [tx.append(tname, value_of(ids[0]), key=keys[0].encode() if keyed else None)]
+                    else:
+                        parts = tx.append_batch(tname, [value_of(i) for i in ids],
+                                                keys=[k.encode() for k in keys] if keyed else None)
+                    j("tx-appended", tx=txid, ids=ids, at=None, parts=list(parts))
                     time.sleep(rng.random() * 0.005)
                 if abort:
                     j("tx-abort-start", tx=txid)
@@ -403,6 +423,22 @@ def topic_config(rng: random.Random) -> dict[str, Any]:
     return cfg
 
 
+def _in_use(root: str, topic: str) -> bool:
+    """Whether a partition of ``topic`` is open for writing, or a group member holds a lock."""
+    from pylog.topics import _locked_by_other
+
+    d = os.path.join(root, topic)
+    try:
+        locks = [os.path.join(d, e, ".lock") for e in os.listdir(d) if e.startswith("partition-")]
+        cdir = os.path.join(d, "~consumers")
+        if os.path.isdir(cdir):
+            for g in os.listdir(cdir):
+                locks += [os.path.join(cdir, g, f) for f in os.listdir(os.path.join(cdir, g)) if f.endswith(".lock")]
+    except FileNotFoundError:
+        return True
+    return any(_locked_by_other(p) for p in locks)
+
+
 def admin(root: str, j: Journal, rng: random.Random, deadline: float, name: str) -> None:
     """Creates, deletes, grows and alters topics; runs retention and compaction."""
     import pylog
@@ -422,7 +458,9 @@ def admin(root: str, j: Journal, rng: random.Random, deadline: float, name: str)
         elif not topics:
             continue
         elif r < 0.35 and len(topics) > 3:
-            op = {"op": "delete", "topic": rng.choice(topics)}
+            # a topic nobody writes or consumes now, if there is one (else delete refuses)
+            free = [t for t in topics if not _in_use(root, t)]
+            op = {"op": "delete", "topic": rng.choice(free or topics)}
         elif r < 0.45:
             op = {"op": "add_partitions", "topic": rng.choice(topics), "count": rng.randint(1, 2)}
         elif r < 0.55:
@@ -656,6 +694,7 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
     resumes: list[dict[str, Any]] = []
     written_by: dict[str, list[tuple[str, list[str], list[list[int]]]]] = {}
     cli_runs: dict[str, list[dict[str, Any]]] = {}
+    tx_part: dict[str, int] = {}  # id of a transactional record -> the partition tx.append named
 
     for jname, evs in journals.items():
         pending: list[str] = []  # written, not yet flushed
@@ -668,6 +707,9 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                                      "tx": ev.get("tx"), "parts": ev.get("parts")}
                     if ev.get("tx"):
                         tx_of[rid] = ev["tx"]
+            elif e == "tx-appended" and ev.get("parts"):
+                for rid, p in zip(ev["ids"], ev["parts"]):
+                    tx_part[rid] = p
             elif e in ("acked", "written", "tx-appended"):
                 for rid, at in zip(ev["ids"], ev["at"] or [None] * len(ev["ids"])):
                     if at is not None:
@@ -702,7 +744,9 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
             elif e == "tx-aborted":
                 tx_state[ev["tx"]] = "aborted"
             elif e == "tx-failed":
-                if tx_state.get(ev["tx"]) != "commit-start":
+                # failed before its commit, or its commit reported that nothing was written:
+                # never visible; an OSError during the commit leaves either outcome possible
+                if tx_state.get(ev["tx"]) != "commit-start" or ev["err"] in NOT_WRITTEN:
                     tx_state[ev["tx"]] = "failed"
                 if ev.get("unexpected"):
                     problems.append(f"{jname}: transaction {ev['tx']} raised {ev['err']}: {ev['msg']}")
@@ -788,6 +832,8 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                 problems.append(f"{where}: {rid!r} also at {prev}")
             if rid in placed and placed[rid] != key and not excused(ev["topic"]):
                 problems.append(f"{where}: {rid!r} was appended at {placed[rid]}")
+            if rid in tx_part and tx_part[rid] != ev["p"]:
+                problems.append(f"{where}: {rid!r} was staged for partition {tx_part[rid]}")
             if off <= last.get(ev["p"], -1):
                 problems.append(f"{where}: offsets went back within one fetch")
             last[ev["p"]] = off
@@ -834,6 +880,17 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                 for k2, r2 in recs.items()):
             continue  # a later record of its key superseded it
         problems.append(f"ack: {rid!r} acknowledged at {key} is lost (holds {recs.get(key)!r})")
+
+    # 3b. no record of a committed transaction lost (its commit returned: acknowledged)
+    for rid, tx in tx_of.items():
+        topic = attempts[rid]["topic"]
+        if tx_state.get(tx) != "committed" or topic in deletes or topic in trimmed | compacted:
+            continue
+        if rid not in where_final:
+            problems.append(f"ack: {rid!r} of committed transaction {tx} (for {topic}/{tx_part.get(rid)}) is lost")
+        elif rid in tx_part and where_final[rid][1] != tx_part[rid]:
+            problems.append(f"final: {rid!r} of transaction {tx} is in {where_final[rid]}, "
+                            f"staged for partition {tx_part[rid]}")
 
     # 4. per-key order within a partition, and keys land where their key hashes
     for jname, batches in written_by.items():
