@@ -325,15 +325,19 @@ def test_crash_at_every_call_of_truncate_and_retention(tmp_path, op, call):
 
 @needs_strace
 @pytest.mark.parametrize("op", ["truncate", "retention"])
-@pytest.mark.parametrize("call", FILE_CALLS)
-def test_failure_at_every_call_of_truncate_and_retention(tmp_path, op, call):
-    """Case 12: EIO from every ``call`` of a truncate or a retention. The operation raises,
+@pytest.mark.parametrize("call,error", [(c, "EIO") for c in FILE_CALLS]
+                         + [(c, "ENOSPC") for c in ("copy_file_range", "pwrite64", "fsync", "rename")])
+def test_failure_at_every_call_of_truncate_and_retention(tmp_path, op, call, error):
+    """Case 12: EIO (ENOSPC where a full disk shows) from every ``call`` of a truncate or
+    a retention. The operation raises,
     the log is fenced (appends raise LogFencedError), and what it shows matches the files:
     every offset in [start_offset, next_offset) reads back (read, read_batch, scan) with no
     hole and verify() finds nothing; a failed retention starts at the oldest store still
     there. After a reopen the same holds, and an interrupted truncate is finished."""
-    reports = sweep(tmp_path, op, call, "error=EIO")
+    reports = sweep(tmp_path, op, call, f"error={error}")
     failures = [r for r in reports if r.get("phase") == "op" and r["failed"]]
+    if call in ("rename", "unlink", "fsync") or (call, op) == ("copy_file_range", "truncate"):
+        assert failures, "the sweep never failed the operation itself"
     for r in failures:
         assert r["bad"] == [] and r["dense"] and r["verify"] == [], r
         assert r["appended"] is False, r
