@@ -35,17 +35,18 @@ SERVED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 5),
     32: ("DescribeConfigs", 1, 4),
     37: ("CreatePartitions", 0, 3),
-}
-
-#: API keys of the next step (consumer groups, idempotent producers, SASL). They are not
-#: advertised by ApiVersions; a client that sends one anyway gets every error code of the
-#: response set to UNSUPPORTED_VERSION, the code Kafka gives for an API it does not serve.
-NOT_YET: dict[int, tuple[str, int, int]] = {
+    # consumer groups (:mod:`.coordinator`)
     8: ("OffsetCommit", 2, 9), 9: ("OffsetFetch", 1, 9), 10: ("FindCoordinator", 0, 4),
     11: ("JoinGroup", 0, 9), 12: ("Heartbeat", 0, 4), 13: ("LeaveGroup", 0, 5),
     14: ("SyncGroup", 0, 5), 15: ("DescribeGroups", 0, 5), 16: ("ListGroups", 0, 4),
-    17: ("SaslHandshake", 0, 1), 22: ("InitProducerId", 0, 5), 36: ("SaslAuthenticate", 0, 2),
     42: ("DeleteGroups", 0, 2),
+}
+
+#: API keys of the next step (idempotent producers, SASL). They are not
+#: advertised by ApiVersions; a client that sends one anyway gets every error code of the
+#: response set to UNSUPPORTED_VERSION, the code Kafka gives for an API it does not serve.
+NOT_YET: dict[int, tuple[str, int, int]] = {
+    17: ("SaslHandshake", 0, 1), 22: ("InitProducerId", 0, 5), 36: ("SaslAuthenticate", 0, 2),
 }
 
 _SIZE = struct.Struct(">i")

@@ -22,6 +22,7 @@ from typing import Any
 
 from pylog.serve import handlers
 from pylog.serve.broker import Broker
+from pylog.serve.coordinator import API_KEYS as GROUP_KEYS, PEER, GroupCoordinator
 from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
 
 __all__ = ["Server", "serve"]
@@ -61,6 +62,7 @@ class Server:
         self.idle_timeout = idle_timeout
         self.auto_create = auto_create
         self.broker: Broker | None = None
+        self.coordinator: GroupCoordinator | None = None
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[asyncio.Task[Any]] = set()
         self._busy: set[asyncio.Task[Any]] = set()
@@ -75,12 +77,16 @@ class Server:
             self.broker = None
             raise
         self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
+        self.coordinator = GroupCoordinator(self.broker)
+        self.coordinator.start()
         log.info("pylog serve: listening on %s:%d, root %s", self.host, self.port, self.root)
 
     async def stop(self) -> None:
         """Stop listening, let requests in flight finish, close connections, close the logs."""
         if self._server is not None:
             self._server.close()
+        if self.coordinator is not None:  # answers the joins and syncs that wait
+            await self.coordinator.close()
         if self._busy:
             await asyncio.wait(set(self._busy), timeout=self.request_timeout)
         for t in list(self._conns):
@@ -109,6 +115,7 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         self._conns.add(task)
+        PEER.set(writer.get_extra_info("peername"))
         try:
             while True:
                 frame = await self._read_frame(reader)
@@ -156,6 +163,8 @@ class Server:
                     return None
             elif key == 1:
                 data = await broker.fetch(req.body, req.api_version)
+            elif key in GROUP_KEYS and self.coordinator is not None:
+                data = await self.coordinator.handle(key, req.body, req.api_version, req.client_id)
             elif key in handlers.HANDLERS:
                 data = handlers.HANDLERS[key](broker, req.body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
