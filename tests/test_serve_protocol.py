@@ -148,3 +148,38 @@ def test_metadata_v0_empty_list_means_every_topic_and_transactional_batches_refu
         b[17:21] = _backend.impl.crc32c(bytes(b[21:])).to_bytes(4, "big")
         r = call(s, produce("m1", bytes(b)), 0, 9)
         assert r.responses[0].partition_responses[0].error_code == 48  # INVALID_TXN_STATE
+
+
+def test_retention_runs_in_the_broker(tmp_path):
+    """retention.ms is enforced by the broker itself (the CLI cannot while it serves)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, py_env
+
+    root = str(tmp_path / "root")
+    code = ("import sys; from pylog.serve import serve\n"
+            "serve(sys.argv[1], '127.0.0.1', 0, ready=lambda s: print('listening on 127.0.0.1:%d' % s.port,"
+            " flush=True), cleanup_interval=0.3)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, root], cwd=ROOT, env=py_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = int(proc.stdout.readline().rsplit(":", 1)[1])  # type: ignore[union-attr]
+        b = type("B", (), {"port": port})()
+        with connect(b) as s:  # type: ignore[arg-type]
+            create_topic(s, "old", segment_bytes="4096", retention_ms="1")
+            for i in range(40):
+                call(s, produce("old", batch([b"%04d" % i + b"x" * 200])), 0, 9)
+
+            def earliest() -> int:
+                r = call(s, frame(2, 7, {"topics": [{"name": "old", "partitions": [
+                    {"partition_index": 0, "timestamp": -2}]}]}), 2, 7)
+                return r.topics[0].partitions[0].offset
+
+            assert wait_for(lambda: earliest() > 0, timeout=20), "no segment was deleted"
+            got = fetched_values(call(s, fetch("old", earliest()), 1, 12))
+            assert got and got[0][0] == earliest()
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+        proc.stdout.close()  # type: ignore[union-attr]

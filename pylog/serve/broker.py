@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import fcntl
+import logging
 import os
 import time
 from typing import Any
@@ -31,6 +32,8 @@ except ImportError:  # pragma: no cover
     _arrow = None  # type: ignore[assignment]
 
 __all__ = ["Broker", "SERVE_LOCK"]
+
+_log = logging.getLogger("pylog.serve")
 
 #: The file under the root that a broker holds locked (flock) while it serves.
 SERVE_LOCK = ".serve.lock"
@@ -110,6 +113,23 @@ class Broker:
         (``Log.last_stable_offset``: below a transaction being applied), else the next offset."""
         return log.last_stable_offset if read_committed else log.next_offset
 
+    def cleanup(self) -> None:
+        """Retention of ``delete`` topics and compaction of ``compact`` topics (what Kafka's
+        log cleaner and retention check do in the background); run by the server every
+        ``cleanup_interval`` seconds, in the append threads."""
+        for what, run in (("retention", self.store.enforce_retention), ("compaction", self.store.compact)):
+            try:
+                done = run()
+            except (PylogError, OSError) as e:
+                _log.warning("%s failed: %s", what, e)
+                continue
+            if what == "retention" and any(done.values()):
+                _log.info("retention deleted %d segments", sum(done.values()))
+
+    async def run_cleanup(self) -> None:
+        """:meth:`cleanup` in the append threads."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, self.cleanup)
+
     def close(self) -> None:
         """Wait for appends in flight, then flush and close every partition."""
         self._pool.shutdown(wait=True)
@@ -140,13 +160,20 @@ class Broker:
         last = self._last_ts.get(key)
         for attempt in range(8):
             if last is None and log.next_offset > log.start_offset:
-                last = log.read(log.next_offset - 1).timestamp
+                try:
+                    last = log.read(log.next_offset - 1).timestamp
+                except PylogError:  # compacted or truncated away: the log checks it anyway
+                    last = None
             if last is not None:
                 ts[0] = max(int(ts[0]), last)
             np.maximum.accumulate(ts, out=ts)
             try:
                 first = log.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys), timestamps=ts,
                                          metadata=PackedBytes(*d.headers))
+                # acknowledged records go to the OS now (fsynced before this when the policy
+                # says so), so library readers in other processes see what Kafka clients were
+                # told is written. Log has no public "write out without fsync": _exit_flush is it.
+                log._exit_flush()
                 break
             except InvalidTimestampError:
                 # another producer's append to this partition landed in between with a later
@@ -160,10 +187,6 @@ class Broker:
                 return E.not_leader_or_follower, -1, -1
             except (PylogError, OSError):
                 return E.kafka_storage_error, -1, -1
-        # acknowledged records go to the OS now (not fsynced unless the policy says so), so that
-        # library readers in other processes see what Kafka clients were told is written.
-        # Log has no public "write out without fsync"; _exit_flush is that step.
-        log._exit_flush()
         self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
         return 0, first, log.start_offset
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import io
 import struct
 import types
@@ -18,7 +19,8 @@ import typing
 import uuid
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema as _load_request_schema
+from kio.index import load_response_schema as _load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
@@ -48,6 +50,12 @@ SERVED: dict[int, tuple[str, int, int]] = {
 NOT_YET: dict[int, tuple[str, int, int]] = {
     17: ("SaslHandshake", 0, 1), 22: ("InitProducerId", 0, 5), 36: ("SaslAuthenticate", 0, 2),
 }
+
+# kio resolves a schema by importing its module on every call: once per (key, version) here
+load_request_schema = functools.lru_cache(maxsize=None)(_load_request_schema)
+load_response_schema = functools.lru_cache(maxsize=None)(_load_response_schema)
+_reader = functools.lru_cache(maxsize=None)(entity_reader)
+_writer = functools.lru_cache(maxsize=None)(entity_writer)
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
@@ -95,8 +103,8 @@ def decode_request(frame: bytes | memoryview) -> Request:
         raise RequestError(f"API key {key} version {version} is not served")
     req_cls = load_request_schema(key, version)
     try:
-        header, used = entity_reader(req_cls.__header_schema__)(frame, 0)
-        body, n = entity_reader(req_cls)(frame, used)
+        header, used = _reader(req_cls.__header_schema__)(frame, 0)
+        body, n = _reader(req_cls)(frame, used)
     except (DecodeError, ValueError, TypeError, OverflowError, UnicodeDecodeError, IndexError) as e:
         raise RequestError(f"malformed {req_cls.__name__} v{version}: {e}") from e
     # bytes after the payload are ignored, as Kafka's own request parser does (librdkafka
@@ -111,8 +119,8 @@ def encode_response(req: Request, payload: Any) -> bytes:
     header_cls = cls.__header_schema__
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
-    entity_writer(header_cls)(buf, header_cls(correlation_id=req.correlation_id))
-    entity_writer(cls)(buf, payload)
+    _writer(header_cls)(buf, header_cls(correlation_id=req.correlation_id))
+    _writer(cls)(buf, payload)
     out = buf.getbuffer()
     _SIZE.pack_into(out, 0, len(out) - 4)
     del out

@@ -49,11 +49,16 @@ class Server:
     idle_timeout
         Seconds a connection may stay silent between requests (Kafka's
         ``connections.max.idle.ms``).
+    cleanup_interval
+        Seconds between two runs of retention and compaction over every topic (Kafka's
+        ``log.retention.check.interval.ms``, 5 minutes); None: never (``pylog retention``
+        and ``pylog compact`` cannot run while the broker holds the partitions).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
                  max_request_bytes: int = 100 << 20, request_timeout: float = 30.0,
-                 idle_timeout: float = 600.0, auto_create: bool = True) -> None:
+                 idle_timeout: float = 600.0, auto_create: bool = True,
+                 cleanup_interval: float | None = 300.0) -> None:
         self.root = root
         self.host = host
         self.port = port
@@ -61,6 +66,8 @@ class Server:
         self.request_timeout = request_timeout
         self.idle_timeout = idle_timeout
         self.auto_create = auto_create
+        self.cleanup_interval = cleanup_interval
+        self._cleaner: asyncio.Task[None] | None = None
         self.broker: Broker | None = None
         self.coordinator: GroupCoordinator | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -79,7 +86,15 @@ class Server:
         self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
         self.coordinator = GroupCoordinator(self.broker)
         self.coordinator.start()
+        if self.cleanup_interval is not None:
+            self._cleaner = asyncio.create_task(self._cleanup_loop(self.cleanup_interval))
         log.info("pylog serve: listening on %s:%d, root %s", self.host, self.port, self.root)
+
+    async def _cleanup_loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if self.broker is not None:
+                await self.broker.run_cleanup()
 
     async def stop(self) -> None:
         """Stop listening, let requests in flight finish, close connections, close the logs."""
@@ -87,6 +102,9 @@ class Server:
             self._server.close()
         if self.coordinator is not None:  # answers the joins and syncs that wait
             await self.coordinator.close()
+        if self._cleaner is not None:
+            self._cleaner.cancel()
+            await asyncio.wait({self._cleaner}, timeout=self.request_timeout)
         if self._busy:
             await asyncio.wait(set(self._busy), timeout=self.request_timeout)
         for t in list(self._conns):
