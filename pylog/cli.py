@@ -34,8 +34,10 @@ class CliError(Exception):
 
 # ----------------------------------------------------------------------------------------
 # helpers
-def _store(ctx: click.Context, *, create: bool = False) -> Any:
-    """The LogStore of the data root; ``create`` makes the root if it is missing."""
+def _store(ctx: click.Context, *, create: bool = False, readonly: bool = False, **options: Any) -> Any:
+    """The LogStore of the data root; ``create`` makes the root if it is missing; ``readonly``
+    for the verbs that only read (they work on a root the user cannot write, and write
+    nothing)."""
     from pylog.topics import LogStore
 
     root = ctx.obj["root"]
@@ -45,7 +47,10 @@ def _store(ctx: click.Context, *, create: bool = False) -> Any:
         raise CliError(f"data root {root!r} is not a directory")
     if os.path.isdir(root) and not os.access(root, os.R_OK | os.X_OK):
         raise CliError(f"data root {root!r} is not readable")
-    store = LogStore(root)
+    if not readonly and os.path.isdir(root) and not os.access(root, os.W_OK):
+        raise CliError(f"data root {root!r} is not writable (this command writes; the reading commands "
+                       f"work without write access, and consume does without --group)")
+    store = LogStore(root, readonly=readonly, **options)
     ctx.call_on_close(store.close)
     return store
 
@@ -220,7 +225,7 @@ def topic_list(ctx: click.Context, fmt_: str) -> None:
         if os.path.exists(root):
             raise CliError(f"data root {root!r} is not a directory")
     else:
-        names = _store(ctx).topics()
+        names = _store(ctx, readonly=True).topics()
     if fmt_ == "json":
         click.echo(json.dumps(names))
         return
@@ -235,7 +240,7 @@ def topic_list(ctx: click.Context, fmt_: str) -> None:
 @click.pass_context
 def topic_describe(ctx: click.Context, name: str | None, fmt_: str, segments: bool) -> None:
     """Partitions, offsets, segments and sizes of topic NAME (default: every topic)."""
-    store = _store(ctx)
+    store = _store(ctx, readonly=True)
     infos = [store.topic(n).describe() for n in _topics_arg(store, name)]
     if fmt_ == "json":
         click.echo(json.dumps(infos if name is None else infos[0], indent=1))
@@ -509,10 +514,13 @@ def _parse_ts(text: str) -> int:
 @click.option("-H", "--metadata", default=None, metavar="TEXT", help="text format: metadata of every record.")
 @click.option("--timestamp", "timestamp_", default=None, metavar="MS|ISO",
               help="text format: timestamp of every record (ms since the epoch, or ISO 8601; default: now).")
+@click.option("--lock-timeout", type=click.FloatRange(0, 1e9), default=10.0, show_default=True,
+              metavar="SECONDS",
+              help="Wait this long for a partition another producer writes (0: fail at once).")
 @click.pass_context
 def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_separator: str | None,
             partition: int | None, fmt_: str, null_marker: str | None, metadata: str | None,
-            timestamp_: str | None) -> None:
+            timestamp_: str | None, lock_timeout: float) -> None:
     """Append one record per line of FILES (default: stdin) to TOPIC.
 
     A line's trailing newline (\\n or \\r\\n) is not part of the record. With --key-separator,
@@ -520,7 +528,12 @@ def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_sep
     Kafka's partitioner would choose; records without one are spread over the partitions.
     A bad line stops the command (exit 1) naming its line number; the records before it are
     kept, those after it are not written.
+
+    The partitions written (--partition, else all of them) are locked before any input is
+    read; a partition another producer holds is waited for up to --lock-timeout seconds.
     """
+    from pylog.errors import LogLockedError
+
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     if key_separator is not None:
@@ -531,10 +544,15 @@ def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_sep
             if v is not None:
                 raise click.UsageError(f"{flag} is for the text format (a JSON line carries its own fields)")
     ts = _parse_ts(timestamp_) if timestamp_ is not None else None
-    store = _store(ctx)
+    store = _store(ctx, lock_timeout=lock_timeout)
     t = store.topic(topic_name)
     if partition is not None:
         t._check_partition(partition)
+    try:  # every lock before the first byte of input: two producers never interleave by chance
+        for p in [partition] if partition is not None else range(t.partitions):
+            t.partition(p)
+    except LogLockedError as e:
+        raise CliError(f"{e}; another producer is writing it (see --lock-timeout)") from None
     limit = t.config.max_record_bytes
     streams: list[tuple[str, BinaryIO]] = []
     try:
@@ -786,7 +804,7 @@ def _consume(ctx: click.Context, topic_name: str, from_beginning: bool, offset: 
         from pylog.topics import check_name
 
         check_name(group, "group")
-    store = _store(ctx)
+    store = _store(ctx, readonly=group is None)
     t = store.topic(topic_name)
     if partition is not None:
         t._check_partition(partition)
@@ -811,41 +829,151 @@ def _consume(ctx: click.Context, topic_name: str, from_beginning: bool, offset: 
         consumer.seek_to_beginning()
     elif group is None:
         consumer.seek_to_end()
-    out = sys.stdout.buffer
+    out = _Output()
+    # What the group commits: per partition, the offset after the last record the reader of
+    # stdout has taken (a new group's resolved start position until then)
+    done: dict[int, int] = {p: consumer.position(p) for p in consumer.assignment()} if group else {}
+    try:
+        _consume_loop(consumer, out, done, topic_name, follow, max_records, fmt_, print_key,
+                      key_separator.replace("\\t", "\t").encode(), group is not None, render, idle)
+    except BrokenPipeError:
+        pass  # the reader went away (pylog consume | head): not an error; commit what it took
+    finally:
+        if group is not None and not consumer.closed:
+            out.drain()
+            out.settle(done)
+            mine = set(consumer.assignment())
+            for p in mine - set(done):  # taken over, nothing read from it: its resolved start
+                done[p] = consumer.position(p)
+            consumer.commit({p: off for p, off in done.items() if p in mine})
+    if out.broken:
+        raise BrokenPipeError
+
+
+class _Output:
+    """stdout for ``pylog consume``: written with ``os.write`` (every byte handed to the OS is
+    counted) and, for a pipe, asked (FIONREAD) how much its reader has not taken yet, so a
+    group commits only records its reader really took. Marks remember, per record written,
+    where its bytes end."""
+
+    def __init__(self) -> None:
+        import collections
+        import stat
+
+        self.written = 0
+        self.broken = False
+        self.marks: Any = collections.deque()  # (partition, offsets, ends): one per chunk
+        try:
+            sys.stdout.flush()
+            self.fd = sys.stdout.fileno()
+            self.fifo = stat.S_ISFIFO(os.fstat(self.fd).st_mode)
+        except (AttributeError, OSError, ValueError):
+            self.fd, self.fifo = -1, False
+
+    def write(self, data: bytes, p: int, offsets: list[int], lengths: list[int]) -> None:
+        """Write ``data``, the records ``offsets`` of partition ``p`` whose output takes
+        ``lengths`` bytes each. BrokenPipeError when the reader went away."""
+        import numpy as np
+
+        ends = np.cumsum(np.asarray(lengths, dtype=np.int64)) + self.written
+        self.marks.append((p, offsets, ends))
+        mv = memoryview(data)
+        try:
+            if self.fd < 0:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+                self.written += len(data)
+                return
+            while mv:
+                n = os.write(self.fd, mv)
+                self.written += n
+                mv = mv[n:]
+        except BrokenPipeError:
+            self.broken = True
+            raise
+
+    def unread(self) -> int:
+        """Bytes written to a pipe that its reader has not taken (0 for anything else)."""
+        if not self.fifo:
+            return 0
+        import array
+        import fcntl
+        import termios
+
+        buf = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.fd, termios.FIONREAD, buf)
+        except OSError:
+            return 0
+        return buf[0]
+
+    def drain(self, timeout: float = 2.0) -> None:
+        """Give a pipe's reader up to ``timeout`` seconds to take what is still in the pipe
+        (at exit: records it takes in time are committed, the rest are delivered again to
+        the group's next consumer)."""
+        if not self.fifo or self.broken:
+            return
+        import select
+
+        poller = select.poll()
+        poller.register(self.fd, select.POLLOUT)
+        deadline = time.monotonic() + timeout
+        while self.unread() and time.monotonic() < deadline:
+            if any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0)):
+                return  # the reader is gone: what it did not take stays uncommitted
+            time.sleep(0.005)
+
+    def settle(self, done: dict[int, int]) -> None:
+        """Move ``done`` past every record whose bytes the reader has taken."""
+        import numpy as np
+
+        taken = self.written - self.unread()
+        while self.marks:
+            p, offsets, ends = self.marks[0]
+            k = int(np.searchsorted(ends, taken, side="right"))
+            if k:
+                done[p] = offsets[k - 1] + 1
+            if k < len(offsets):
+                break
+            self.marks.popleft()
+
+
+def _consume_loop(consumer: Any, out: _Output, done: dict[int, int], topic_name: str, follow: bool,
+                  max_records: int | None, fmt_: str, print_key: bool, ksep: bytes, grouped: bool,
+                  render: Any, idle: int | None) -> None:
     left = max_records if max_records is not None else 1 << 62
     text = fmt_ == "text"
-    ksep = key_separator.replace("\\t", "\t").encode()
     idle_until = None if idle is None else time.monotonic() + idle / 1000
     while left > 0:
         wait = 1000 if idle_until is None else max(0, min(1000, int((idle_until - time.monotonic()) * 1000)))
         batch = consumer.poll_partitions(min(left, 20000), timeout_ms=wait if follow else 0)
-        if not batch:
-            if idle_until is not None and time.monotonic() >= idle_until:
-                break
-            if follow:
-                continue
-            break
-        if idle is not None:
+        if batch and idle is not None:
             idle_until = time.monotonic() + idle / 1000
         for p, recs in batch.items():
             if len(recs) > left:
                 recs = recs[:left]
+            done.setdefault(p, recs[0][0])
+            offsets = [r[0] for r in recs]
             if render is not None:
-                out.write(b"".join([render(r, p) for r in recs]))
+                rendered = [render(r, p) for r in recs]
+                lengths = [len(x) for x in rendered]
+                data = b"".join(rendered)
             elif text and not print_key:
                 vals = list(map(_VALUE, recs))
                 if None in vals:
                     vals = [b"null" if v is None else v for v in vals]
+                lengths = [len(v) + 1 for v in vals]
                 vals.append(b"")
-                out.write(b"\n".join(vals))
+                data = b"\n".join(vals)
             elif text:
                 parts = []
+                lengths = []
                 for r in recs:
-                    parts.append(b"null" if r[2] is None else r[2])
-                    parts.append(ksep)
-                    parts.append(b"null" if r[3] is None else r[3])
-                    parts.append(b"\n")
-                out.write(b"".join(parts))
+                    k = b"null" if r[2] is None else r[2]
+                    v = b"null" if r[3] is None else r[3]
+                    parts += (k, ksep, v, b"\n")
+                    lengths.append(len(k) + len(ksep) + len(v) + 1)
+                data = b"".join(parts)
             else:
                 lines = []
                 for r in recs:
@@ -853,20 +981,24 @@ def _consume(ctx: click.Context, topic_name: str, from_beginning: bool, offset: 
                     _json_field(obj, "key", r[2])
                     _json_field(obj, "value", r[3])
                     _json_field(obj, "metadata", r[4])
-                    lines.append(json.dumps(obj))
-                lines.append("")
-                out.write("\n".join(lines).encode())
+                    lines.append(json.dumps(obj).encode() + b"\n")
+                lengths = [len(x) for x in lines]
+                data = b"".join(lines)
+            out.write(data, p, offsets, lengths)
             left -= len(recs)
             if len(recs) < len(batch[p]):
                 consumer.seek(p, recs[-1][0] + 1)
             if left <= 0:
                 break
-        if follow:
-            out.flush()
-        if group is not None:
-            out.flush()
-            consumer.commit()
-    out.flush()
+        if grouped:
+            out.settle(done)
+            mine = set(consumer.assignment())
+            consumer.commit({p: off for p, off in done.items() if p in mine})
+        if not batch:
+            if idle_until is not None and time.monotonic() >= idle_until:
+                break
+            if not follow:
+                break
 
 
 # -- checking ------------------------------------------------------------------------------
@@ -890,8 +1022,9 @@ def _err_console() -> Any:
 @click.pass_context
 def verify(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
     """CRC-check every record of TOPIC (default: every topic). Exit status 1, and one
-    line per bad record, when anything is corrupt. Changes nothing."""
-    store = _store(ctx)
+    line per bad record, when anything is corrupt. Changes nothing (it opens the root
+    read-only: a root the user cannot write can be checked)."""
+    store = _store(ctx, readonly=True)
     logs = []
     for name in _topics_arg(store, topic_name):
         t = store.topic(name)

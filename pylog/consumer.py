@@ -22,6 +22,19 @@ partition changes hands only through its lock, so two live consumers of a group 
 the same partition. A killed consumer's locks are released by the kernel; the others take
 its partitions over on their next check, from the committed offsets.
 
+Partitions added to the topic (by any process) are noticed within the store's
+``metadata_refresh_ms``: a consumer without a group takes them at once, group members at the
+next membership check. A partition added after the consumer started, with nothing committed
+for it, starts at its earliest offset whatever ``auto_offset_reset`` says, so records written
+to it before the consumer noticed it are not skipped. A deleted topic makes :meth:`poll`
+raise :class:`~pylog.UnknownTopicError`.
+
+Only what was handed out is committed: :meth:`Consumer.commit` without arguments stores the
+positions, i.e. the offset after the last record :meth:`poll` returned per partition; an
+application that hands records on (a printer, a forwarder) and may stop part-way through a
+batch commits ``{partition: offset after the last record it really handed on}`` instead
+(``pylog consume`` does so).
+
 A consumer is not thread-safe (as Kafka's is not): use one per thread.
 """
 from __future__ import annotations
@@ -165,27 +178,42 @@ class Consumer:
         self._closed = False
         self._next_rebalance = 0.0
         self._rr = 0
+        self._known_n = topic._n  # partitions of the topic when last looked at
+        self._added: set[int] = set()  # partitions added to the topic after we started
         #: The records of the last :meth:`poll`, by partition.
         self.last_poll: dict[int, list[Record]] = {}
         self.dir = os.path.join(topic.path, CONSUMERS_DIR, group) if group is not None else None
         try:
             if self.dir is not None:
-                vfs.makedirs(self.dir)
+                # Under the store lock, after a fresh look at the topic: the group's directory
+                # is made inside this very topic, never in one a delete just removed, and the
+                # member lock makes delete_topic refuse from now on.
+                with store._meta_lock():
+                    topic._check_meta(force=True)
+                    vfs.makedirs(self.dir)
+                    if partitions is None:
+                        self._join()
+                    else:
+                        self._claim(partitions)
             if partitions is not None:
-                wanted = sorted({topic._check_partition(p) for p in partitions})
-                for p in wanted:
-                    if not self._acquire(p):
-                        raise LogLockedError(
-                            f"partition {p} of topic {topic.name!r} is owned by another consumer of group {group!r}")
+                if self.dir is None:
+                    self._claim(partitions)
             elif self.dir is None:
                 for p in range(topic.partitions):
                     self._acquire(p)
             else:
-                self._join()
                 self._rebalance()
         except BaseException:
             self._release_all()
             raise
+
+    def _claim(self, partitions: Iterable[int]) -> None:
+        """Manual assignment: own exactly ``partitions``."""
+        wanted = sorted({self.topic._check_partition(p) for p in partitions})
+        for p in wanted:
+            if not self._acquire(p):
+                raise LogLockedError(f"partition {p} of topic {self.topic.name!r} is owned by another "
+                                     f"consumer of group {self.group!r}")
 
     # -- group membership ------------------------------------------------------------------
     def _join(self) -> None:
@@ -292,9 +320,36 @@ class Consumer:
         pos = self._pos[p]
         if pos is None:
             c = self._read_committed(p)
-            pos = c if c is not None else self._reset(p, self._reader(p))
+            if c is not None:
+                pos = c
+            elif p in self._added:  # new since we started: nothing in it may be skipped
+                log = self._reader(p)
+                if log.readonly:
+                    log.refresh()
+                pos = log.start_offset
+            else:
+                pos = self._reset(p, self._reader(p))
             self._pos[p] = pos
         return pos
+
+    def _check_topic(self) -> None:
+        """Notice another process's changes to the topic (at most every
+        ``metadata_refresh_ms``): new partitions are taken (no group) or shared out at once
+        (group); a deleted topic raises UnknownTopicError."""
+        self.topic._check_meta()
+        n = self.topic._n
+        if n == self._known_n:
+            return
+        self._added.update(range(self._known_n, n))
+        self._known_n = n
+        if self._manual:
+            return
+        if self.dir is None:
+            for p in range(n):
+                if p not in self._pos:
+                    self._acquire(p)
+        else:
+            self._next_rebalance = 0.0
 
     def assignment(self) -> list[int]:
         """The partitions this consumer owns now, sorted."""
@@ -379,6 +434,7 @@ class Consumer:
         deadline = time.monotonic() + timeout_ms / 1000
         pause = 0.001
         while True:
+            self._check_topic()
             if not self._manual and self.dir is not None and time.monotonic() >= self._next_rebalance:
                 self._rebalance()
             got = self._fetch(max_records)
@@ -405,10 +461,14 @@ class Consumer:
                 pos = self._resolve(p)
             log = self._reader(p)
             try:
-                batch = log.read_batch(pos, self.max_bytes, left)
-            except OffsetOutOfRangeError:
-                pos = self._pos[p] = self._reset(p, log)
-                batch = log.read_batch(pos, self.max_bytes, left)
+                try:
+                    batch = log.read_batch(pos, self.max_bytes, left)
+                except OffsetOutOfRangeError:
+                    pos = self._pos[p] = self._reset(p, log)
+                    batch = log.read_batch(pos, self.max_bytes, left)
+            except FileNotFoundError:
+                self.topic._check_meta(force=True)  # the topic was deleted: UnknownTopicError
+                raise
             if batch:
                 out[p] = batch
                 self._pos[p] = batch[-1][0] + 1

@@ -41,6 +41,19 @@ def write(path: str, suffix: str, base_offset: int, entries: bytes) -> None:
     fileutil.atomic_write(path, impl.header_encode(magic, base_offset) + entries)
 
 
+def in_memory(suffix: str, base_offset: int, entries: bytes) -> MappedIndex:
+    """An index held in anonymous memory, never written to a file (a read-only log's
+    rebuilt index: a reader changes nothing on disk)."""
+    magic, esize, dtype = KINDS[suffix]
+    n = len(entries) // esize
+    if not n:
+        return MappedIndex(None, 0, dtype)
+    data = impl.header_encode(magic, base_offset) + bytes(entries)
+    mm = mmap.mmap(-1, len(data))
+    mm.write(data)
+    return MappedIndex(mm, n, dtype)
+
+
 def read_entries(path: str, suffix: str, base_offset: int) -> bytes | None:
     """The raw entries of an index file, or None when the file is missing or its header or
     size is wrong (the caller rebuilds)."""

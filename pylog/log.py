@@ -531,7 +531,7 @@ class Log:
             raise FileNotFoundError(errno.ENOENT, "no segments in log directory", self.path)
         cfg = self.config
         self._sealed = [
-            SealedSegment(self.path, b, bases[i + 1], None, cfg.index_interval_bytes, self._cache)
+            SealedSegment(self.path, b, bases[i + 1], None, cfg.index_interval_bytes, self._cache, readonly=True)
             for i, b in enumerate(bases[:-1])
         ]
         self._sealed_bases = [s.base_offset for s in self._sealed]
@@ -1474,7 +1474,7 @@ class Log:
                 s = known.get(b)
                 if s is None:
                     s = SealedSegment(self.path, b, bases[i + 1], os.path.getsize(paths(self.path, b)[0]),
-                                      cfg.index_interval_bytes, self._cache)
+                                      cfg.index_interval_bytes, self._cache, readonly=True)
                 sealed.append(s)
             from pylog.tail import TailSegment
 

@@ -266,11 +266,13 @@ class SealedSegment(_Reader):
     """An immutable segment: ``[base_offset, next_offset)`` in ``size`` bytes of store."""
 
     __slots__ = ("dir", "base_offset", "next_offset", "_size", "store_path", "index_interval",
-                 "_maps", "_cache", "gaps")
+                 "_maps", "_cache", "gaps", "readonly")
 
     def __init__(self, dirpath: str, base_offset: int, next_offset: int, size: int | None,
-                 index_interval: int, cache: "SegmentCache") -> None:
+                 index_interval: int, cache: "SegmentCache", readonly: bool = False) -> None:
         self.dir = dirpath
+        #: a read-only log's segment: a rebuilt index stays in memory, no file is written
+        self.readonly = readonly
         self.base_offset = base_offset
         self.next_offset = next_offset
         self._size = size  # None: stat the store file when first asked
@@ -345,10 +347,14 @@ class SealedSegment(_Reader):
         return m
 
     def _rebuild_index(self, st: store_mod.StoreMap) -> tuple[index.MappedIndex, index.MappedIndex]:
-        """Rebuild both index files from the store (they are hints), atomically."""
+        """Rebuild both index files from the store (they are hints), atomically; for a
+        read-only log, in memory only (nothing is written)."""
         a = walker(self.base_offset, self.index_interval, self.gaps)
         a.recover(st.buf, st.length)  # a bad frame stops it; reads past it raise later
         n = a.index_count
+        if self.readonly:
+            return (index.in_memory(fmt.INDEX_SUFFIX, self.base_offset, a.index_bytes(0, n)),
+                    index.in_memory(fmt.TIMEINDEX_SUFFIX, self.base_offset, a.timeindex_bytes(0, n)))
         sp, ip, tp = paths(self.dir, self.base_offset)
         index.write(ip, fmt.INDEX_SUFFIX, self.base_offset, a.index_bytes(0, n))
         index.write(tp, fmt.TIMEINDEX_SUFFIX, self.base_offset, a.timeindex_bytes(0, n))

@@ -5,14 +5,24 @@ Layout (DESIGN.md section 4)::
     ROOT/
       .store.lock                  flock held only while topics are created, changed or deleted
       TOPIC/
-        topic.json                 {"version": 1, "partitions": N, "config": {LogConfig fields}}
+        topic.json                 {"version": 1, "id": "<32 hex>", "partitions": N,
+                                    "config": {LogConfig fields}}
         partition-0/ ... partition-(N-1)/     one pylog.Log each
         ~consumers/GROUP/          committed offsets and locks of consumer groups (consumer.py)
 
 A topic directory appears under its real name only once it is complete: it is built as
 ``TOPIC~creating`` and renamed; a deleted topic is renamed to ``TOPIC~deleted`` before its
 files go. ``~`` cannot occur in a topic name, so neither can be mistaken for a topic, and
-leftovers of a crash are removed the next time the store is opened.
+leftovers of a crash are removed the next time the store is opened (for writing).
+
+A topic's ``id`` (random, written at creation) tells a topic from a later one of the same
+name. Handles notice changes made by other processes (added partitions, config, deletion)
+by a ``stat`` of ``topic.json`` at most once every ``metadata_refresh_ms`` (like Kafka's
+metadata refresh): a handle of a deleted (or deleted and recreated) topic raises
+:class:`~pylog.UnknownTopicError` and never writes a file of it again. Opening a partition
+for writing happens under the store lock after a fresh check, so it cannot recreate a topic
+deleted meanwhile; :meth:`LogStore.delete_topic` refuses while any process writes a
+partition of the topic or has a live group consumer of it.
 
 A key picks its partition as Kafka's default partitioner does,
 ``toPositive(murmur2(key)) % partitions``, so a key lands in the partition Kafka would put it
@@ -29,6 +39,8 @@ import os
 import re
 import shutil
 import threading
+import time
+import uuid
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
@@ -43,6 +55,7 @@ from pylog.errors import (
     InvalidNameError,
     LogClosedError,
     LogLockedError,
+    ReadOnlyLogError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -63,6 +76,8 @@ CONSUMERS_DIR = "~consumers"
 CREATING_SUFFIX = "~creating"
 DELETED_SUFFIX = "~deleted"
 MAX_PARTITIONS = 1 << 16
+#: default of ``LogStore(metadata_refresh_ms=)``: how stale a handle's view of a topic may be
+METADATA_REFRESH_MS = 100
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 
@@ -108,6 +123,13 @@ def _partition_dir(topic_dir: str, i: int) -> str:
 
 
 def _read_topic_file(topic_dir: str, name: str) -> tuple[int, LogConfig]:
+    n, cfg, _id = _read_topic_meta(topic_dir, name)
+    return n, cfg
+
+
+def _read_topic_meta(topic_dir: str, name: str) -> tuple[int, LogConfig, str | None]:
+    """``(partitions, config, id)`` from ``topic.json`` (id None: a topic written before
+    topic ids)."""
     path = os.path.join(topic_dir, TOPIC_FILE)
     try:
         with open(path, "rb") as f:
@@ -124,12 +146,17 @@ def _read_topic_file(topic_dir: str, name: str) -> tuple[int, LogConfig]:
     cfg = data.get("config")
     if not isinstance(cfg, dict):
         raise ConfigError(f"topic file of {name!r} holds no config object")
-    return n, LogConfig.from_dict(cfg)
+    tid = data.get("id")
+    if tid is not None and not isinstance(tid, str):
+        raise ConfigError(f"topic file of {name!r} names a bad topic id {tid!r}")
+    return n, LogConfig.from_dict(cfg), tid
 
 
-def _write_topic_file(topic_dir: str, partitions: int, config: LogConfig) -> None:
-    body = json.dumps({"version": 1, "partitions": partitions, "config": config.to_dict()},
-                      indent=1, sort_keys=True).encode()
+def _write_topic_file(topic_dir: str, partitions: int, config: LogConfig, topic_id: str | None = None) -> None:
+    meta: dict[str, Any] = {"version": 1, "partitions": partitions, "config": config.to_dict()}
+    if topic_id is not None:
+        meta["id"] = topic_id
+    body = json.dumps(meta, indent=1, sort_keys=True).encode()
     fileutil.atomic_write(os.path.join(topic_dir, TOPIC_FILE), body)
 
 
@@ -186,6 +213,16 @@ def _count_records(segments: list[dict[str, Any]]) -> int:
     return total
 
 
+def _stamp(topic_dir: str) -> tuple[int, int, int] | None:
+    """What identifies one version of ``topic.json`` (it is replaced by rename, so a change
+    is a new inode): ``(inode, mtime_ns, size)``, or None when it is gone."""
+    try:
+        st = os.stat(os.path.join(topic_dir, TOPIC_FILE))
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def _locked_by_other(lock_path: str) -> bool:
     """Whether another open file description holds an flock on ``lock_path``."""
     try:
@@ -207,8 +244,25 @@ class LogStore:
 
     Partitions are opened for writing on first use (taking each partition's writer lock)
     and stay open until :meth:`close`. Another process may use the same root: a partition
-    that it writes is locked against writers here (:class:`~pylog.LogLockedError`) but can
-    be read by a consumer.
+    that it writes is locked against writers here (:class:`~pylog.LogLockedError`, after
+    waiting up to ``lock_timeout`` seconds for it) but can be read by a consumer.
+
+    Parameters
+    ----------
+    root
+        The data root (created if missing, unless ``readonly``).
+    readonly
+        Read a root this process may not (or must not) write: topics, partitions
+        (:meth:`Topic.reader`) and consumers without a group. Takes no lock that needs
+        writing and never creates, changes or deletes a file; every writing call raises
+        :class:`~pylog.ReadOnlyLogError`.
+    metadata_refresh_ms
+        Handles look for changes other processes made to a topic (partitions added, config
+        altered, topic deleted) at most this often, by one ``stat`` of its ``topic.json``;
+        0 looks on every call. Default 100.
+    lock_timeout
+        Seconds to wait for a partition's writer lock held by another writer before
+        :class:`~pylog.LogLockedError` (default 0: fail at once).
 
     >>> import pylog, tempfile
     >>> with pylog.LogStore(tempfile.mkdtemp()) as store:
@@ -217,19 +271,38 @@ class LogStore:
     (1, 0)
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], readonly: bool = False, *,
+                 metadata_refresh_ms: int = METADATA_REFRESH_MS, lock_timeout: float = 0.0) -> None:
         if not isinstance(root, (str, os.PathLike)):
             raise ArgumentTypeError(f"root must be a str or os.PathLike, got {type(root).__name__}")
         self.root = os.fspath(root)
         if not self.root:
             raise InvalidArgumentError("root must not be empty")
+        if (isinstance(metadata_refresh_ms, bool) or not isinstance(metadata_refresh_ms, int)
+                or metadata_refresh_ms < 0):
+            raise InvalidArgumentError(f"metadata_refresh_ms={metadata_refresh_ms!r} must be an int >= 0")
+        if (isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float))
+                or not 0 <= lock_timeout < float("inf")):
+            raise InvalidArgumentError(f"lock_timeout={lock_timeout!r} must be a number of seconds >= 0")
+        self.readonly = bool(readonly)
+        #: see the class docstring
+        self.metadata_refresh_ms = metadata_refresh_ms
+        #: see the class docstring
+        self.lock_timeout = float(lock_timeout)
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}
         self._consumers: list[Consumer] = []
         self._closed = False
+        if self.readonly:
+            if not os.path.isdir(self.root):
+                raise FileNotFoundError(2, "no such data root", self.root)
+            if not os.access(self.root, os.R_OK | os.X_OK):
+                raise PermissionError(13, "data root is not readable", self.root)
+            return
         vfs.makedirs(self.root)
         if not os.access(self.root, os.R_OK | os.W_OK | os.X_OK):
-            raise PermissionError(13, "data root is not readable and writable", self.root)
+            raise PermissionError(13, "data root is not readable and writable (open it with readonly=True "
+                                  "to read it)", self.root)
         self._clean_leftovers()
         if os.path.isdir(os.path.join(self.root, "~txn")):
             from pylog.transactions import recover
@@ -257,6 +330,11 @@ class LogStore:
         if self._closed:
             raise LogClosedError(f"store {self.root} is closed")
 
+    def _check_writable(self, what: str) -> None:
+        self._check_open()
+        if self.readonly:
+            raise ReadOnlyLogError(f"cannot {what}: store {self.root} is open read-only")
+
     def _topic_dir(self, name: str) -> str:
         return os.path.join(self.root, check_name(name))
 
@@ -275,7 +353,7 @@ class LogStore:
         if config is not None and not isinstance(config, LogConfig):
             raise ArgumentTypeError(f"config must be a LogConfig, got {type(config).__name__}")
         cfg = (config or LogConfig()).replace(**log_config)
-        self._check_open()
+        self._check_writable(f"create topic {name!r}")
         final = self._topic_dir(name)
         with self._lock, self._meta_lock():
             if os.path.exists(final):
@@ -287,7 +365,7 @@ class LogStore:
             try:
                 for i in range(partitions):
                     Log(_partition_dir(tmp, i), config=cfg).close()
-                _write_topic_file(tmp, partitions, cfg)
+                _write_topic_file(tmp, partitions, cfg, uuid.uuid4().hex)
                 fileutil.fsync_dir(tmp)
                 vfs.rename(tmp, final)
                 fileutil.fsync_dir(self.root)
@@ -316,9 +394,17 @@ class LogStore:
         with self._lock:
             t = self._topics.get(name)
             if t is not None and not t._closed:
-                return t
-            n, cfg = _read_topic_file(self._topic_dir(name), name)
-            t = Topic(self, name, n, cfg)
+                try:
+                    t._check_meta(force=True)
+                    return t
+                except UnknownTopicError:
+                    pass  # deleted, perhaps created again: a new handle below (or unknown)
+            d = self._topic_dir(name)
+            stamp = _stamp(d)  # before the read: a change in between is seen at the next check
+            if stamp is None:
+                raise UnknownTopicError(f"unknown topic {name!r}")
+            n, cfg, tid = _read_topic_meta(d, name)
+            t = Topic(self, name, n, cfg, tid, stamp)
             self._topics[name] = t
             return t
 
@@ -329,13 +415,14 @@ class LogStore:
         partitions or consumes it (nothing is deleted then).
         """
         check_name(name)
-        self._check_open()
+        self._check_writable(f"delete topic {name!r}")
         d = self._topic_dir(name)
         with self._lock, self._meta_lock():
             if not os.path.isfile(os.path.join(d, TOPIC_FILE)):
                 raise UnknownTopicError(f"unknown topic {name!r}")
             t = self._topics.pop(name, None)
             if t is not None:
+                t._deleted = True
                 t._close()
             for c in list(self._consumers):
                 if c.topic.name == name:
@@ -364,28 +451,34 @@ class LogStore:
         (Like Kafka, this moves where keys land: ``murmur2(key) % partitions`` changes.)"""
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidArgumentError(f"count={count!r} must be an int >= 1")
+        self._check_writable(f"add partitions to topic {name!r}")
         t = self.topic(name)
         with self._lock, self._meta_lock():
-            n, cfg = _read_topic_file(t.path, name)
+            t._check_meta(force=True)  # deleted meanwhile: UnknownTopicError, nothing written
+            n, cfg, tid = _read_topic_meta(t.path, name)
             total = _check_partitions(n + count)
             for i in range(n, total):
                 Log(_partition_dir(t.path, i), config=cfg).close()
             fileutil.fsync_dir(t.path)
-            _write_topic_file(t.path, total, cfg)  # the commit point
+            _write_topic_file(t.path, total, cfg, tid)  # the commit point
             t._set_partitions(total)
+            t._next_check = 0.0
             return total
 
     def alter_topic(self, name: str, **changes: Any) -> LogConfig:
         """Change topic ``name``'s config (LogConfig fields); returns the new config. Open
         partitions are reopened with it. ``initial_offset`` of a topic with data cannot change."""
+        self._check_writable(f"alter topic {name!r}")
         t = self.topic(name)
         with self._lock, self._meta_lock():
-            n, cfg = _read_topic_file(t.path, name)
+            t._check_meta(force=True)
+            n, cfg, tid = _read_topic_meta(t.path, name)
             new = cfg.replace(**changes)
             if "initial_offset" in changes and new.initial_offset != cfg.initial_offset:
                 raise ConfigError("initial_offset of an existing topic cannot change")
-            _write_topic_file(t.path, n, new)
+            _write_topic_file(t.path, n, new, tid)
             t._reconfigure(new)
+            t._next_check = 0.0
             return new
 
     # -- transactions ------------------------------------------------------------------------
@@ -395,7 +488,7 @@ class LogStore:
         atomically, committing when the block ends and aborting when it raises."""
         from pylog.transactions import Transaction
 
-        self._check_open()
+        self._check_writable("start a transaction")
         return Transaction(self)
 
     # -- consumers ---------------------------------------------------------------------------
@@ -405,6 +498,9 @@ class LogStore:
         from pylog.consumer import Consumer
 
         self._check_open()
+        if group is not None and self.readonly:
+            raise ReadOnlyLogError(f"a consumer group commits offsets, which a read-only store cannot "
+                                   f"(store {self.root}); consume without a group")
         c = Consumer(self, self.topic(topic), group, **options)
         with self._lock:
             self._consumers.append(c)
@@ -453,6 +549,7 @@ class LogStore:
         """Apply ``retention_ms`` / ``retention_bytes`` to every partition of every topic
         whose ``cleanup_policy`` is ``"delete"`` (or only of ``topic``). Returns
         ``{(topic, partition): segments deleted}``."""
+        self._check_writable("enforce retention")
         return {key: log.enforce_retention() for key, log in self._partitions_under(topic, "delete")}
 
     def compact(self, topic: str | None = None, **options: Any) -> dict[tuple[str, int], "CompactionReport"]:
@@ -460,6 +557,7 @@ class LogStore:
         (or only of ``topic``). Returns ``{(topic, partition): CompactionReport}``."""
         from pylog.compaction import compact
 
+        self._check_writable("compact")
         return {key: compact(log, **options) for key, log in self._partitions_under(topic, "compact")}
 
     def _partitions_under(self, topic: str | None, policy: str) -> Iterator[tuple[tuple[str, int], Log]]:
@@ -536,22 +634,71 @@ class Topic:
     """A named group of partitions. Get one from :meth:`LogStore.create_topic` or
     :meth:`LogStore.topic`."""
 
-    def __init__(self, store: LogStore, name: str, partitions: int, config: LogConfig) -> None:
+    def __init__(self, store: LogStore, name: str, partitions: int, config: LogConfig,
+                 topic_id: str | None = None, stamp: tuple[int, int, int] | None = None) -> None:
         self.store = store
         self.name = name
         self.path = os.path.join(store.root, name)
         self.config = config
+        #: the id in topic.json (None for a topic created before ids): a topic deleted and
+        #: created again under the same name has another id, and is another topic
+        self.id = topic_id
         self._n = partitions
         self._logs: list[Log | None] = [None] * partitions
         self._readers: dict[int, Log] = {}
         self._rr = itertools.count()
         self._closed = False
-        self._open_lock = threading.Lock()
+        self._deleted = False
+        self._stamp = stamp
+        self._next_check = time.monotonic() + store.metadata_refresh_ms / 1000
+        self._open_lock = threading.RLock()
 
     @property
     def partitions(self) -> int:
-        """How many partitions the topic has."""
+        """How many partitions the topic has (another process's additions show within
+        ``metadata_refresh_ms``)."""
+        self._check_meta()
         return self._n
+
+    # -- metadata ----------------------------------------------------------------------------
+    def _check_meta(self, force: bool = False) -> None:
+        """Pick up another process's changes to the topic, at most once every
+        ``metadata_refresh_ms`` (always with ``force``): one ``stat`` of topic.json, and a
+        read only when it changed. UnknownTopicError when the topic was deleted."""
+        if self._deleted:
+            raise UnknownTopicError(f"topic {self.name!r} was deleted")
+        now = time.monotonic()
+        if not force and now < self._next_check:
+            return
+        self._next_check = now + self.store.metadata_refresh_ms / 1000
+        stamp = _stamp(self.path)
+        if stamp is not None and stamp == self._stamp:
+            return
+        with self._open_lock:
+            if stamp is None:
+                self._gone("was deleted")
+            try:
+                n, cfg, tid = _read_topic_meta(self.path, self.name)
+            except UnknownTopicError:
+                self._gone("was deleted")
+            if tid != self.id:
+                self._gone("was deleted (a new topic of that name exists now: get a new handle "
+                           "with LogStore.topic)")
+            if n > self._n:
+                self._set_partitions(n)
+            if cfg != self.config:
+                self._reconfigure(cfg)
+            self._stamp = stamp
+
+    def _gone(self, why: str) -> None:
+        """The topic this handle names is gone: close its partitions, raise UnknownTopicError
+        now and at every later use."""
+        self._deleted = True
+        try:
+            self._close()
+        except Exception:
+            pass  # its files are gone; nothing of it is written again
+        raise UnknownTopicError(f"topic {self.name!r} {why}")
 
     def __len__(self) -> int:
         return self._n
@@ -563,13 +710,15 @@ class Topic:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
             raise ArgumentTypeError(f"partition must be an int, got {type(i).__name__}")
         i = int(i)
+        self._check_meta()
         if not 0 <= i < self._n:
             raise UnknownPartitionError(f"topic {self.name!r} has no partition {i} (it has {self._n})")
         return i
 
     def partition(self, i: int) -> Log:
         """The :class:`~pylog.Log` of partition ``i``, open for writing (kept open until the
-        store closes). LogLockedError if another process writes it."""
+        store closes). LogLockedError if another process writes it (after waiting up to the
+        store's ``lock_timeout``); ReadOnlyLogError in a read-only store."""
         i = self._check_partition(i)
         log = self._logs[i]
         if log is not None:
@@ -577,17 +726,44 @@ class Topic:
         return self._open(i)
 
     def _open(self, i: int) -> Log:
+        if self._deleted:
+            raise UnknownTopicError(f"topic {self.name!r} was deleted")
         if self._closed or self.store._closed:
             raise LogClosedError(f"topic {self.name!r} is closed")
-        with self._open_lock:
-            log = self._logs[i]
-            if log is None:
-                log = Log(_partition_dir(self.path, i), config=self.config)
-                self._logs[i] = log
-                r = self._readers.pop(i, None)
-                if r is not None:
-                    r.close()
-            return log
+        if self.store.readonly:
+            raise ReadOnlyLogError(f"cannot write partition {i} of topic {self.name!r}: "
+                                   f"store {self.store.root} is open read-only")
+        timeout = self.store.lock_timeout
+        deadline = time.monotonic() + timeout
+        pause = 0.005
+        while True:
+            with self._open_lock:
+                log = self._logs[i] if i < len(self._logs) else None
+                if log is not None:
+                    return log
+                # Under the store lock (delete_topic takes it too), after a fresh look at
+                # topic.json: a partition opened here is one of this very topic, never a
+                # directory recreated after a delete.
+                with self.store._meta_lock():
+                    self._check_meta(force=True)
+                    if i >= self._n:
+                        raise UnknownPartitionError(f"topic {self.name!r} has no partition {i} (it has {self._n})")
+                    try:
+                        log = Log(_partition_dir(self.path, i), config=self.config)
+                    except LogLockedError:
+                        log = None
+                if log is not None:
+                    self._logs[i] = log
+                    r = self._readers.pop(i, None)
+                    if r is not None:
+                        r.close()
+                    return log
+            left = deadline - time.monotonic()
+            if left <= 0:
+                waited = f" (waited {timeout:g} s)" if timeout else ""
+                raise LogLockedError(f"partition {i} of topic {self.name!r} is locked by another writer{waited}")
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.1)
 
     def reader(self, i: int) -> Log:
         """Partition ``i`` for reading: the writer if this store has it open, else a
@@ -601,7 +777,11 @@ class Topic:
             with self._open_lock:
                 r = self._readers.get(i)
                 if r is None:
-                    r = Log(_partition_dir(self.path, i), readonly=True)
+                    try:
+                        r = Log(_partition_dir(self.path, i), readonly=True)
+                    except FileNotFoundError:
+                        self._check_meta(force=True)  # deleted: UnknownTopicError
+                        raise
                     self._readers[i] = r
         return r
 
@@ -616,6 +796,8 @@ class Topic:
         ``partition`` None picks it: by Kafka's murmur2 hash of ``key``, or round-robin for
         records without a key. Other arguments as :meth:`pylog.Log.append`.
         """
+        if self._deleted or self._next_check <= time.monotonic():
+            self._check_meta()
         if partition is None:
             if key is None:
                 p = next(self._rr) % self._n
@@ -651,6 +833,7 @@ class Topic:
             keys = list(keys)
             if len(keys) != n:
                 raise InvalidArgumentError(f"keys has {len(keys)} items, values has {n}")
+        self._check_meta()
         if partition is not None or keys is None or all(k is None for k in keys):
             p = self._check_partition(partition) if partition is not None else next(self._rr) % self._n
             first = self.partition(p).append_batch(values, keys, timestamps, metadata)
@@ -682,6 +865,7 @@ class Topic:
     def describe(self) -> dict[str, Any]:
         """Partitions, offsets, segments and sizes, as a dict (what ``pylog topic describe``
         prints). Opens each partition read-only if this store does not write it."""
+        self._check_meta(force=True)
         parts = []
         for i in range(self._n):
             log = self.reader(i)
@@ -699,8 +883,9 @@ class Topic:
                 "groups": groups(self.store, self.name), "partition_info": parts}
 
     def __iter__(self) -> Iterator[Log]:
-        for i in range(self._n):
-            yield self.partition(i)
+        """Every partition: open for writing, or read-only in a read-only store."""
+        for i in range(self.partitions):
+            yield self.reader(i) if self.store.readonly else self.partition(i)
 
     # -- internals -------------------------------------------------------------------------
     def _set_partitions(self, total: int) -> None:
@@ -714,7 +899,7 @@ class Topic:
             for i, log in enumerate(self._logs):
                 if log is not None:
                     log.close()
-                    self._logs[i] = None
+                    self._logs[i] = None  # reopened with the new config at the next use
 
     def _close(self) -> None:
         self._closed = True
