@@ -18,13 +18,7 @@ from model_driver import check, has_transactions, run
 #: Violations of cases of issue 14 that other changes are fixing right now: while only
 #: these are found the test is an expected failure (it passes once they land). Remove an
 #: entry when its fix is on main.
-KNOWN_OPEN = {
-    r"^partition: ": "issue 14 case 5: a producer keeps a topic's old partition count",
-    r"^final: directory .* is not a topic \(no topic.json\)|appended to .* after the topic was deleted":
-        "issue 14 case 4: a held Topic recreates a deleted topic",
-    r"pylog consume -g .* of a new group that printed nothing":
-        "issue 14 case 6: pylog consume commits nothing for a new group that read nothing",
-}
+KNOWN_OPEN: dict[str, str] = {}
 
 
 def known(violation: str) -> str | None:
