@@ -38,8 +38,9 @@ ROOT_DIR = os.path.dirname(HERE)
 NOT_WRITTEN = ("LogLockedError", "UnknownTopicError", "UnknownPartitionError", "InvalidNameError",
                "RecordTooLargeError", "LogClosedError")
 #: How long a producer may keep using a topic's old partition count after another process
-#: added partitions (issue 14 case 5: "within a bounded time").
-PARTITION_REFRESH_S = 2.0
+#: added partitions (issue 14 case 5: "within a bounded time"; LogStore's default
+#: metadata_refresh_ms is 100 ms, and the append starts after its journaled attempt time).
+PARTITION_REFRESH_S = 0.5
 #: fcntl's F_SETPIPE_SZ (Linux).
 F_SETPIPE_SZ = 1031
 #: The shortest line ``pylog consume --format json`` prints for a record of ours (it is longer).
