@@ -10,6 +10,7 @@ import base64
 import json
 import operator
 import os
+import re
 import sys
 import time
 from typing import Any, BinaryIO, Iterator
@@ -1413,12 +1414,16 @@ def _describe(e: BaseException) -> str:
 @cli.command(context_settings=CONTEXT)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=9092, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free one).")
+@click.option("--advertise", default=None, metavar="HOST:PORT",
+              help="The address clients are told to connect to (default: where it listens).")
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int) -> None:
+def serve(ctx: click.Context, host: str, port: int, advertise: str | None) -> None:
     """Serve the root over Kafka's wire protocol until SIGTERM (docs/serve.md)."""
     from pylog.serve import serve as run
 
-    run(ctx.obj["root"], host, port, ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))
+    if advertise is not None and not re.fullmatch(r"[^\s:]*:\d{1,5}", advertise):
+        raise click.BadParameter(f"{advertise!r} is not HOST:PORT", param_hint="--advertise")
+    run(ctx.obj["root"], host, port, advertise=advertise, ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))
 
 
 _NO_ARGS: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2

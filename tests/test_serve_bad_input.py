@@ -60,8 +60,7 @@ def test_unknown_keys_versions_and_next_step_apis(broker):
     with connect(broker) as s:  # the next step's APIs answer "not supported"
         r = call(s, frame(36, 2, {"auth_bytes": b""}), 36, 2)
         assert r.error_code == 35
-        r = call(s, frame(22, 4, {"transactional_id": None, "transaction_timeout": 1000, "producer_id": -1,
-                                  "producer_epoch": -1}), 22, 4)
+        r = call(s, frame(17, 1, {"mechanism": "PLAIN"}), 17, 1)
         assert r.error_code == 35
     assert api_versions_ok(broker)
 

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode as E
 from pylog.errors import (CorruptRecordError, InvalidNameError, LogLockedError, InvalidTimestampError, LogClosedError, OffsetOutOfRangeError,
                           PylogError, RecordTooLargeError, UnknownPartitionError, UnknownTopicError)
 from pylog.log import Log, PackedBytes
+from pylog.serve.producers import Producers, batch_producer
 from pylog.serve.records import BatchError, decode_records, encode_columns, encode_records
 from pylog.topics import LogStore, Topic
 
@@ -78,6 +79,7 @@ class Broker:
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
+        self.producers = Producers(self.store)  # idempotent producers' state (producers.py)
 
     # -- topics and partitions -------------------------------------------------------------
     def topic(self, name: str, create: bool = False) -> Topic:
@@ -133,6 +135,7 @@ class Broker:
     def close(self) -> None:
         """Wait for appends in flight, then flush and close every partition."""
         self._pool.shutdown(wait=True)
+        self.producers.close()
         self.store.close()
         os.close(self._lock_fd)  # releases the root
 
@@ -190,6 +193,25 @@ class Broker:
         self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
         return 0, first, log.start_offset
 
+    def _append_checked(self, name: str, i: int, records: Any) -> tuple[int, int, int]:
+        """:meth:`_append`, inside the idempotent producer check (:mod:`.producers`): a
+        retried batch is answered with its first append's base offset, not appended again."""
+        prod = batch_producer(records)
+        if prod is None:
+            return self._append(name, i, records)
+        log, err = self.partition(name, i)
+        if log is None:
+            return err, -1, -1
+        code, base, part = self.producers.check(name, i, log, prod)
+        if part is None:
+            return (0, base, log.start_offset) if not code else (code, -1, -1)
+        result = (E.unknown_server_error, -1, -1)
+        try:
+            result = self._append(name, i, records)
+        finally:
+            self.producers.appended(part, prod, result[1] if result[0] == 0 else -1, fsync=False)
+        return result
+
     async def produce(self, req: Any, version: int) -> dict[str, Any]:
         """Produce: every partition's batches appended in one call each (all or nothing)."""
         loop = asyncio.get_running_loop()
@@ -199,7 +221,7 @@ class Broker:
                 jobs.append((t.name, p.index, p.records))
 
         def run() -> list[tuple[int, int, int]]:
-            return [self._append(n, i, r) if r is not None else (E.corrupt_message, -1, -1) for n, i, r in jobs]
+            return [self._append_checked(n, i, r) if r is not None else (E.corrupt_message, -1, -1) for n, i, r in jobs]
 
         results = await loop.run_in_executor(self._pool, run)
         self.notify()

@@ -42,13 +42,15 @@ SERVED: dict[int, tuple[str, int, int]] = {
     11: ("JoinGroup", 0, 9), 12: ("Heartbeat", 0, 4), 13: ("LeaveGroup", 0, 5),
     14: ("SyncGroup", 0, 5), 15: ("DescribeGroups", 0, 5), 16: ("ListGroups", 0, 4),
     42: ("DeleteGroups", 0, 2),
+    # idempotent producers (:mod:`.producers`)
+    22: ("InitProducerId", 0, 5),
 }
 
-#: API keys of the next step (idempotent producers, SASL). They are not
+#: API keys of the next step (SASL). They are not
 #: advertised by ApiVersions; a client that sends one anyway gets every error code of the
 #: response set to UNSUPPORTED_VERSION, the code Kafka gives for an API it does not serve.
 NOT_YET: dict[int, tuple[str, int, int]] = {
-    17: ("SaslHandshake", 0, 1), 22: ("InitProducerId", 0, 5), 36: ("SaslAuthenticate", 0, 2),
+    17: ("SaslHandshake", 0, 1), 36: ("SaslAuthenticate", 0, 2),
 }
 
 # kio resolves a schema by importing its module on every call: once per (key, version) here

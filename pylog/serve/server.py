@@ -53,12 +53,15 @@ class Server:
         Seconds between two runs of retention and compaction over every topic (Kafka's
         ``log.retention.check.interval.ms``, 5 minutes); None: never (``pylog retention``
         and ``pylog compact`` cannot run while the broker holds the partitions).
+    advertise
+        ``HOST:PORT`` that Metadata and FindCoordinator name instead of the listening
+        address (Kafka's ``advertised.listeners``), e.g. behind a proxy.
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
                  max_request_bytes: int = 100 << 20, request_timeout: float = 30.0,
                  idle_timeout: float = 600.0, auto_create: bool = True,
-                 cleanup_interval: float | None = 300.0) -> None:
+                 cleanup_interval: float | None = 300.0, advertise: str | None = None) -> None:
         self.root = root
         self.host = host
         self.port = port
@@ -68,6 +71,7 @@ class Server:
         self.auto_create = auto_create
         self.cleanup_interval = cleanup_interval
         self._cleaner: asyncio.Task[None] | None = None
+        self.advertise = advertise
         self.broker: Broker | None = None
         self.coordinator: GroupCoordinator | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -84,6 +88,9 @@ class Server:
             self.broker = None
             raise
         self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
+        if self.advertise:  # what Metadata and FindCoordinator tell clients (a proxy, a NAT)
+            host, _, port = self.advertise.rpartition(":")
+            self.broker.advertised_host, self.broker.port = host or self.host, int(port)
         self.coordinator = GroupCoordinator(self.broker)
         self.coordinator.start()
         if self.cleanup_interval is not None:
@@ -183,6 +190,8 @@ class Server:
                 data = await broker.fetch(req.body, req.api_version)
             elif key in GROUP_KEYS and self.coordinator is not None:
                 data = await self.coordinator.handle(key, req.body, req.api_version, req.client_id)
+            elif key == 22:
+                data = broker.producers.init_producer_id(req.body, req.api_version)
             elif key in handlers.HANDLERS:
                 data = handlers.HANDLERS[key](broker, req.body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
