@@ -139,6 +139,14 @@ int plog_frame_in_place(plog_appender *st, uint8_t *buf, size_t len,
 /* Walk and validate frames from st->position, adding index entries (index may be NULL). */
 int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_frames);
 
+/* After a bad frame at `start` (one whose offset should be `expected`): the first position
+ * after it holding a whole, CRC-valid frame with an offset >= expected, first trying where
+ * the bad frame's length field points. Without gaps the offset must also be one that the
+ * bytes skipped could have held (at most one record per frame header's size of them).
+ * PLOG_E_NOT_FOUND when there is none (the damage is a torn tail). */
+int plog_resync(const uint8_t *buf, size_t len, size_t start, uint64_t expected,
+                uint64_t base_offset, int gaps, plog_frame *out);
+
 /* Decode up to max_out valid frames from start, stopping after max_bytes of frames. */
 int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset,
               int gaps, plog_frame *out, size_t max_out, uint64_t max_bytes,

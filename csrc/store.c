@@ -341,6 +341,40 @@ int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_
     return PLOG_OK;
 }
 
+/* Whether a frame of offset `off` at `pos` may follow damage that starts at `start` and
+ * should have held `expected`: see plog_resync. */
+static inline int resync_fits(uint64_t off, uint64_t pos, size_t start, uint64_t expected,
+                              uint64_t base_offset, int gaps) {
+    if (off < expected || off - base_offset >= 0xffffffffu) return 0;
+    return gaps || off - expected <= (pos - start) / PLOG_FRAME_HEADER_SIZE;
+}
+
+int plog_resync(const uint8_t *buf, size_t len, size_t start, uint64_t expected,
+                uint64_t base_offset, int gaps, plog_frame *out) {
+    if (start >= len) return PLOG_E_NOT_FOUND;
+    /* where the bad frame's own length field points, when that is plausible */
+    if (len - start >= PLOG_FRAME_PREFIX_SIZE) {
+        uint32_t body = plog_ld32(buf + start);
+        uint64_t hop = (uint64_t)start + PLOG_FRAME_PREFIX_SIZE + body;
+        if (body >= BODY_FIXED && body <= MAX_BODY && hop < len &&
+            frame_decode(buf, len, hop, 1, out) == PLOG_OK &&
+            resync_fits(out->offset, hop, start, expected, base_offset, gaps))
+            return PLOG_OK;
+    }
+    /* else every later byte position: cheap checks of the header first, the CRC last */
+    for (uint64_t pos = (uint64_t)start + 1; pos < len && len - pos >= PLOG_FRAME_HEADER_SIZE; pos++) {
+        const uint8_t *p = buf + pos;
+        uint64_t off = plog_ld64(p + 8);
+        if (!resync_fits(off, pos, start, expected, base_offset, gaps)) continue;
+        uint32_t body = plog_ld32(p);
+        if (body < BODY_FIXED || body > MAX_BODY || (uint64_t)body > len - pos - PLOG_FRAME_PREFIX_SIZE)
+            continue;
+        if (plog_ld32(p + 24) & ~(uint32_t)PLOG_ATTR_KNOWN) continue;
+        if (frame_decode(buf, len, pos, 1, out) == PLOG_OK) return PLOG_OK;
+    }
+    return PLOG_E_NOT_FOUND;
+}
+
 /* Whether a scan expecting `expected` (UINT64_MAX: anything) must refuse a frame holding
  * offset `got`: in a compacted segment (gaps) offsets may skip forward, never back. */
 static inline int unexpected(uint64_t got, uint64_t expected, int gaps) {

@@ -217,6 +217,18 @@ def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: in
     return OK, _FRAME.unpack(raw)
 
 
+def resync(store: Buffer, store_len: int, start: int, expected: int, base_offset: int,
+           gaps: bool = False):
+    """After a bad frame at ``start`` that should hold ``expected``: ``(status, frame tuple)``
+    of the first whole, CRC-valid frame after it with an offset that can follow (see
+    ``plog_resync``), or ``(E_NOT_FOUND, None)``: nothing valid follows, a torn tail."""
+    raw, p = _out()
+    rc = lib.plog_resync(store.ptr, store_len, start, expected, base_offset, 1 if gaps else 0, p)
+    if rc:
+        return rc, None
+    return OK, _FRAME.unpack(raw)
+
+
 def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None,
          max_out: int, max_bytes: int, gaps: bool = False):
     """Decode up to ``max_out`` CRC-valid frames from ``start``.
@@ -238,6 +250,14 @@ def index_lookup(index: Buffer, n: int, rel: int) -> int:
     """Slot of the largest entry with relative offset <= rel, or -1."""
     slot = ffi.new("size_t *")
     return slot[0] if lib.plog_index_lookup(index.ptr, n, rel, slot) == OK else -1
+
+
+def index_entry(index: Buffer, slot: int) -> tuple[int, int]:
+    """(relative offset, position) of an index's entry ``slot``."""
+    return _IDX_ENTRY.unpack(ffi.buffer(index.ptr + slot * 8, 8))
+
+
+_IDX_ENTRY = struct.Struct("<II")
 
 
 def timeindex_lookup(tindex: Buffer, n: int, ts: int) -> int:
@@ -484,6 +504,16 @@ class Appender:
             default_timestamp, len(value_lens), n_done, written,
         )
         return rc, n_done[0], written[0]
+
+    def resume_at(self, position: int, next_offset: int) -> None:
+        """Continue a walk at ``position``, whose frame holds ``next_offset``, after damage
+        was stepped over; that frame gets an index entry, so lookups past the damage find
+        it without walking through the bad bytes."""
+        if position < self._st.position or next_offset < self._st.next_offset:
+            raise ValueError("a walk cannot go back")
+        self._st.position = position
+        self._st.next_offset = next_offset
+        self._st.bytes_since_index = self._st.index_interval
 
     def recover(self, store: Buffer, store_len: int) -> tuple[int, int]:
         """Walk frames from ``position`` to ``store_len``, validating and indexing them.

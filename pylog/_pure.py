@@ -172,6 +172,11 @@ def index_lookup(index: Buffer, n: int, rel: int) -> int:
     return lo - 1
 
 
+def index_entry(index: Buffer, slot: int) -> tuple[int, int]:
+    """(relative offset, position) of an index's entry ``slot``."""
+    return _IDX.unpack_from(index.mv, slot * 8)
+
+
 def timeindex_lookup(tindex: Buffer, n: int, ts: int) -> int:
     lo, hi = 0, n
     mv = tindex.mv
@@ -264,6 +269,50 @@ def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: in
         if struct.unpack_from("<q", mv, pos + 16)[0] >= ts:
             return _decode(mv, store_len, pos)
         pos += body + 8
+    return E_NOT_FOUND, None
+
+
+def _resync_fits(off: int, pos: int, start: int, expected: int, base_offset: int, gaps: bool) -> bool:
+    if off < expected or off - base_offset >= 0xFFFFFFFF:
+        return False
+    return gaps or off - expected <= (pos - start) // fmt.FRAME_HEADER_SIZE
+
+
+_LE64 = (np.uint64(1) << (np.arange(8, dtype=np.uint64) * np.uint64(8)))
+
+
+def resync(store: Buffer, store_len: int, start: int, expected: int, base_offset: int,
+           gaps: bool = False):
+    """Twin of ``plog_resync`` (the C core's): the first whole, CRC-valid frame after the bad
+    one at ``start`` whose offset can follow it, or ``(E_NOT_FOUND, None)``."""
+    mv = store.mv
+    if start >= store_len:
+        return E_NOT_FOUND, None
+    if store_len - start >= fmt.FRAME_PREFIX_SIZE:
+        body = _PREFIX.unpack_from(mv, start)[0]
+        hop = start + fmt.FRAME_PREFIX_SIZE + body
+        if _BODY_FIXED <= body <= fmt.MAX_FRAME_BODY and hop < store_len:
+            rc, f = _decode(mv, store_len, hop)
+            if rc == OK and _resync_fits(f[1], hop, start, expected, base_offset, gaps):
+                return OK, f
+    # every later position; the offset field of all of them at once (numpy), in chunks
+    pos = start + 1
+    last = store_len - fmt.FRAME_HEADER_SIZE  # the last position a frame header fits at
+    chunk = 1 << 20
+    data = np.frombuffer(mv, dtype=np.uint8, count=store_len)
+    while pos <= last:
+        n = min(chunk, last - pos + 1)
+        win = np.lib.stride_tricks.sliding_window_view(data[pos + 8 : pos + 16 + n - 1], 8)
+        offs = (win.astype(np.uint64) * _LE64).sum(axis=1, dtype=np.uint64)
+        cand = np.flatnonzero(offs >= np.uint64(expected))
+        for i in cand.tolist():
+            p = pos + i
+            if not _resync_fits(int(offs[i]), p, start, expected, base_offset, gaps):
+                continue
+            rc, f = _decode(mv, store_len, p)
+            if rc == OK:
+                return OK, f
+        pos += n
     return E_NOT_FOUND, None
 
 
@@ -535,6 +584,14 @@ class Appender:
             self._advance(size, ts, need)
             p += size
         return OK, len(value_lens), p
+
+    def resume_at(self, position: int, next_offset: int) -> None:
+        """Continue a walk at ``position`` after stepped-over damage (see the native twin)."""
+        if position < self.position or next_offset < self.next_offset:
+            raise ValueError("a walk cannot go back")
+        self.position = position
+        self.next_offset = next_offset
+        self.bytes_since_index = self.index_interval
 
     def recover(self, store: Buffer, store_len: int) -> tuple[int, int]:
         mv = store.mv

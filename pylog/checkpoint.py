@@ -8,7 +8,8 @@ durable; recovery after an unclean shutdown verifies only what follows it.
 u64 next_offset | u64 active_base | u64 active_size | i64 max_timestamp |
 i64 active_mtime_ns | u32 crc32c(0..55)``. Written by ``close()`` after everything is
 fsynced; deleted as the log opens, so a crash while open (or while opening) counts as
-unclean. Either file, if damaged or inconsistent with the segment files, is ignored: full
+unclean. ``recovery-report.json``: what recovery cut or found at an open (see :func:`add_report`),
+kept until the operator clears it. Either file, if damaged or inconsistent with the segment files, is ignored: full
 recovery. ``active_mtime_ns`` (the active store's modification time at close) ties the
 marker to the store as it was then: a stale marker (left over or restored while the log
 moved on) whose size happens to match again is not trusted.
@@ -20,6 +21,7 @@ opening writer finishes it.
 """
 from __future__ import annotations
 
+import json
 import os
 import struct
 from dataclasses import dataclass
@@ -123,3 +125,55 @@ def take_clean(dirpath: str, *, remove: bool = True) -> CleanState | None:
         return None
     ts = fields[7]
     return CleanState(fields[4], fields[5], fields[6], None if ts == _NO_TS else ts, fields[8])
+
+
+# -- the recovery report ---------------------------------------------------------------------
+_REPORT_VERSION = 1
+
+
+def read_report(dirpath: str) -> list[dict]:
+    """The entries of the partition's recovery report (``[]`` when there is none). A report
+    that cannot be parsed is itself reported, as one entry, rather than dropped."""
+    path = os.path.join(dirpath, fmt.REPORT_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, IsADirectoryError):
+        return []
+    try:
+        doc = json.loads(data)
+        entries = doc["entries"]
+        if doc.get("version") != _REPORT_VERSION or not isinstance(entries, list):
+            raise ValueError(doc.get("version"))
+        for e in entries:
+            if not isinstance(e, dict) or not isinstance(e.get("reason"), str):
+                raise ValueError(e)
+        return entries
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return [{"segment": fmt.REPORT_FILE, "position": 0, "offset": None, "action": "found",
+                 "reason": "the recovery report itself cannot be read"}]
+
+
+def add_report(dirpath: str, entries: list[dict]) -> None:
+    """Append ``entries`` to the partition's recovery report, atomically and durably. Each
+    entry: ``segment`` (store file name), ``position``, ``offset`` (first offset concerned, or
+    None), ``end_offset`` (None, or the end of the range concerned), ``action`` ("kept": the
+    damage stays in place, "cut": recovery cut it), ``saved`` (the file the cut bytes were
+    saved to, or None), ``reason``, ``time_ms``."""
+    if not entries:
+        return
+    old = read_report(dirpath)
+    doc = {"version": _REPORT_VERSION, "entries": old + entries}
+    fileutil.atomic_write(os.path.join(dirpath, fmt.REPORT_FILE),
+                          json.dumps(doc, indent=1).encode() + b"\n")
+
+
+def clear_report(dirpath: str) -> int:
+    """Delete the partition's recovery report durably; returns how many entries it held."""
+    n = len(read_report(dirpath))
+    try:
+        vfs.unlink(os.path.join(dirpath, fmt.REPORT_FILE))
+    except FileNotFoundError:
+        return n
+    fileutil.fsync_dir(dirpath)
+    return n

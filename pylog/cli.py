@@ -1059,10 +1059,17 @@ def verify(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("topic_name", metavar="[TOPIC]", required=False)
 @click.option("--format", "fmt_", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--truncate-at-damage", is_flag=True,
+              help="Cut each partition at its first damaged record, after saving everything "
+                   "cut to a cut-at-<offset> directory in the partition directory.")
+@click.option("--clear-report", is_flag=True,
+              help="Forget what recovery cut or found at earlier opens (the recovery report).")
 @click.pass_context
-def recover(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
+def recover(ctx: click.Context, topic_name: str | None, fmt_: str, truncate_at_damage: bool,
+            clear_report: bool) -> None:
     """Open every partition of TOPIC (default: every topic) for writing, which recovers
-    it after a crash (torn tails cut, indexes rebuilt), and report what was done."""
+    it after a crash (torn tails cut, interior damage kept and reported, indexes rebuilt),
+    then CRC-check it and report what was done and what is damaged (exit status 1)."""
     store = _store(ctx)
     problems = 0
     for name in _topics_arg(store, topic_name):
@@ -1070,21 +1077,34 @@ def recover(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
         for p in range(t.partitions):
             log = t.partition(p)
             what = []
+            cut = None
             if log.truncated_bytes:
                 what.append(f"cut {log.truncated_bytes} torn bytes")
-            for err in log.recovery_report:
+            if truncate_at_damage:
+                cut = log.truncate_at_damage()
+                if cut is not None:
+                    what.append(f"truncated at damaged offset {cut[0]}, what was cut saved to {cut[1]}")
+            if clear_report:
+                n = log.clear_recovery_report()
+                if n:
+                    what.append(f"cleared {n} recovery report entr{'y' if n == 1 else 'ies'}")
+            bad = log.verify()
+            for err in bad:
                 what.append(f"corrupt: {err}")
                 problems += 1
             if fmt_ == "json":
                 click.echo(json.dumps({"topic": name, "partition": p, "start_offset": log.start_offset,
                                        "next_offset": log.next_offset, "truncated_bytes": log.truncated_bytes,
-                                       "corrupt": [str(e) for e in log.recovery_report]}))
+                                       "truncated_at_damage": cut[0] if truncate_at_damage and cut else None,
+                                       "saved_to": cut[1] if truncate_at_damage and cut else None,
+                                       "corrupt": [str(e) for e in bad]}))
                 continue
             click.echo(f"{name}/partition-{p}: [{log.start_offset}, {log.next_offset}) "
                        f"{'; '.join(what) if what else 'ok'}")
     if problems:
-        raise CliError(f"{problems} corrupt record{'s' if problems != 1 else ''} in sealed segments "
-                       f"(kept; see 'pylog verify')")
+        raise CliError(f"{problems} corrupt record{'s' if problems != 1 else ''} or recovery report "
+                       f"entr{'ies' if problems != 1 else 'y'} (kept; 'pylog recover --truncate-at-damage' "
+                       f"cuts at the damage, '--clear-report' forgets what was reported)")
 
 
 @cli.command(context_settings=CONTEXT)

@@ -70,6 +70,10 @@ CHECKPOINT_FILE = "recovery-point"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 #: an interrupted truncate's target offset (written before it changes a file)
 TRUNCATE_FILE = "truncate-point"
+#: what recovery cut or found at open, kept until the operator clears it (docs/format.md)
+REPORT_FILE = "recovery-report.json"
+#: the directory ``Log.truncate_at_damage`` saves what it cuts to: ``cut-at-<offset>``
+CUT_DIR_PREFIX = "cut-at-"
 LOCK_FILE = ".lock"
 
 #: numpy views of index files (little-endian, packed: entries start at byte 32 of the file)

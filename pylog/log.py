@@ -46,7 +46,7 @@ from pylog.errors import (
     RecordTooLargeError,
 )
 from pylog.record import Record
-from pylog.segment import ActiveSegment, SealedSegment, corrupt_error, paths
+from pylog.segment import ActiveSegment, SealedSegment, corrupt_error, damage_error, paths
 
 __all__ = ["Log", "PackedBytes"]
 
@@ -132,6 +132,18 @@ def finish_swaps(dirpath: str) -> bool:
 #: _segment_batch status: a compacted segment holds nothing at or after the offset asked
 #: for; the fetch continues at the segment's next_offset.
 _GAP_END = -1000
+
+
+def _cut_position(seg: Any, offset: int) -> int:
+    """Where ``truncate(offset)`` cuts ``seg``'s store: the frame of ``offset``, or, when
+    ``offset`` is the first offset of a damaged region, where the damage starts."""
+    try:
+        return seg.find(offset)[1][0]
+    except CorruptRecordError:
+        for d in seg.damage():
+            if d.offset == offset:
+                return d.position
+        raise
 
 
 def _past_last(seg: Any, offset: int) -> bool:
@@ -242,6 +254,14 @@ class PackedBytes:
         return len(self.lengths)
 
 
+def _report_entry(err: CorruptRecordError, action: str, saved: str | None, now_ms: int,
+                  end_offset: int | None = None) -> dict:
+    """A recovery-report entry (see :func:`pylog.checkpoint.add_report`) for ``err``."""
+    return {"segment": os.path.basename(err.path), "position": err.position, "offset": err.offset,
+            "end_offset": end_offset, "action": action, "saved": saved, "reason": err.reason,
+            "time_ms": now_ms}
+
+
 class Log:
     """One partition: an append-only sequence of records with consecutive 64-bit offsets.
 
@@ -311,6 +331,7 @@ class Log:
         self.recovery_actions: list[str] = []
         self.truncated_bytes = 0
         self._cap: int | None = None  # the last stable offset while a transaction applies
+        self._cut_hint: dict[int, int] = {}  # truncate_at_damage: offset -> where to cut
         if readonly:
             if not os.path.isdir(self.path):
                 raise FileNotFoundError(errno.ENOENT, "no such log directory", self.path)
@@ -508,20 +529,54 @@ class Log:
             self.recovery_actions.append(f"an interrupted truncate to offset {t} had nothing left to drop")
 
     def _recover(self, sealed: list[SealedSegment], last: int) -> ActiveSegment:
-        """Unclean shutdown: verify what follows the recovery point, cut the active tail."""
+        """Unclean (or untrusted) shutdown: verify what follows the recovery point; in the
+        active segment cut only a torn tail. Interior damage there is kept and the segment
+        sealed, so it is read, reported and verified like a sealed one, and appends go on
+        in a new segment. What was found, and a cut of records the recovery point calls
+        durable, go into the persisted recovery report."""
         rp = checkpoint.read_recovery_point(self.path)
         first = sealed[0].base_offset if sealed else last
         if rp is None or rp < first:
             # missing, damaged, or naming segments that are gone: full recovery. (A point
             # past the last base is normal: close() writes next_offset.)
             rp = first
+        found: list[CorruptRecordError] = []
         for i, seg in enumerate(sealed):
             if seg.next_offset > rp:
                 # Sealed segments were fsynced before the next one was created; a bad frame
                 # here is corruption: reported, never truncated.
-                self.recovery_report.extend(seg.verify(seg.next_offset))
-        active, cut = ActiveSegment.recover(self.path, last, self.config)
+                found.extend(seg.verify(seg.next_offset))
+        active, cut, damage = ActiveSegment.recover(self.path, last, self.config)
         self.truncated_bytes = cut
+        found.extend(damage_error(active.store_path, d) for d in damage)
+        now = int(time.time() * 1000)
+        # what the open found before (segments set aside after a hole), then the damage kept
+        entries = [_report_entry(e, "set aside", None, now) for e in self.recovery_report]
+        entries += [_report_entry(e, "kept", None, now) for e in found]
+        self.recovery_report.extend(found)
+        if cut and active.next_offset < rp:
+            # the cut reaches below the recovery point: records known durable are gone
+            saved = paths(self.path, last)[0] + fmt.BROKEN_SUFFIX
+            err = CorruptRecordError(
+                active.store_path, active.size, active.next_offset,
+                f"torn tail cut at open: offsets {active.next_offset}..{rp - 1}, which the recovery "
+                f"point counted durable, are gone ({cut} bytes saved to {os.path.basename(saved)})")
+            self.recovery_report.append(err)
+            entries.append(_report_entry(err, "cut", os.path.basename(saved), now, rp))
+        if damage:
+            # seal the damaged segment: readers in every process then find the records
+            # after the damage through its rebuilt index; appends go on in a new segment
+            try:
+                done = active.seal(self.config, self._cache)
+                new = ActiveSegment.create(self.path, done.next_offset, self.config)
+                fileutil.fsync_dir(self.path)
+                checkpoint.write_recovery_point(self.path, new.base_offset)
+            except BaseException:
+                active.close_files()
+                raise
+            sealed.append(done)
+            active = new
+        checkpoint.add_report(self.path, entries)
         return active
 
     def _load_readonly(self, bases: list[int]) -> None:
@@ -1525,12 +1580,12 @@ class Log:
             if offset >= active.base_offset:
                 target_base = active.base_offset
                 doomed_files: list[int] = []
-                _, f = active.find(offset)
+                cut_at = self._cut_hint.pop(offset, None) or _cut_position(active, offset)
             else:
                 seg = self._sealed_for(offset)
                 assert seg is not None
                 target_base = seg.base_offset
-                _, f = seg.find(offset)
+                cut_at = self._cut_hint.pop(offset, None) or _cut_position(seg, offset)
                 self._cache.discard(seg)
                 # newest first: a crash (or a failure) part way leaves a shorter log, never
                 # one with a hole in its offsets
@@ -1543,8 +1598,8 @@ class Log:
             try:
                 self._delete_files(doomed_files)
                 # copied, never cut in place: read-only logs in other processes may map it
-                fileutil.shrink_file(target, f[0], copy=True)
-                new, _cut = ActiveSegment.recover(self.path, target_base, self.config, save_broken=False)
+                fileutil.shrink_file(target, cut_at, copy=True)
+                new, _cut, _damage = ActiveSegment.recover(self.path, target_base, self.config, save_broken=False)
                 checkpoint.write_recovery_point(self.path, target_base)
                 checkpoint.clear_truncate_point(self.path)
             except OSError as e:
@@ -1697,8 +1752,11 @@ class Log:
 
     def verify(self, progress: Any = None) -> list[CorruptRecordError]:
         """CRC-check every frame of every segment. Returns the bad frames, one
-        CorruptRecordError each (an empty list, so falsy, when all is well). ``progress``,
-        if given, is called with the bytes checked after each segment."""
+        CorruptRecordError each (an empty list, so falsy, when all is well), then what the
+        persisted recovery report holds and the walk did not find again (what recovery cut,
+        or found in a segment since removed) until :meth:`clear_recovery_report`. A damaged
+        region with valid frames after it is stepped over (one error for the region).
+        ``progress``, if given, is called with the bytes checked after each segment."""
         self._check_open()
         with self._lock:
             if self._q:
@@ -1717,7 +1775,79 @@ class Log:
                     continue
             if progress is not None:
                 progress(s.size)
-        return bad
+        seen = {(os.path.basename(e.path), e.position) for e in bad}
+        return bad + [e for e in self.saved_recovery_report() if (os.path.basename(e.path), e.position) not in seen]
+
+    def saved_recovery_report(self) -> list[CorruptRecordError]:
+        """What recovery cut or found at this and earlier opens, as persisted in the
+        partition directory (``recovery-report.json``, docs/format.md) until
+        :meth:`clear_recovery_report`: one CorruptRecordError per entry, whose reason says
+        whether the damage was kept in place or cut (and where the cut bytes were saved)."""
+        out = []
+        for e in checkpoint.read_report(self.path):
+            action = e.get("action", "found")
+            saved = e.get("saved")
+            what = f"recovery at open {action} this" + (f" (saved to {saved})" if saved else "")
+            out.append(CorruptRecordError(os.path.join(self.path, str(e.get("segment", "?"))),
+                                          int(e.get("position") or 0), e.get("offset"),
+                                          f"{e['reason']} [{what}; pylog recover --clear-report forgets it]"))
+        return out
+
+    def clear_recovery_report(self) -> int:
+        """Forget what recovery cut or found (the persisted report): ``verify()`` and
+        ``pylog verify`` then report only the damage still in the files. Returns how many
+        entries were cleared. Needs a writable log."""
+        with self._lock:
+            self._check_writable()
+            n = checkpoint.clear_report(self.path)
+            self.recovery_report = []
+            return n
+
+    def truncate_at_damage(self) -> tuple[int, str] | None:
+        """Cut the log at its first damaged record: an explicit operator action, the one
+        recovery never takes by itself for damage that has intact records after it.
+
+        Everything cut is first saved, durably, to a new directory ``cut-at-<offset>`` in
+        the partition directory: the damaged store's bytes from the damage on (named
+        ``<store file>.from-<position>``) and every later segment's store file whole. Then
+        :meth:`truncate` drops the damaged offset and everything after it. Returns
+        ``(offset, saved directory)``, or None when there is no damage to cut at.
+        """
+        with self._lock:
+            self._check_writable()
+            self._write_out(self._active)
+            segs: list[Any] = [*self._sealed, self._active]
+            for i, sg in enumerate(segs):
+                found = sg.damage()
+                if found:
+                    offset, pos = found[0].offset, found[0].position
+                    break
+            else:
+                return None
+            d = os.path.join(self.path, f"{fmt.CUT_DIR_PREFIX}{offset}")
+            k = 1
+            while os.path.exists(d):
+                k += 1
+                d = os.path.join(self.path, f"{fmt.CUT_DIR_PREFIX}{offset}-{k}")
+            vfs.makedirs(d)
+            for j, sg in enumerate(segs[i:]):
+                name = os.path.basename(sg.store_path)
+                start = pos if j == 0 else 0
+                dst = os.path.join(d, f"{name}.from-{pos}" if j == 0 else name)
+                with open(sg.store_path, "rb") as src, open(dst, "wb") as out:
+                    src.seek(start)
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+            fileutil.fsync_dir(d)
+            fileutil.fsync_dir(self.path)
+            self._cut_hint = {offset: pos}  # where the damage starts (junk may precede offset)
+            try:
+                self.truncate(offset)
+            finally:
+                self._cut_hint = {}
+            return offset, d
 
     # ------------------------------------------------------------------------------------
     # closing
@@ -1763,7 +1893,7 @@ class Log:
             raise ReadOnlyLogError(f"log {self.path} was opened read-only")
         for name in os.listdir(self.path):
             ours = name in (fmt.CONFIG_FILE, fmt.CHECKPOINT_FILE, fmt.CLEAN_SHUTDOWN_FILE, fmt.LOCK_FILE,
-                            fmt.TRUNCATE_FILE) or any(
+                            fmt.TRUNCATE_FILE, fmt.REPORT_FILE) or any(
                 fmt.parse_segment_name(name.split(".", 1)[0] + s, s) is not None
                 for s in (fmt.STORE_SUFFIX, fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX)
             )

@@ -17,7 +17,7 @@ import gc
 import os
 import struct
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
 
 import numpy as np
 
@@ -83,6 +83,51 @@ def reason(rc: int) -> str:
 def corrupt_error(path: str, position: int, offset: int | None, rc: int) -> CorruptRecordError:
     """The exception for a bad frame found by the C core."""
     return CorruptRecordError(path, position, offset, reason(rc))
+
+
+class Damage(NamedTuple):
+    """A bad region stepped over by :func:`walk`: bytes ``[position, end)`` of a store hold
+    no valid frame, and the offsets ``[offset, end_offset)`` that should be there are lost
+    (unreadable); the valid frame at ``end`` holds ``end_offset``. ``rc`` is why the frame at
+    ``position`` is bad."""
+
+    position: int
+    end: int
+    offset: int
+    end_offset: int
+    rc: int
+
+
+def damage_error(path: str, d: Damage, offset: int | None = None) -> CorruptRecordError:
+    """The CorruptRecordError of a damaged region, naming ``offset``, one of its offsets
+    (default the first; None when the region lost no offset: junk between two frames)."""
+    lost = (f"offset {d.offset} unreadable" if d.end_offset == d.offset + 1 else
+            f"offsets {d.offset}..{d.end_offset - 1} unreadable" if d.end_offset > d.offset else
+            "no offset lost")
+    if offset is None and d.end_offset > d.offset:
+        offset = d.offset
+    return CorruptRecordError(path, d.position, offset,
+                              f"{reason(d.rc)}; {lost} ({d.end - d.position} bytes), "
+                              f"intact again from offset {d.end_offset} at position {d.end}")
+
+
+def walk(app, buf, length: int, base_offset: int, gaps: bool = False) -> tuple[int, list[Damage]]:
+    """``app.recover`` over ``buf[:length]``, stepping over interior damage: at a bad frame,
+    the walk goes on at the next whole, CRC-valid frame whose offset can follow it
+    (:func:`impl.resync`), which gets an index entry. Returns ``(status, damage)``: status
+    OK, or why the walk stopped at ``app.position`` with no valid frame after it (a torn
+    tail), and the regions stepped over."""
+    damage: list[Damage] = []
+    while True:
+        rc, _n = app.recover(buf, length)
+        if rc == impl.OK:
+            return rc, damage
+        pos, expected = app.position, app.next_offset
+        rrc, f = impl.resync(buf, length, pos, expected, base_offset, gaps)
+        if rrc != impl.OK:
+            return rc, damage
+        damage.append(Damage(pos, f[0], expected, f[1], rc))
+        app.resume_at(f[0], f[1])
 
 
 def paths(dirpath: str, base: int) -> tuple[str, str, str]:
@@ -184,21 +229,44 @@ class _Reader:
         raise NotImplementedError
 
     def _locate_slow(self, m, target: int) -> tuple:
-        """Find ``target`` by a CRC-checked walk from the start: the index was no help."""
-        pos = fmt.FILE_HEADER_SIZE
-        expected = self.base_offset
+        """Find ``target`` by a CRC-checked walk: the index was no help, or a frame on the
+        way is bad. Damage before ``target`` is stepped over (:func:`impl.resync`); when
+        ``target`` lies in damage, the CorruptRecordError names it and where the damage is."""
+        pos, expected = self._slow_start(m, target)
         gaps = self.gaps
         while True:
             rc, frames, end = impl.scan(m.buf, m.length, pos, expected, _SCAN_CHUNK, _U64_MAX, gaps)
             for f in frames:
                 if int(f["offset"]) == target or (gaps and int(f["offset"]) > target):
                     return tuple(f.tolist())
-            if rc != impl.OK:
-                raise corrupt_error(self.store_path, int(end), target, rc)
-            if not len(frames):
-                raise corrupt_error(self.store_path, int(end), target, impl.E_SHORT)
-            expected = int(frames[-1]["offset"]) + 1
+            if len(frames):
+                expected = int(frames[-1]["offset"]) + 1
             pos = int(end)
+            if rc == impl.OK:
+                if pos >= m.length:  # the store ends before target
+                    raise corrupt_error(self.store_path, pos, target, impl.E_SHORT)
+                continue
+            rrc, g = impl.resync(m.buf, m.length, pos, expected, self.base_offset, gaps)
+            if rrc != impl.OK:  # nothing valid after the bad frame
+                raise corrupt_error(self.store_path, pos, expected if expected <= target else target, rc)
+            if target < g[1]:  # target lies in the damage
+                d = Damage(pos, g[0], expected, g[1], rc)
+                raise damage_error(self.store_path, d, target if target >= expected else None)
+            pos, expected = g[0], g[1]
+
+    def _slow_start(self, m, target: int) -> tuple[int, int]:
+        """(position, offset) of a CRC-valid frame at or before ``target`` to walk from: the
+        nearest index entry's when its frame is valid and holds the offset the entry names,
+        else the first frame."""
+        _m, ibuf, n, _t = self._view(target)
+        if ibuf is not None and n and target >= self.base_offset:
+            slot = impl.index_lookup(ibuf, n, min(target - self.base_offset, 0xFFFFFFFF))
+            if slot >= 0:
+                rel, ipos = impl.index_entry(ibuf, slot)
+                rc, f, _e = impl.scan(m.buf, m.length, ipos, self.base_offset + rel, 1, _U64_MAX, self.gaps)
+                if len(f) and int(f["offset"][0]) == self.base_offset + rel:
+                    return ipos, self.base_offset + rel
+        return fmt.FILE_HEADER_SIZE, self.base_offset
 
     def find(self, target: int) -> tuple[object, tuple]:
         """(map, frame tuple) of the record at ``target`` (which must lie in this segment;
@@ -230,9 +298,20 @@ class _Reader:
             raise corrupt_error(self.store_path, fmt.FILE_HEADER_SIZE, None, rc)
         return f[1]
 
+    def damage(self) -> list[Damage]:
+        """The bad regions of the store, the last one a torn tail (``end`` = the store's
+        length, ``end_offset`` = ``offset``) when bad bytes end it."""
+        m, *_ = self._view(None)
+        a = walker(self.base_offset, None, self.gaps)
+        rc, found = walk(a, m.buf, m.length, self.base_offset, self.gaps)
+        if rc != impl.OK:
+            found.append(Damage(a.position, m.length, a.next_offset, a.next_offset, rc))
+        return found
+
     def verify(self, expected_next: int | None) -> list[CorruptRecordError]:
-        """CRC-check every frame of the segment; the bad ones (at most one: a walk cannot
-        resync past a broken length field), after the file header's own check."""
+        """CRC-check every frame of the segment: the file header's own check, then one
+        error per damaged region stepped over (:func:`walk`) and one for bad bytes at the end
+        with no valid frame after them."""
         m, *_ = self._view(None)
         bad: list[CorruptRecordError] = []
         rc, hbase, hflags = impl.header_check(m.mv[: fmt.FILE_HEADER_SIZE], fmt.STORE_MAGIC)
@@ -240,7 +319,8 @@ class _Reader:
             why = reason(rc) if rc != impl.OK else f"header names base offset {hbase}, flags {hflags}"
             bad.append(CorruptRecordError(self.store_path, 0, None, f"bad file header: {why}"))
         a = walker(self.base_offset, None, self.gaps)
-        rc, _n = a.recover(m.buf, m.length)
+        rc, damage = walk(a, m.buf, m.length, self.base_offset, self.gaps)
+        bad += [damage_error(self.store_path, d) for d in damage]
         if rc != impl.OK:
             return bad + [corrupt_error(self.store_path, a.position, a.next_offset, rc)]
         if expected_next is not None and (a.next_offset > expected_next or (not self.gaps and a.next_offset != expected_next)):
@@ -350,7 +430,7 @@ class SealedSegment(_Reader):
         """Rebuild both index files from the store (they are hints), atomically; for a
         read-only log, in memory only (nothing is written)."""
         a = walker(self.base_offset, self.index_interval, self.gaps)
-        a.recover(st.buf, st.length)  # a bad frame stops it; reads past it raise later
+        walk(a, st.buf, st.length, self.base_offset, self.gaps)  # entries after damage too
         n = a.index_count
         if self.readonly:
             return (index.in_memory(fmt.INDEX_SUFFIX, self.base_offset, a.index_bytes(0, n)),
@@ -494,11 +574,14 @@ class ActiveSegment(_Reader):
         return cls(dirpath, base, app, size, n, preallocated=config.preallocate)
 
     @classmethod
-    def recover(cls, dirpath: str, base: int, config, *, save_broken: bool = True) -> tuple["ActiveSegment", int]:
-        """Reopen by walking every frame (CRC-checked): cut the store at the first torn or
-        bad frame (after saving the cut bytes to ``.broken``), rebuild both indexes.
-        Returns (segment, bytes cut); with ``preallocate=True`` the zeros of reserved space
-        at the end are cut but not counted (nor saved)."""
+    def recover(cls, dirpath: str, base: int, config, *,
+                save_broken: bool = True) -> tuple["ActiveSegment", int, list[Damage]]:
+        """Reopen by walking every frame (CRC-checked) and rebuild both indexes. Damage with
+        a whole, valid frame of a following offset after it is stepped over and kept (the
+        indexes are rebuilt around it); only a torn tail, bad bytes with no valid frame
+        after them, is cut (after saving the cut bytes to ``.broken``).
+        Returns (segment, bytes cut, damage kept); with ``preallocate=True`` the zeros of
+        reserved space at the end are cut but not counted (nor saved)."""
         sp, ip, tp = paths(dirpath, base)
         fd = vfs.open(sp, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -514,7 +597,7 @@ class ActiveSegment(_Reader):
             vfs.close(fd)
         app = cls._appender(base, config, next_offset=base, position=fmt.FILE_HEADER_SIZE,
                             max_ts=None, bytes_since=config.index_interval_bytes)
-        app.recover(st.buf, st.length)
+        _rc, damage = walk(app, st.buf, st.length, base)
         end = app.position
         cut = size - end
         if cut and config.preallocate:
@@ -537,7 +620,7 @@ class ActiveSegment(_Reader):
         index.write(tp, fmt.TIMEINDEX_SUFFIX, base, app.timeindex_bytes(0, n))
         _preallocate(sp, config, end)
         seg = cls(dirpath, base, app, end, n, preallocated=config.preallocate)
-        return seg, cut
+        return seg, cut, damage
 
     # -- state ---------------------------------------------------------------------------
     @property

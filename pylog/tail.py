@@ -9,12 +9,14 @@ would fault (SIGBUS) as soon as the walk touched them, and ``pread`` simply read
 from __future__ import annotations
 
 import os
+import time
 
+from pylog import fileutil
 from pylog import format as fmt
 from pylog import vfs
 from pylog import store as store_mod
 from pylog._backend import impl
-from pylog.segment import _Reader, paths, walker
+from pylog.segment import Damage, _Reader, damage_error, paths, walk, walker
 
 #: the first pread of a refresh; doubled while a frame does not fit
 PROBE_BYTES = 64 << 10
@@ -106,6 +108,49 @@ class TailSegment(_Reader):
 
     def close_files(self) -> None:
         self._map = None
+
+    def verify(self, expected_next: int | None) -> list:
+        """The checks of :meth:`_Reader.verify` over the frames this reader follows, then
+        the bytes after them: a reader stops at the first bad frame, so damage with valid
+        frames after it (which no writer has recovered yet) is looked for in ``pread``
+        copies (never a map past the whole frames). What a write in progress could show
+        (a frame not yet copied whole, valid ones after it) is reported only when a second
+        look a moment later finds the same bad bytes."""
+        bad = super().verify(expected_next)
+        if bad:
+            return bad
+        first = self._damage_after()
+        if first is None:
+            return bad
+        time.sleep(0.05)
+        again = self._damage_after()
+        if again is None or again[0] != first[0]:
+            return bad
+        return bad + [damage_error(self.store_path, d) for d in again[1]]
+
+    def _damage_after(self) -> tuple[bytes, list[Damage]] | None:
+        """(the bad bytes, the damage) in the store after the whole frames, or None."""
+        try:
+            fd = vfs.open(self.store_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            start = self.app.position
+            end = fileutil.data_end(fd, start, os.fstat(fd).st_size)
+            if end <= start:
+                return None
+            h = fmt.FILE_HEADER_SIZE  # the copy sits where a walker starts, after a blank header
+            buf = bytearray(h + end - start)
+            got = os.preadv(fd, [memoryview(buf)[h:]], start)
+        finally:
+            vfs.close(fd)
+        a = walker(self.base_offset, None)
+        a.next_offset = self.app.next_offset
+        _rc, found = walk(a, impl.Buffer(buf), h + got, self.base_offset)
+        if not found:
+            return None
+        moved = [d._replace(position=d.position - h + start, end=d.end - h + start) for d in found]
+        return bytes(buf[found[0].position : found[0].end]), moved
 
     def _view(self, upto: int | None = None):
         m = self._map

@@ -130,12 +130,29 @@ def test_find_native_and_pure_agree(data, target):
     assert (int(got[0][0]), got[0][1]) == (int(got[1][0]), got[1][1])
 
 
-def oracle_whole_frames(data: bytes) -> int:
-    """How many whole, valid, consecutive frames (offsets from 0) follow the header."""
-    a = _pure.Appender(0, next_offset=0, position=HDR, max_position=fmt.MAX_SEGMENT_BYTES, max_timestamp=None,
-                       index_interval=1 << 31, bytes_since_index=0, index_cap=1, buffer_bytes=0)
-    a.recover(_pure.Buffer(data), len(data))
-    return a.next_offset
+def oracle_whole_frames(data: bytes) -> tuple[int, set[int], int]:
+    """(next offset, damaged offsets) of a store under the rule "recovery cuts only a torn
+    tail": whole, valid frames with consecutive offsets from 0 follow the header; a bad
+    region is stepped over when a whole valid frame follows it at the earliest position whose
+    offset the skipped bytes could account for (at most one record per frame header's size),
+    the offsets in between damaged; bad bytes with no such frame after them end the store.
+    The third value counts the bad regions stepped over (junk may lose no offset)."""
+    mv = memoryview(data)
+    pos, nxt, damaged, regions = HDR, 0, set(), 0
+    while pos < len(data):
+        rc, f = _pure._decode(mv, len(data), pos)
+        if rc == _pure.OK and f[1] == nxt:
+            pos, nxt = pos + f[3], nxt + 1
+            continue
+        for p in range(pos + 1, len(data)):
+            rc, f = _pure._decode(mv, len(data), p)
+            if rc == _pure.OK and nxt <= f[1] <= nxt + (p - pos) // fmt.FRAME_HEADER_SIZE:
+                damaged.update(range(nxt, f[1]))
+                pos, nxt, regions = p, f[1], regions + 1
+                break
+        else:
+            break
+    return nxt, damaged, regions
 
 
 _COUNTER = [0]
@@ -145,7 +162,8 @@ _COUNTER = [0]
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(store_bytes(), st.booleans())
 def test_open_any_active_store(tmp_path, data, keep_index):
-    """Recovery over arbitrary bytes: no crash, ends at the last whole frame, appends resume."""
+    """Recovery over arbitrary bytes: no crash, interior damage kept and reported, a torn
+    tail cut after the last whole frame, appends resume."""
     _COUNTER[0] += 1
     path = str(tmp_path / f"log{_COUNTER[0]}")
     with pylog.Log(path, fsync="never", index_interval_bytes=64):
@@ -156,12 +174,24 @@ def test_open_any_active_store(tmp_path, data, keep_index):
     if not keep_index:
         os.unlink(os.path.join(path, fmt.segment_name(0, fmt.INDEX_SUFFIX)))
     os.unlink(os.path.join(path, fmt.CLEAN_SHUTDOWN_FILE))
-    want = oracle_whole_frames(data) if len(data) >= HDR else 0
+    want, damaged, regions = oracle_whole_frames(data) if len(data) >= HDR else (0, set(), 0)
     with pylog.Log(path) as log:
         assert log.next_offset == want
-        recs = list(log.scan())
-        assert [r.offset for r in recs] == list(range(want))
-        assert log.verify() == []
+        if damaged:  # interior damage is kept, reported and never skipped by a scan
+            with pytest.raises(pylog.CorruptRecordError) as e:
+                list(log.scan())
+            assert e.value.offset == min(damaged)
+            assert log.verify() and {e.offset for e in log.recovery_report} - {None} <= damaged
+            for o in range(want):
+                if o in damaged:
+                    with pytest.raises(pylog.CorruptRecordError):
+                        log.read(o)
+                else:
+                    assert log.read(o).offset == o
+        else:  # junk that loses no record is reported, and a scan reads every record
+            recs = list(log.scan())
+            assert [r.offset for r in recs] == list(range(want))
+            assert len(log.verify()) == regions
         assert log.append(b"after") == want
     with pylog.Log(path) as log:
         assert bytes(log.read(want).value) == b"after"

@@ -45,11 +45,20 @@ def build(path: str, values: list[bytes], **kw) -> None:
 
 
 def unclean(path: str) -> None:
-    """Make the next open an unclean one (as if the process had died)."""
+    """Make the next open an unclean one (as if the process had died while appending to
+    the active segment): no clean marker, and a recovery point no later than the active
+    segment's base (close() left it at next_offset, which would count every record as
+    durable, so that a cut torn tail would be reported as lost durable records). A damaged
+    recovery point is left as it is."""
     try:
         os.unlink(os.path.join(path, fmt.CLEAN_SHUTDOWN_FILE))
     except FileNotFoundError:
         pass
+    rp = checkpoint.read_recovery_point(path)
+    bases = [fmt.parse_segment_name(n, fmt.STORE_SUFFIX) for n in os.listdir(path)]
+    bases = [b for b in bases if b is not None]
+    if rp is not None and bases and rp > max(bases):
+        checkpoint.write_recovery_point(path, max(bases))
 
 
 def check_log(path: str, values: list[bytes], n: int, *, extra: int = 3, seed: int = 0) -> None:
@@ -230,6 +239,28 @@ def test_lying_length_allocates_nothing(pristine, tmp_path):
 
 
 # -- 3. torn sector and flipped bit in the middle of the active segment ------------------------
+# Interior damage is not a torn tail: recovery keeps every intact record after it, reports the
+# damage, and seals the damaged segment (tests/test_seam_recovery.py covers the rule in depth).
+def check_damaged(d: str, values: list[bytes], bad: set[int]) -> None:
+    """Reopen ``d``: all of ``values`` claimed, the offsets in ``bad`` (and only they) raise
+    CorruptRecordError naming themselves, the damage is reported, appends continue."""
+    n = len(values)
+    with pylog.Log(d) as log:
+        assert log.next_offset == n and log.truncated_bytes == 0
+        assert log.recovery_report and log.verify()
+        assert {e.offset for e in log.recovery_report} <= bad
+        for o in range(n):
+            if o in bad:
+                with pytest.raises(pylog.CorruptRecordError) as ei:
+                    log.read(o)
+                assert ei.value.offset == o
+            else:
+                assert bytes(log.read(o).value) == values[o], o
+        assert log.append(b"after") == n
+    with pylog.Log(d) as log:
+        assert bytes(log.read(n).value) == b"after" and log.verify()
+
+
 def test_torn_sector_in_the_middle(pristine, tmp_path):
     path, values, active = pristine
     d = copy_of(path, tmp_path, "t")
@@ -238,9 +269,25 @@ def test_torn_sector_in_the_middle(pristine, tmp_path):
     mid = fr[len(fr) // 2]
     size = os.path.getsize(st)
     zero_at = mid[0] + 8  # inside the middle frame
+    assert zero_at + 512 < fr[-1][0]  # whole frames follow the zeros
     with open(st, "r+b") as f:
         f.seek(zero_at)
-        f.write(bytes(min(512, size - zero_at)))
+        f.write(bytes(512))
+    unclean(d)
+    bad = {off for pos, sz, off in fr if pos < zero_at + 512 and pos + sz > zero_at}
+    check_damaged(d, values, bad)
+
+
+def test_torn_sector_at_the_end_is_cut(pristine, tmp_path):
+    path, values, active = pristine
+    d = copy_of(path, tmp_path, "t")
+    st = os.path.join(d, os.path.basename(active))
+    fr = frames(st)
+    mid = fr[len(fr) // 2]
+    size = os.path.getsize(st)
+    with open(st, "r+b") as f:
+        f.seek(mid[0] + 8)
+        f.write(bytes(size - mid[0] - 8))  # zeros to the end: a torn tail
     unclean(d)
     with pylog.Log(d) as log:
         assert log.next_offset == mid[2]
@@ -255,7 +302,8 @@ def test_flipped_bit_in_active_payload(pristine, tmp_path):
         d = copy_of(path, tmp_path, "f")
         st = os.path.join(d, os.path.basename(active))
         fr = frames(st)
-        pos, size, off = fr[r.randrange(len(fr))]
+        k = r.randrange(len(fr))
+        pos, size, off = fr[k]
         byte = pos + r.randrange(4, size)  # anywhere after the length field
         with open(st, "r+b") as f:
             f.seek(byte)
@@ -263,9 +311,12 @@ def test_flipped_bit_in_active_payload(pristine, tmp_path):
             f.seek(byte)
             f.write(bytes([b ^ (1 << r.randrange(8))]))
         unclean(d)
-        with pylog.Log(d) as log:
-            assert log.next_offset == off, (trial, byte)
-        check_log(d, values, off, extra=1)
+        if k == len(fr) - 1:  # the last frame: nothing valid after it, a torn tail
+            with pylog.Log(d) as log:
+                assert log.next_offset == off, (trial, byte)
+            check_log(d, values, off, extra=1)
+        else:
+            check_damaged(d, values, {off})
 
 
 # -- 5. crash at every step of multi-file operations: stray files -----------------------------
@@ -463,7 +514,7 @@ def test_stale_marker_same_size_different_records(tmp_path):
 def test_clean_open_reads_no_record_data(pristine, tmp_path, monkeypatch):
     """Prove it twice: no read of any store file during a clean open (reads traced), and a
     corrupted record body in the active segment goes unnoticed by a clean open but is
-    found (and cut) by an unclean one."""
+    found (and reported, the records after it kept) by an unclean one."""
     path, values, active = pristine
     d = copy_of(path, tmp_path, "c")
     st = os.path.join(d, os.path.basename(active))
@@ -521,10 +572,8 @@ def test_clean_open_reads_no_record_data(pristine, tmp_path, monkeypatch):
     finally:
         log.close()
     unclean(d2)
-    with pylog.Log(d2) as log:  # an unclean open walks the active segment and cuts there
-        assert log.next_offset == off
-        assert log.truncated_bytes > 0
-    check_log(d2, values, off)
+    # an unclean open walks the active segment, finds the damage and keeps what follows it
+    check_damaged(d2, values, {off})
 
 
 def test_store_modified_after_close_is_recovered(pristine, tmp_path):
@@ -538,10 +587,7 @@ def test_store_modified_after_close_is_recovered(pristine, tmp_path):
     with open(st, "r+b") as f:
         f.seek(pos + 20)
         f.write(b"\xee")
-    with pylog.Log(d) as log:
-        assert log.next_offset == off
-        assert log.truncated_bytes == os.path.getsize(active) - pos
-    check_log(d, values, off)
+    check_damaged(d, values, {off})
 
 
 # -- preallocated stores (preallocate=True) ----------------------------------------------------
