@@ -290,9 +290,12 @@ class Log:
     readonly : bool
         Whether the log was opened with ``readonly=True``.
     recovery_report : list[CorruptRecordError]
-        What opening found corrupt in sealed segments (kept as they are, never returned by
-        reads; see docs/durability.md), and holes in the offsets it found (the segments
-        after one are set aside as ``*.gap``). Empty after a clean open.
+        What this open found corrupt: bad frames in sealed segments and interior damage in
+        the active one (kept as they are, never returned by reads; see
+        docs/durability.md), a cut of records the recovery point counted durable, and holes
+        in the offsets (the segments after one are set aside as ``*.gap``). Empty after a
+        clean open. Persisted in ``recovery-report.json``, which ``verify()`` reports until
+        :meth:`clear_recovery_report`.
     recovery_actions : list[str]
         What opening repaired, one line each: an interrupted truncate it finished (or could
         not finish: the log then opens fenced), segments it set aside after a hole.
