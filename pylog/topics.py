@@ -395,7 +395,7 @@ class LogStore:
             t = self._topics.get(name)
             if t is not None and not t._closed:
                 try:
-                    t._check_meta(force=True)
+                    t._check_meta()  # a delete elsewhere shows within metadata_refresh_ms
                     return t
                 except UnknownTopicError:
                     pass  # deleted, perhaps created again: a new handle below (or unknown)
