@@ -353,6 +353,7 @@ def cliconsumer(root: str, j: Journal, rng: random.Random, deadline: float, name
             args += ["-n", str(k)]
         if rng.random() < 0.5:
             args.append("--from-beginning")
+        new_group = not os.path.isdir(os.path.join(root, topic, "~consumers", group))
         before = next_offsets(j, root, topic)
         j("cli-start", topic=topic, group=group, mode=mode, args=args[4:])
         pr = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -402,7 +403,7 @@ def cliconsumer(root: str, j: Journal, rng: random.Random, deadline: float, name
             by_part.setdefault(obj["partition"], []).append(
                 [obj["offset"], rid, isinstance(v, str) and value_of(rid or "") == v.encode()])
         j("cli-ran", topic=topic, group=group, mode=mode, rc=pr.returncode, next=next_offsets(j, root, topic),
-          from_beginning="--from-beginning" in args, before=before, pipe=pipe,
+          from_beginning="--from-beginning" in args, before=before, pipe=pipe, new_group=new_group,
           err=err.decode("utf-8", "replace").strip().splitlines()[-1:] if err.strip() else [],
           traceback=b"Traceback (most recent call last)" in err,
           reads={str(p): recs for p, recs in by_part.items()})
@@ -990,7 +991,7 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                 if recs:
                     slack = ev["pipe"] // MIN_JSON_LINE if ev["mode"] == "head" else 0
                     after[key] = (recs[-1][0], clean and not slack, f"a {ev['mode']} run", -1, slack)
-                elif clean and key not in after:
+                elif clean and ev["new_group"] and key not in after:
                     # a new group that printed nothing: its position was at most the end of
                     # the log, and without --from-beginning at least the end when it started
                     lo = -1 if ev["from_beginning"] else ev["before"].get(p_s, -1)

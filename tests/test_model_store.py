@@ -104,7 +104,7 @@ def test_checker_finds_violations(tmp_path):
     _journal(jdir / "c.2.jsonl",
              {"e": "resume", "topic": "t", "group": "g", "p": 0, "pos": 1, "committed": 0, "t": 16})
     run = {"e": "cli-ran", "topic": "t", "group": "k", "rc": 0, "err": [], "traceback": False,
-           "from_beginning": False, "pipe": 65536}
+           "from_beginning": False, "pipe": 65536, "new_group": True}
     _journal(jdir / "k.1.jsonl",  # a new group prints nothing at the end, the next run reads from 0
              {**run, "mode": "n", "before": {"0": 2}, "next": {"0": 2}, "reads": {}, "t": 17},
              {**run, "mode": "end", "before": {"0": 2}, "next": {"0": 2}, "t": 18,
