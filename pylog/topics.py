@@ -247,6 +247,12 @@ class LogStore:
     that it writes is locked against writers here (:class:`~pylog.LogLockedError`, after
     waiting up to ``lock_timeout`` seconds for it) but can be read by a consumer.
 
+    >>> import pylog, tempfile
+    >>> with pylog.LogStore(tempfile.mkdtemp()) as store:
+    ...     t = store.create_topic("orders", partitions=3)
+    ...     t.append(b"hello", key=b"customer-1")
+    (1, 0)
+
     Parameters
     ----------
     root
@@ -263,12 +269,6 @@ class LogStore:
     lock_timeout
         Seconds to wait for a partition's writer lock held by another writer before
         :class:`~pylog.LogLockedError` (default 0: fail at once).
-
-    >>> import pylog, tempfile
-    >>> with pylog.LogStore(tempfile.mkdtemp()) as store:
-    ...     t = store.create_topic("orders", partitions=3)
-    ...     t.append(b"hello", key=b"customer-1")
-    (1, 0)
     """
 
     def __init__(self, root: str | os.PathLike[str], readonly: bool = False, *,
