@@ -44,14 +44,14 @@ SERVED: dict[int, tuple[str, int, int]] = {
     42: ("DeleteGroups", 0, 2),
     # idempotent producers (:mod:`.producers`)
     22: ("InitProducerId", 0, 5),
+    # SASL (:mod:`.security`); without a users file the handshake offers no mechanism
+    17: ("SaslHandshake", 1, 1), 36: ("SaslAuthenticate", 0, 2),
 }
 
-#: API keys of the next step (SASL). They are not
+#: API keys of a next step (none now). They are not
 #: advertised by ApiVersions; a client that sends one anyway gets every error code of the
 #: response set to UNSUPPORTED_VERSION, the code Kafka gives for an API it does not serve.
-NOT_YET: dict[int, tuple[str, int, int]] = {
-    17: ("SaslHandshake", 0, 1), 36: ("SaslAuthenticate", 0, 2),
-}
+NOT_YET: dict[int, tuple[str, int, int]] = {}
 
 # kio resolves a schema by importing its module on every call: once per (key, version) here
 load_request_schema = functools.lru_cache(maxsize=None)(_load_request_schema)

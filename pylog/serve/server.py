@@ -22,6 +22,8 @@ from typing import Any
 
 from pylog.serve import handlers
 from pylog.serve.broker import Broker
+from pylog.errors import InvalidArgumentError
+from pylog.serve import security
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS, PEER, GroupCoordinator
 from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
 
@@ -61,7 +63,8 @@ class Server:
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
                  max_request_bytes: int = 100 << 20, request_timeout: float = 30.0,
                  idle_timeout: float = 600.0, auto_create: bool = True,
-                 cleanup_interval: float | None = 300.0, advertise: str | None = None) -> None:
+                 cleanup_interval: float | None = 300.0, advertise: str | None = None,
+                 tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None) -> None:
         self.root = root
         self.host = host
         self.port = port
@@ -72,6 +75,12 @@ class Server:
         self.cleanup_interval = cleanup_interval
         self._cleaner: asyncio.Task[None] | None = None
         self.advertise = advertise
+        if (tls_cert is None) != (tls_key is None):
+            raise InvalidArgumentError("TLS needs both a certificate and its key (--tls-cert, --tls-key)")
+        # loopback only, unless TLS and SASL users are both given (security.py)
+        security.check_listen(host, tls_cert is not None, users is not None)
+        self.tls = security.tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
+        self.users = security.Users(users) if users is not None else None
         self.broker: Broker | None = None
         self.coordinator: GroupCoordinator | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -82,7 +91,8 @@ class Server:
         """Open the data root and listen."""
         self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create)
         try:
-            self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16)
+            self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16,
+                                                      ssl=self.tls)
         except BaseException:
             self.broker.close()
             self.broker = None
@@ -141,6 +151,8 @@ class Server:
         assert task is not None
         self._conns.add(task)
         PEER.set(writer.get_extra_info("peername"))
+        session = security.Session(tls=self.tls is not None)
+        security.SESSION.set(session)
         try:
             while True:
                 frame = await self._read_frame(reader)
@@ -154,6 +166,8 @@ class Server:
                     if out is not None:
                         writer.write(out)
                         await asyncio.wait_for(writer.drain(), self.request_timeout)
+                    if session.close_after:  # a failed authentication: answered, then closed
+                        break
                 finally:
                     self._busy.discard(task)
         except asyncio.CancelledError:
@@ -179,23 +193,52 @@ class Server:
 
     async def _dispatch(self, req: Request) -> Any:
         broker = self.broker
-        assert broker is not None
+        if broker is None:  # a connection (a TLS handshake) that finished while stopping
+            return False
         key = req.api_key
+        body = req.body
+        session = security.SESSION.get()
+        users = self.users
+        if key in (17, 36):  # SASL
+            if session is None or users is None:  # no users file: no mechanism offered
+                data = {"error_code": 33 if key == 17 else 34, "mechanisms": []}
+            elif key == 17:
+                data = session.handshake(body)
+            else:
+                data, session.close_after = session.authenticate(users, body)
+                if session.close_after:
+                    log.info("SASL %s from %s failed: %s", session.mechanism, PEER.get(), data.get("error_message"))
+                elif session.user is not None:
+                    log.info("SASL %s from %s: user %r", session.mechanism, PEER.get(), session.user)
+            return encode_response(req, build(req.response_cls, data))
+        user = session.user if session is not None else None
+        if users is not None and user is None and key != 18:
+            log.info("closing a connection: API key %d before SASL authentication", key)
+            return False
+        denied: list = []  # type: ignore[type-arg]
+        admin_denied: list[str] = []
+        if users is not None:
+            body, denied = security.filter_request(users, user, key, body)
+            body, admin_denied = security.filter_admin(users, user, key, body)
         try:
             if key == 0:
-                data = await broker.produce(req.body, req.api_version)
-                if req.body.acks == 0:
+                data = await broker.produce(body, req.api_version)
+                if body.acks == 0:
                     return None
             elif key == 1:
-                data = await broker.fetch(req.body, req.api_version)
+                data = await broker.fetch(body, req.api_version)
             elif key in GROUP_KEYS and self.coordinator is not None:
-                data = await self.coordinator.handle(key, req.body, req.api_version, req.client_id)
+                data = await self.coordinator.handle(key, body, req.api_version, req.client_id)
             elif key == 22:
-                data = broker.producers.init_producer_id(req.body, req.api_version)
+                data = broker.producers.init_producer_id(body, req.api_version)
             elif key in handlers.HANDLERS:
-                data = handlers.HANDLERS[key](broker, req.body, req.api_version)
+                data = handlers.HANDLERS[key](broker, body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
                 data = {}
+            if users is not None:
+                security.add_denied(key, data, denied)
+                security.add_admin_denied(key, data, admin_denied)
+                security.filter_response(users, user, key, data)
             return encode_response(req, build(req.response_cls, data,
                                               0 if key in SERVED else UNSUPPORTED_VERSION))
         except Exception:
