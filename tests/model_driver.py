@@ -47,6 +47,15 @@ F_SETPIPE_SZ = 1031
 MIN_JSON_LINE = 100
 
 
+_STOP = ""
+
+
+def running() -> bool:
+    """Whether the run goes on: until the orchestrator creates the stop file (the run's
+    length counts from when every process is up, however slow the machine is)."""
+    return not os.path.exists(_STOP)
+
+
 def now() -> int:
     """A clock comparable across the processes of one machine (CLOCK_MONOTONIC, ns)."""
     return time.monotonic_ns()
@@ -97,7 +106,7 @@ def _expected(e: BaseException) -> bool:
 
 # ----------------------------------------------------------------------------------------
 # roles
-def producer(root: str, j: Journal, rng: random.Random, deadline: float, name: str) -> None:
+def producer(root: str, j: Journal, rng: random.Random, stop: str, name: str) -> None:
     """Plain appends (single and batch, keyed and unkeyed) to random topics; flushes."""
     import pylog
 
@@ -107,7 +116,7 @@ def producer(root: str, j: Journal, rng: random.Random, deadline: float, name: s
     ops = 0
     work: list[str] = []
     held: dict[str, Any] = {}  # topic -> a Topic handle kept across appends, even after a delete
-    while time.monotonic() < deadline:
+    while running():
         ops += 1
         if ops % rng.randint(15, 40) == 0:  # let go of the partitions now and then
             store.close()
@@ -180,7 +189,7 @@ def producer(root: str, j: Journal, rng: random.Random, deadline: float, name: s
     j("end")
 
 
-def txproducer(root: str, j: Journal, rng: random.Random, deadline: float, name: str) -> None:
+def txproducer(root: str, j: Journal, rng: random.Random, stop: str, name: str) -> None:
     """Transactions across topics and partitions, some aborted by raising in the block."""
     import pylog
 
@@ -191,7 +200,7 @@ def txproducer(root: str, j: Journal, rng: random.Random, deadline: float, name:
     j("start", role="txproducer")
     seq = 0
     tx_n = 0
-    while time.monotonic() < deadline:
+    while running():
         topics = store.topics()
         if not topics:
             time.sleep(0.05)
@@ -231,7 +240,7 @@ def txproducer(root: str, j: Journal, rng: random.Random, deadline: float, name:
     j("end")
 
 
-def consumer(root: str, j: Journal, rng: random.Random, deadline: float, name: str, topic: str,
+def consumer(root: str, j: Journal, rng: random.Random, stop: str, name: str, topic: str,
              group: str) -> None:
     """A group member: polls, checks every value, commits, sometimes seeks back."""
     import pylog
@@ -256,7 +265,7 @@ def consumer(root: str, j: Journal, rng: random.Random, deadline: float, name: s
 
     try:
         note_assignment({})
-        while time.monotonic() < deadline:
+        while running():
             got = c.poll_partitions(max_records=rng.randint(1, 50), timeout_ms=50)
             note_assignment(got)
             for p, recs in got.items():
@@ -279,7 +288,7 @@ def consumer(root: str, j: Journal, rng: random.Random, deadline: float, name: s
     j("end")
 
 
-def reader(root: str, j: Journal, rng: random.Random, deadline: float, name: str, topic: str) -> None:
+def reader(root: str, j: Journal, rng: random.Random, stop: str, name: str, topic: str) -> None:
     """Follows a topic's tail: a read-only Log of one partition, or a group-less consumer."""
     import pylog
 
@@ -289,7 +298,7 @@ def reader(root: str, j: Journal, rng: random.Random, deadline: float, name: str
             p = 0
             log = pylog.Log(os.path.join(root, topic, f"partition-{p}"), readonly=True)
             off = log.start_offset
-            while time.monotonic() < deadline:
+            while running():
                 recs = log.read_batch(off, 1 << 16, rng.randint(1, 100))
                 if recs:
                     j("read", topic=topic, group=None, p=p, recs=seen(recs))
@@ -300,7 +309,7 @@ def reader(root: str, j: Journal, rng: random.Random, deadline: float, name: str
         else:
             store = pylog.LogStore(root)
             c = store.consumer(topic)
-            while time.monotonic() < deadline:
+            while running():
                 for p, recs in c.poll_partitions(max_records=rng.randint(1, 100), timeout_ms=50).items():
                     j("read", topic=topic, group=None, p=p, recs=seen(recs))
             store.close()
@@ -332,7 +341,7 @@ def next_offsets(j: Journal, root: str, topic: str) -> dict[int, int]:
     return out
 
 
-def cliconsumer(root: str, j: Journal, rng: random.Random, deadline: float, name: str, topic: str,
+def cliconsumer(root: str, j: Journal, rng: random.Random, stop: str, name: str, topic: str,
                 group: str) -> None:
     """Runs ``pylog consume TOPIC -g GROUP --format json`` again and again: to the end of
     the log or ``-n K`` records (a clean exit), or SIGKILLed after K lines; every line it
@@ -340,7 +349,7 @@ def cliconsumer(root: str, j: Journal, rng: random.Random, deadline: float, name
     import pylog
 
     j("start", role="cliconsumer", topic=topic, group=group)
-    while time.monotonic() < deadline - 1:
+    while running():
         if not os.path.isfile(os.path.join(root, topic, "topic.json")):
             break
         if rng.random() < 0.2:  # a new group (Kafka's console consumer commits it on close)
@@ -441,14 +450,14 @@ def _in_use(root: str, topic: str) -> bool:
     return any(_locked_by_other(p) for p in locks)
 
 
-def admin(root: str, j: Journal, rng: random.Random, deadline: float, name: str) -> None:
+def admin(root: str, j: Journal, rng: random.Random, stop: str, name: str) -> None:
     """Creates, deletes, grows and alters topics; runs retention and compaction."""
     import pylog
 
     store = pylog.LogStore(root)
     j("start", role="admin")
     k = 0
-    while time.monotonic() < deadline:
+    while running():
         time.sleep(0.1 + rng.random() * 0.4)
         topics = store.topics()
         r = rng.random()
@@ -505,11 +514,12 @@ ROLES = {"producer": producer, "txproducer": txproducer, "consumer": consumer, "
 
 
 def main(argv: list[str]) -> None:
-    role, root, journal, seed, deadline, *args = argv
+    global _STOP
+    role, root, journal, seed, stop, *args = argv
     rng = random.Random(int(seed))
     j = Journal(journal)
-    # deadline is a CLOCK_MONOTONIC time in seconds, comparable across processes
-    ROLES[role](root, j, rng, float(deadline), os.path.basename(journal).rsplit(".", 1)[0], *args)
+    _STOP = stop
+    ROLES[role](root, j, rng, stop, os.path.basename(journal).rsplit(".", 1)[0], *args)
 
 
 # ----------------------------------------------------------------------------------------
@@ -550,7 +560,7 @@ def run(root: str, seed: int, seconds: float, kill_every: float = 0.8) -> RunSta
             s.create_topic(f"t{i}", 2, **cfg)
             boot("admin-done", res=None, **op)
     env = {**os.environ, "PYTHONPATH": ROOT_DIR + os.pathsep + HERE}
-    deadline = time.monotonic() + seconds
+    stop = root.rstrip("/") + ".stop"
     stats = RunStats()
     slots: dict[str, list[Any]] = {
         "p0": ["producer"], "p1": ["producer"], "a0": ["admin"],
@@ -574,13 +584,22 @@ def run(root: str, seed: int, seconds: float, kill_every: float = 0.8) -> RunSta
             slots[slot] = [role, *args]
         incarnation[slot] += 1
         journal = os.path.join(jdir, f"{slot}.{incarnation[slot]}.jsonl")
+        journals[slot] = journal
         procs[slot] = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "model_driver.py"), role, root, journal,
-             str(rng.randrange(1 << 30)), repr(deadline), *args], env=env)
+             str(rng.randrange(1 << 30)), stop, *args], env=env)
         stats.processes += 1
 
+    def ready(slot: str) -> bool:  # it journaled its start (python and pylog are loaded)
+        return os.path.exists(journals[slot]) and os.path.getsize(journals[slot]) > 0
+
+    journals: dict[str, str] = {}
     for s in slots:
         spawn(s)
+    up_by = time.monotonic() + 120
+    while time.monotonic() < up_by and not all(ready(s) or procs[s].poll() is not None for s in procs):
+        time.sleep(0.05)
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(rng.random() * kill_every * 2)
         for s, pr in list(procs.items()):
@@ -588,7 +607,10 @@ def run(root: str, seed: int, seconds: float, kill_every: float = 0.8) -> RunSta
                 spawn(s)
         if time.monotonic() >= deadline - 0.5:
             break
-        victim = rng.choice(sorted(procs))
+        up = [s for s in sorted(procs) if ready(s)]
+        if not up:
+            continue
+        victim = rng.choice(up)
         pr = procs[victim]
         if pr.poll() is None:
             os.kill(pr.pid, signal.SIGKILL)
@@ -597,14 +619,16 @@ def run(root: str, seed: int, seconds: float, kill_every: float = 0.8) -> RunSta
             stats.kills += 1
         if time.monotonic() < deadline - 1:
             spawn(victim)
+    with open(stop, "w"):
+        pass
     for s, pr in procs.items():
         try:
-            pr.wait(timeout=max(5.0, deadline - time.monotonic() + 30))
+            pr.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.kill(pr.pid, signal.SIGKILL)
             pr.wait()
             boot("hung", slot=s)
-            stats.violations.append(f"process {s} did not finish within 30 s of the deadline")
+            stats.violations.append(f"process {s} did not finish within 60 s of the stop")
     events, violations = check(root, jdir)
     stats.events = events
     stats.violations.extend(violations)

@@ -35,7 +35,7 @@ def test_store_model_multiprocess(tmp_path):
     key hashes, committed offsets never move back and restarts resume at them, across
     processes killed at random."""
     runs = scaled(2, 12)
-    seconds = scaled(12, 40)
+    seconds = scaled(10, 40)
     total = {"runs": 0, "processes": 0, "kills": 0, "events": 0}
     failures = []
     for i in range(runs):
