@@ -843,14 +843,21 @@ class Topic:
         parts = np.fromiter(
             ((rr % nparts) if k is None else partition_for_key(k, nparts) for k in keys), dtype=np.int64, count=n)
         out: list[tuple[int, int]] = [(0, 0)] * n
-        # validate everything before writing anything into any partition
-        for p in np.unique(parts).tolist():
+        # validate everything before writing anything into any partition, and open every
+        # partition it goes to: a metadata refresh while opening one of them that finds the
+        # config changed by another process reopens the partitions (closing those opened
+        # before it), so open them again until all are open at once
+        uniq = np.unique(parts).tolist()
+        for p in uniq:
             self._check_partition(p)
-            self.partition(p)
-        for p in np.unique(parts).tolist():
+        while True:
+            logs = {p: self.partition(p) for p in uniq}
+            if not any(log.closed for log in logs.values()):
+                break
+        for p in uniq:
             idx = np.flatnonzero(parts == p).tolist()
             sub = lambda seq: None if seq is None else [seq[j] for j in idx]  # noqa: E731
-            first = self._logs[p].append_batch(  # type: ignore[union-attr]
+            first = logs[p].append_batch(
                 [values[j] for j in idx], sub(keys), sub(timestamps), sub(metadata))
             for r, j in enumerate(idx):
                 out[j] = (p, first + r)

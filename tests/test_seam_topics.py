@@ -519,3 +519,43 @@ time.sleep(1.0); s.close()
     assert values(root, "t") == [b"first", b"second"]
     with pytest.raises(ValueError):
         pylog.LogStore(root, lock_timeout=-1)
+
+
+def test_keyed_append_batch_while_another_process_alters_the_topic(tmp_path, monkeypatch):
+    """A keyed append_batch over several partitions opens them one by one; when another
+    process altered the topic's config meanwhile, a metadata refresh between two opens
+    closed the partitions opened before it, and append_batch raised AttributeError
+    ('NoneType' object has no attribute 'append_batch'): found by the store model test.
+    The batch must land whole, in the partitions its keys hash to."""
+    from pylog.topics import Topic
+
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as s:
+        s.create_topic("t", 4)
+    keys = [b"k%d" % i for i in range(40)]
+    store = pylog.LogStore(root, metadata_refresh_ms=0)
+    t = store.topic("t")
+    assert len({t.partition_for(k) for k in keys}) == 4
+    real_open = Topic._open
+    altered = []
+
+    def open_then_alter(self, i):  # the other process alters right after the first open
+        log = real_open(self, i)
+        if not altered:
+            altered.append(i)
+            run_py(f"import pylog; pylog.LogStore({root!r}).alter_topic('t', retention_bytes=1 << 30)")
+        return log
+
+    monkeypatch.setattr(Topic, "_open", open_then_alter)
+    try:
+        res = t.append_batch([b"v%d" % i for i in range(40)], keys=keys)
+    finally:
+        monkeypatch.undo()
+    assert altered
+    assert [p for p, _ in res] == [t.partition_for(k) for k in keys]
+    store.close()
+    with pylog.LogStore(root) as s:
+        t2 = s.topic("t")
+        assert t2.config.retention_bytes == 1 << 30
+        got = {(p, r.offset): bytes(r.value) for p in range(4) for r in t2.reader(p).scan()}
+    assert got == {(p, off): b"v%d" % i for i, (p, off) in enumerate(res)}
