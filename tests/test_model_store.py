@@ -1,5 +1,5 @@
 """The store-level model test of issue 14: several real processes (producers, consumers in
-groups, tail readers, an admin and, once the store has them, transactional producers) on
+groups, tail readers, `pylog consume -g` runs, an admin and transactional producers) on
 one data root, SIGKILLed at random and restarted, and a checker over their recorded
 histories (tests/model_driver.py describes the journals and each rule).
 
