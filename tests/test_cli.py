@@ -205,7 +205,7 @@ def test_root_from_env_and_default(tmp_path):
     cwd.mkdir()
     ok(run(None, "topic", "create", "u", cwd=cwd, real=True))
     assert os.path.isdir(cwd / "pylog-data" / "u")
-    assert one_line_error(run(None, "topic", "create", "../u", cwd=cwd, real=True), 1)
+    assert one_line_error(run(None, "topic", "create", "../u", cwd=cwd, real=True), 2)  # a usage error
 
 
 def test_verify_ok_and_corrupt(root):
