@@ -87,6 +87,7 @@ EXTERNAL_FILE = "external"
 SINKS_FILE = "sinks.json"
 SINKS_LOCK = "sinks.lock"
 _NEW_PREFIX = ".new-"
+_DONE_PREFIX = ".done-"
 #: An externally coordinated transaction (Spark) untouched this long is discarded at open.
 ABANDON_SECONDS = 7 * 24 * 3600
 #: Records per append_batch call of an apply.
@@ -420,7 +421,7 @@ class Transaction:
                 log._lock.release()
             self._held = []
         _record_sinks(self.root, self._sinks)
-        _remove_txn_dir(self.dir)
+        _retire(self.dir)
 
     def abort(self) -> None:
         """Discard every staged record (nothing was visible). Aborting twice is harmless; a
@@ -539,6 +540,18 @@ def discard_tagged(root: str, tag: str, keep: Iterable[str] = ()) -> list[str]:
         discard(root, name)
         out.append(name)
     return out
+
+
+def _retire(path: str) -> None:
+    """Remove a finished transaction's directory: renamed out of the way first (atomic), so
+    a crash while its files are deleted never leaves a decided-looking directory without
+    its decision, nor a decision without its staged records."""
+    done = os.path.join(os.path.dirname(path), _DONE_PREFIX + os.path.basename(path))
+    try:
+        vfs.rename(path, done)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(done, ignore_errors=True)
 
 
 def _remove_txn_dir(path: str) -> None:
@@ -748,6 +761,9 @@ def recover(root: str) -> list[str]:
     done = []
     for name in names:
         d = os.path.join(base, name)
+        if name.startswith(_DONE_PREFIX):
+            shutil.rmtree(d, ignore_errors=True)  # finished; its deletion was cut short
+            continue
         if name.startswith(_NEW_PREFIX):
             if _owner_gone(d) or not os.path.exists(os.path.join(d, OWNER_LOCK)) and not os.path.exists(
                     os.path.join(d, EXTERNAL_FILE)) and time.time() - os.stat(d).st_mtime > 60:
@@ -777,6 +793,6 @@ def recover(root: str) -> list[str]:
         if pending:
             continue
         _record_sinks(os.fspath(root), {k: int(v) for k, v in decision.get("sinks", {}).items()})
-        _remove_txn_dir(d)
+        _retire(d)
         done.append(name)
     return done

@@ -204,7 +204,7 @@ def _want(t, p):
 
 def _check_after_kill(root, committed_ack):
     seen = _visible(root)
-    left = os.listdir(root / "~txn") if os.path.isdir(root / "~txn") else []
+    left = [n for n in os.listdir(root / "~txn") if len(n) == 32] if os.path.isdir(root / "~txn") else []
     # decided: the decision is written, or the whole directory is gone (the commit finished)
     decided = not left or any(os.path.exists(root / "~txn" / d / "decision.json") for d in left)
     for (t, p), got in zip(_PARTS, seen):
@@ -219,7 +219,7 @@ def _check_after_kill(root, committed_ack):
     assert after in (whole, none)
     if (decided and left) or committed_ack or any(seen):
         assert after == whole
-    assert not os.path.isdir(root / "~txn") or os.listdir(root / "~txn") == []
+    assert not os.path.isdir(root / "~txn") or os.listdir(root / "~txn") == []  # nor .new-/.done- ones
     for t, p in _PARTS:
         assert not os.path.exists(root / t / f"partition-{p}" / STABLE_FILE)
     return after == whole
