@@ -32,11 +32,14 @@ def venv(tmp_path_factory):
               "-w", str(wh), ROOT], timeout=600)
     assert p.returncode == 0, p.stderr
     (wheel,) = list(wh.glob("pylog_commitlog-*.whl"))
-    p = _run([sys.executable, "-m", "venv", str(tmp / "env")])
+    # PYTHONPATH is dropped: with the checkout on it, pip would find this distribution's
+    # metadata there and install nothing
+    p = _run([sys.executable, "-m", "venv", str(tmp / "env")], env=_clean_env())
     assert p.returncode == 0, p.stderr
     bindir = tmp / "env" / "bin"
-    p = _run([str(bindir / "python"), "-m", "pip", "install", "-q", str(wheel)], timeout=900)
+    p = _run([str(bindir / "python"), "-m", "pip", "install", "-q", str(wheel)], timeout=900, env=_clean_env())
     assert p.returncode == 0, p.stderr
+    assert (bindir / "pylog").is_file(), "pip installed no pylog command"
     return bindir
 
 
