@@ -514,9 +514,12 @@ class Log:
         """Finish a truncate that a crash interrupted: its point was made durable before it
         changed any file, so the records from it on are dropped now (``recovery_actions``
         says so)."""
+        if not os.path.exists(os.path.join(self.path, fmt.TRUNCATE_FILE)):
+            return
         t = checkpoint.read_truncate_point(self.path)
-        if t is None:
-            checkpoint.clear_truncate_point(self.path)  # none, or one that never committed
+        if t is None:  # damaged from outside (it is written atomically): nothing to finish
+            checkpoint.clear_truncate_point(self.path)
+            self.recovery_actions.append("removed a damaged truncate-point")
             return
         start, nxt = self.start_offset, self.next_offset
         if start <= t < nxt:
