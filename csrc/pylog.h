@@ -143,9 +143,11 @@ int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_
  * after it holding a whole, CRC-valid frame with an offset >= expected, first trying where
  * the bad frame's length field points. Without gaps the offset must also be one that the
  * bytes skipped could have held (at most one record per frame header's size of them).
+ * Frames may start only before search_end (<= len; past it the caller knows there are only
+ * zeros, which never start a frame), and must end within len.
  * PLOG_E_NOT_FOUND when there is none (the damage is a torn tail). */
-int plog_resync(const uint8_t *buf, size_t len, size_t start, uint64_t expected,
-                uint64_t base_offset, int gaps, plog_frame *out);
+int plog_resync(const uint8_t *buf, size_t len, size_t start, size_t search_end,
+                uint64_t expected, uint64_t base_offset, int gaps, plog_frame *out);
 
 /* Decode up to max_out valid frames from start, stopping after max_bytes of frames. */
 int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset,

@@ -349,20 +349,21 @@ static inline int resync_fits(uint64_t off, uint64_t pos, size_t start, uint64_t
     return gaps || off - expected <= (pos - start) / PLOG_FRAME_HEADER_SIZE;
 }
 
-int plog_resync(const uint8_t *buf, size_t len, size_t start, uint64_t expected,
-                uint64_t base_offset, int gaps, plog_frame *out) {
-    if (start >= len) return PLOG_E_NOT_FOUND;
+int plog_resync(const uint8_t *buf, size_t len, size_t start, size_t search_end,
+                uint64_t expected, uint64_t base_offset, int gaps, plog_frame *out) {
+    if (search_end > len) search_end = len;
+    if (start >= search_end) return PLOG_E_NOT_FOUND;
     /* where the bad frame's own length field points, when that is plausible */
     if (len - start >= PLOG_FRAME_PREFIX_SIZE) {
         uint32_t body = plog_ld32(buf + start);
         uint64_t hop = (uint64_t)start + PLOG_FRAME_PREFIX_SIZE + body;
-        if (body >= BODY_FIXED && body <= MAX_BODY && hop < len &&
+        if (body >= BODY_FIXED && body <= MAX_BODY && hop < search_end &&
             frame_decode(buf, len, hop, 1, out) == PLOG_OK &&
             resync_fits(out->offset, hop, start, expected, base_offset, gaps))
             return PLOG_OK;
     }
     /* else every later byte position: cheap checks of the header first, the CRC last */
-    for (uint64_t pos = (uint64_t)start + 1; pos < len && len - pos >= PLOG_FRAME_HEADER_SIZE; pos++) {
+    for (uint64_t pos = (uint64_t)start + 1; pos < search_end && len - pos >= PLOG_FRAME_HEADER_SIZE; pos++) {
         const uint8_t *p = buf + pos;
         uint64_t off = plog_ld64(p + 8);
         if (!resync_fits(off, pos, start, expected, base_offset, gaps)) continue;

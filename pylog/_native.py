@@ -218,12 +218,14 @@ def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: in
 
 
 def resync(store: Buffer, store_len: int, start: int, expected: int, base_offset: int,
-           gaps: bool = False):
+           gaps: bool = False, search_end: int | None = None):
     """After a bad frame at ``start`` that should hold ``expected``: ``(status, frame tuple)``
     of the first whole, CRC-valid frame after it with an offset that can follow (see
-    ``plog_resync``), or ``(E_NOT_FOUND, None)``: nothing valid follows, a torn tail."""
+    ``plog_resync``), or ``(E_NOT_FOUND, None)``: nothing valid follows, a torn tail.
+    Frames may start only before ``search_end`` (default ``store_len``): only zeros follow."""
     raw, p = _out()
-    rc = lib.plog_resync(store.ptr, store_len, start, expected, base_offset, 1 if gaps else 0, p)
+    rc = lib.plog_resync(store.ptr, store_len, start, store_len if search_end is None else search_end,
+                         expected, base_offset, 1 if gaps else 0, p)
     if rc:
         return rc, None
     return OK, _FRAME.unpack(raw)

@@ -282,22 +282,24 @@ _LE64 = (np.uint64(1) << (np.arange(8, dtype=np.uint64) * np.uint64(8)))
 
 
 def resync(store: Buffer, store_len: int, start: int, expected: int, base_offset: int,
-           gaps: bool = False):
+           gaps: bool = False, search_end: int | None = None):
     """Twin of ``plog_resync`` (the C core's): the first whole, CRC-valid frame after the bad
-    one at ``start`` whose offset can follow it, or ``(E_NOT_FOUND, None)``."""
+    one at ``start`` whose offset can follow it, or ``(E_NOT_FOUND, None)``; frames may start
+    only before ``search_end`` (default ``store_len``)."""
     mv = store.mv
-    if start >= store_len:
+    end = store_len if search_end is None else min(search_end, store_len)
+    if start >= end:
         return E_NOT_FOUND, None
     if store_len - start >= fmt.FRAME_PREFIX_SIZE:
         body = _PREFIX.unpack_from(mv, start)[0]
         hop = start + fmt.FRAME_PREFIX_SIZE + body
-        if _BODY_FIXED <= body <= fmt.MAX_FRAME_BODY and hop < store_len:
+        if _BODY_FIXED <= body <= fmt.MAX_FRAME_BODY and hop < end:
             rc, f = _decode(mv, store_len, hop)
             if rc == OK and _resync_fits(f[1], hop, start, expected, base_offset, gaps):
                 return OK, f
     # every later position; the offset field of all of them at once (numpy), in chunks
     pos = start + 1
-    last = store_len - fmt.FRAME_HEADER_SIZE  # the last position a frame header fits at
+    last = min(store_len - fmt.FRAME_HEADER_SIZE, end - 1)  # the last position a frame may start at
     chunk = 1 << 20
     data = np.frombuffer(mv, dtype=np.uint8, count=store_len)
     while pos <= last:

@@ -111,19 +111,21 @@ def damage_error(path: str, d: Damage, offset: int | None = None) -> CorruptReco
                               f"intact again from offset {d.end_offset} at position {d.end}")
 
 
-def walk(app, buf, length: int, base_offset: int, gaps: bool = False) -> tuple[int, list[Damage]]:
+def walk(app, buf, length: int, base_offset: int, gaps: bool = False,
+         search_end: int | None = None) -> tuple[int, list[Damage]]:
     """``app.recover`` over ``buf[:length]``, stepping over interior damage: at a bad frame,
     the walk goes on at the next whole, CRC-valid frame whose offset can follow it
     (:func:`impl.resync`), which gets an index entry. Returns ``(status, damage)``: status
     OK, or why the walk stopped at ``app.position`` with no valid frame after it (a torn
-    tail), and the regions stepped over."""
+    tail), and the regions stepped over. ``search_end``: no frame starts after it (only
+    zeros follow: a preallocated store's reserved space), so the search stops there."""
     damage: list[Damage] = []
     while True:
         rc, _n = app.recover(buf, length)
         if rc == impl.OK:
             return rc, damage
         pos, expected = app.position, app.next_offset
-        rrc, f = impl.resync(buf, length, pos, expected, base_offset, gaps)
+        rrc, f = impl.resync(buf, length, pos, expected, base_offset, gaps, search_end)
         if rrc != impl.OK:
             return rc, damage
         damage.append(Damage(pos, f[0], expected, f[1], rc))
@@ -597,7 +599,16 @@ class ActiveSegment(_Reader):
             vfs.close(fd)
         app = cls._appender(base, config, next_offset=base, position=fmt.FILE_HEADER_SIZE,
                             max_ts=None, bytes_since=config.index_interval_bytes)
-        _rc, damage = walk(app, st.buf, st.length, base)
+        data_end = None
+        if config.preallocate and size > fmt.FILE_HEADER_SIZE:
+            # the reserved space's zeros start no frame: the search for one after a bad
+            # frame stops where they begin (SEEK_DATA), not at the end of the reservation
+            fd = vfs.open(sp, os.O_RDONLY)
+            try:
+                data_end = fileutil.data_end(fd, fmt.FILE_HEADER_SIZE, size)
+            finally:
+                vfs.close(fd)
+        _rc, damage = walk(app, st.buf, st.length, base, search_end=data_end)
         end = app.position
         cut = size - end
         if cut and config.preallocate:
