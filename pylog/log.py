@@ -94,7 +94,7 @@ def read_stable_file(dirpath: str) -> tuple[str, int] | None:
         if not isinstance(txn, str) or isinstance(start, bool) or not isinstance(start, int) or start < 0:
             raise ValueError("bad fields")
     except (ValueError, KeyError, TypeError) as e:
-        raise CorruptRecordError(f"{path}: unreadable stable-offset marker ({e})") from None
+        raise CorruptRecordError(path, 0, None, f"unreadable stable-offset marker ({e})") from None
     return txn, start
 
 

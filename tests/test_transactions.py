@@ -421,3 +421,15 @@ def test_model(tmp_path_factory, ops):
     assert [_values(log) for log in ro] == model
     for log in ro:
         log.close()
+
+
+def test_a_damaged_stable_marker_is_a_corrupt_record_error(tmp_path):
+    """A txn.stable marker damaged from outside is reported as CorruptRecordError naming the
+    file (it raised TypeError: the error was built with one argument instead of four)."""
+    with _store(tmp_path / "r", t=1) as s:
+        s.topic("t").append(b"x")
+    part = tmp_path / "r" / "t" / "partition-0"
+    (part / STABLE_FILE).write_bytes(b"{not json")
+    with pytest.raises(pylog.CorruptRecordError) as ei:
+        pylog.Log(part, readonly=True)
+    assert ei.value.path == str(part / STABLE_FILE) and "stable-offset marker" in str(ei.value)
