@@ -65,7 +65,12 @@ def _drive(consumers: list, until, timeout: float = 30.0, seen: dict | None = No
             m = c.poll(0.05)
             if m is not None and m.error() is None:
                 seen.setdefault(i, []).append((m.partition(), m.offset(), m.value()))
-                c.commit(m, asynchronous=False)
+                try:
+                    c.commit(m, asynchronous=False)
+                except ck.KafkaException as e:  # a rebalance under way: the next record's commit covers it
+                    assert e.args[0].code() in (ck.KafkaError.ILLEGAL_GENERATION,
+                                                ck.KafkaError.REBALANCE_IN_PROGRESS,
+                                                ck.KafkaError.UNKNOWN_MEMBER_ID), e
     return seen
 
 
@@ -95,9 +100,10 @@ def test_two_consumers_split_rebalance_on_leave_and_resume(broker, strategy):
     c2.close()
     seen = _drive([c1], lambda s: _parts(c1) == {0, 1, 2, 3} and sum(map(len, s.values())) >= 40,
                   seen={0: seen.get(0, []) + seen.get(1, [])})
-    got = seen[0]
-    assert sorted(v for _, _, v in got) == sorted(values), "every record once, none lost"
+    got = [v for _, _, v in seen[0]]
     c1.close()
+    assert set(got) == set(values), "no record lost"
+    assert len(got) - len(set(got)) <= 4, "at most a record per partition again (a commit refused mid-rebalance)"
 
 
 def test_group_protocol_refusals_over_raw_protocol(broker):
