@@ -725,8 +725,13 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
     for jname, evs in journals.items():
         pending: list[str] = []  # written, not yet flushed
         flush_cover: list[str] = []
+        adding: tuple[str, int, int] | None = None  # an add_partitions begun, not yet journaled done
         for ev in evs:
             e = ev["e"]
+            if e == "admin-start" and ev["op"] == "add_partitions":
+                adding = (ev["topic"], ev["count"], ev["t"])
+            elif e in ("admin-done", "admin-failed"):
+                adding = None
             if e in ("attempt", "tx-attempt"):
                 for rid, key in zip(ev["ids"], ev["keys"]):
                     attempts[rid] = {"topic": ev["topic"], "key": key, "proc": jname, "t": ev["t"],
@@ -819,6 +824,13 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
             elif e in ("consumer-failed", "reader-failed", "flush-failed", "topic-failed"):
                 if ev.get("unexpected"):
                     problems.append(f"{jname}: {e} {ev.get('err')}: {ev.get('msg')}")
+        if adding is not None:
+            # killed between add_partitions and its journal line: the new count may have taken
+            # effect from the moment the call began (producers then rightly hash over it)
+            topic, count, t0 = adding
+            before = [(tn, n) for (tn, n) in part_history.get(topic, []) if tn <= t0]
+            if before:
+                part_history[topic].append((t0, max(before)[1] + count))
 
     recs, starts, nparts = final_state(root, problems)
     recs_final = recs
@@ -934,7 +946,14 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                 t = attempts[rid]["t"]
                 ok_counts = {n for (tn, n) in hist if tn <= t}
                 current = max((tn, n) for (tn, n) in hist if tn <= t)[1] if ok_counts else None
-                recent = {n for (tn, n) in hist if t - PARTITION_REFRESH_S * 1e9 <= tn <= t}
+                # every count that was current at some moment of the last PARTITION_REFRESH_S:
+                # the ones that took effect in it, and the one current when it began (a count
+                # superseded 50 ms ago may still be the handle's view)
+                t_old = t - PARTITION_REFRESH_S * 1e9
+                recent = {n for (tn, n) in hist if t_old <= tn <= t}
+                older = [(tn, n) for (tn, n) in hist if tn < t_old]
+                if older:
+                    recent.add(max(older)[1])
                 allowed = {c for c in [current, *recent] if c is not None}
                 # a count changed after the attempt began may be seen as well
                 allowed |= {n for (tn, n) in hist if tn > t}
