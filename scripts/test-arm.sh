@@ -8,7 +8,7 @@
 #    several aarch64 and armhf CPU models (hardware CRC and portable paths, odd addresses)
 # 3. a sysroot per arch with Debian's own CPython 3.11 (private apt + dpkg -x), test
 #    dependencies, and the cffi extension cross-built with the target's own cffi
-# 4. the project's pytest suite (-m "not spark") under qemu-user, one run per target:
+# 4. the project's pytest suite (-m "not spark and not venv") under qemu-user, one run per target:
 #      aarch64 on cortex-a53 / a72 / a76 (Pi 3 / 4 / 5) and with the portable CRC forced,
 #      armhf on cortex-a7 (Pi 2: no CRC instructions) and on max (ARMv8 AArch32, with CRC)
 #    Each run prints one line: "arm: <target> (<crc impl>, <secs> s): N passed, N failed, N skipped"
@@ -25,7 +25,9 @@
 #                           of the core suite (pure Python, the same on every CPU, ~5 min under
 #                           qemu) and the API-reference freshness check (docs/api.md is generated
 #                           on 64-bit and shows LogConfig's 64-bit defaults)
-#   ARM_MARKERS             pytest -m expression (default "not spark")
+#   ARM_MARKERS             pytest -m expression (default "not spark and not venv": the fresh-venv
+#                           install tests build and pip-install an x86 wheel; packaging is the same
+#                           on every CPU, and scripts/build-arm-wheels.sh smoke-tests the ARM wheels)
 #   ARM_PYTEST_ARGS         extra pytest arguments (e.g. "-x -k crc")
 #   ARM_HYPOTHESIS_PROFILE  hypothesis profile under emulation (default "default")
 #   ARM_SKIP_WHEELS=1       skip step 5
@@ -48,7 +50,7 @@ armhf-armv8 armhf max armv8-crc 0
 "
 ARM_JOBS=${ARM_JOBS:-3}
 ARM_TARGET_TIMEOUT=${ARM_TARGET_TIMEOUT:-1200}
-ARM_MARKERS=${ARM_MARKERS:-not spark}
+ARM_MARKERS=${ARM_MARKERS:-not spark and not venv}
 ARM_DESELECT=${ARM_DESELECT-tests/test_backends.py::test_core_suite_under_pure_backend tests/test_docs.py::test_api_reference_is_current}
 RESULTS=$ARM_WORK/results
 failed=()
