@@ -108,3 +108,16 @@ def make_log(log_dir):
             log.close()
         except Exception:
             pass
+
+
+def strace_path() -> str | None:
+    """strace, where its fault injection (``-e inject=SYSCALL:...``) reaches this interpreter's
+    system calls; None when it is not installed, or under qemu-user (the ARM suite sets
+    ``QEMU_CPU``), where strace sees the emulator's host calls: named and counted differently
+    from the guest's (an aarch64 guest has no rename(2), for one), so a sweep would inject
+    nothing the test expects."""
+    import shutil
+
+    if os.environ.get("QEMU_CPU"):
+        return None
+    return shutil.which("strace")

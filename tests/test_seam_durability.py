@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 import pylog
 from pylog.errors import LogFencedError
 
-from conftest import py_env, scaled, store_files
+from conftest import py_env, scaled, store_files, strace_path
 
-STRACE = shutil.which("strace")
-needs_strace = pytest.mark.skipif(STRACE is None, reason="strace is not installed")
+STRACE = strace_path()
+needs_strace = pytest.mark.skipif(STRACE is None, reason="strace is not installed, or runs under qemu-user")
 
 
 def value_for(offset: int, size: int, salt: int = 0) -> bytes:

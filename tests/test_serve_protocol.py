@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("kio")
 pytest.importorskip("kafka")
 
+from conftest import strace_path  # noqa: E402
 from serve_util import (BrokerProcess, batch, call, connect, create_topic, fetch, fetched_values,  # noqa: E402
                         frame, produce, wait_for)
 
@@ -89,7 +90,7 @@ def test_sigterm_answers_the_request_in_flight(broker):
     assert broker.proc.wait(30) == 0
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
+@pytest.mark.skipif(strace_path() is None, reason="strace not installed, or under qemu-user")
 def test_concurrent_acks_all_producers_share_fsyncs(broker, tmp_path):
     with connect(broker) as s:
         create_topic(s, "fs", flush_messages="1")

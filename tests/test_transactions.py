@@ -21,9 +21,9 @@ import pylog
 from pylog import transactions
 from pylog.log import STABLE_FILE
 
-from conftest import py_env, run_py, scaled
+from conftest import py_env, run_py, scaled, strace_path
 
-STRACE = shutil.which("strace")
+STRACE = strace_path()
 
 
 def _store(root, **topics):
