@@ -637,7 +637,8 @@ class Log:
     def next_offset(self) -> int:
         """Offset the next append gets (exclusive end of the log)."""
         self._check_open()
-        return self._active.next_offset + len(self._q)
+        with self._lock:  # the flusher thread's drain empties the queue before it frames it
+            return self._active.next_offset + len(self._q)
 
     @property
     def stable_offset(self) -> int:

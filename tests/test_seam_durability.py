@@ -434,3 +434,38 @@ def test_an_unfinishable_truncate_opens_fenced_and_readable(tmp_path, monkeypatc
     with pylog.Log(path) as log:
         assert log.next_offset == CUT
         assert log.recovery_actions == [f"finished an interrupted truncate: offsets [{CUT}, {nxt}) dropped"]
+
+
+def test_next_offset_is_consistent_while_another_thread_drains(tmp_path):
+    """next_offset read while another thread (the flush_ms flusher, a flush) drains the append
+    queue: the drain empties the queue before it frames it, so an unlocked read saw neither
+    the queued records nor the framed ones (found on aarch64 under emulation, where a writer
+    that wrote value_for(next_offset) stored one offset's value at another)."""
+    import threading
+
+    log = pylog.Log(str(tmp_path / "log"), fsync="interval", flush_messages=None, flush_ms=None)
+    for _ in range(5):
+        log.append(b"x")
+    assert log.next_offset == 5
+    orig = log._frame_locked
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(*a, **k):  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(10)
+        return orig(*a, **k)
+
+    log._frame_locked = slow  # type: ignore[method-assign]
+    flusher = threading.Thread(target=log.flush)
+    flusher.start()
+    assert entered.wait(10)
+    seen: list[int] = []
+    reader = threading.Thread(target=lambda: seen.append(log.next_offset))
+    reader.start()
+    reader.join(0.3)
+    release.set()
+    flusher.join(10)
+    reader.join(10)
+    assert seen == [5]
+    assert log.append(b"y") == 5
+    log.close()
