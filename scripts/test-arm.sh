@@ -24,7 +24,9 @@
 #   ARM_DESELECT            test ids not run under emulation. Default: the pure-backend rerun
 #                           of the core suite (pure Python, the same on every CPU, ~5 min under
 #                           qemu) and the API-reference freshness check (docs/api.md is generated
-#                           on 64-bit and shows LogConfig's 64-bit defaults)
+#                           on 64-bit and shows LogConfig's 64-bit defaults), and the store-level
+#                           multi-process model test (its rules are not CPU-specific; a dozen
+#                           interpreters under emulation on 2 cores make its runs mostly start-up)
 #   ARM_MARKERS             pytest -m expression (default "not spark and not venv": the fresh-venv
 #                           install tests build and pip-install an x86 wheel; packaging is the same
 #                           on every CPU, and scripts/build-arm-wheels.sh smoke-tests the ARM wheels)
@@ -51,7 +53,7 @@ armhf-armv8 armhf max armv8-crc 0
 ARM_JOBS=${ARM_JOBS:-3}
 ARM_TARGET_TIMEOUT=${ARM_TARGET_TIMEOUT:-1200}
 ARM_MARKERS=${ARM_MARKERS:-not spark and not venv}
-ARM_DESELECT=${ARM_DESELECT-tests/test_backends.py::test_core_suite_under_pure_backend tests/test_docs.py::test_api_reference_is_current}
+ARM_DESELECT=${ARM_DESELECT-tests/test_backends.py::test_core_suite_under_pure_backend tests/test_docs.py::test_api_reference_is_current tests/test_model_store.py::test_store_model_multiprocess}
 RESULTS=$ARM_WORK/results
 failed=()
 
