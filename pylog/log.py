@@ -322,6 +322,7 @@ class Log:
             raise ArgumentTypeError(f"config must be a LogConfig, got {type(config).__name__}")
         self.readonly = readonly
         self._lock = threading.RLock()
+        self._drains = 0  # odd while a drain of the append queue is under way
         self._sync_cv = threading.Condition(threading.Lock())
         self._syncing = False
         self._durable_next = 0
@@ -637,7 +638,16 @@ class Log:
     def next_offset(self) -> int:
         """Offset the next append gets (exclusive end of the log)."""
         self._check_open()
-        with self._lock:  # the flusher thread's drain empties the queue before it frames it
+        # the drain (maybe the flusher thread's) empties the queue before it frames it: a read
+        # between the two would see neither. _drains is odd while a drain is under way: then
+        # wait for it on the lock, else read without it (a long holder of the lock, such as a
+        # transaction's apply, must not block readers)
+        d = self._drains
+        if not d & 1:
+            n = self._active.next_offset + len(self._q)
+            if self._drains == d:
+                return n
+        with self._lock:
             return self._active.next_offset + len(self._q)
 
     @property
@@ -1046,6 +1056,7 @@ class Log:
             np.maximum(ts_arr, mx, out=ts_arr)  # the clock went back: never decrease
         joined = b"".join(vals)
         stamps, start = self._q_ts, self._q_start
+        self._drains += 1  # odd: under way (see next_offset)
         self._q = []
         self._q_ts = []
         self._q_bytes = 0
@@ -1062,6 +1073,8 @@ class Log:
                 self._q_start = start + done
                 self._q_bytes = int(vlens[done:].sum(dtype=np.int64)) + (len(vals) - done) * _FRAME_HEADER
             raise
+        finally:
+            self._drains += 1  # even again
 
     @staticmethod
     def _join(items: Any, what: str, n: int, nullable: bool,

@@ -821,18 +821,9 @@ class Topic:
         where their key hashes; without ``keys`` the whole batch goes to one partition (the
         next one each batch), unless ``partition`` is given.
         """
-        if isinstance(values, (bytes, bytearray, memoryview, str)):
-            raise ArgumentTypeError("values must be a sequence of bytes-likes, not a single value")
-        values = list(values)
-        n = len(values)
-        if n == 0:
-            raise InvalidArgumentError("append_batch needs at least one value")
-        if keys is not None:
-            if isinstance(keys, (bytes, bytearray, memoryview, str)):
-                raise ArgumentTypeError("keys must be a sequence, not a single value")
-            keys = list(keys)
-            if len(keys) != n:
-                raise InvalidArgumentError(f"keys has {len(keys)} items, values has {n}")
+        from pylog.transactions import batch_arguments
+
+        values, keys, n = batch_arguments(values, keys)
         self._check_meta()
         if partition is not None or keys is None or all(k is None for k in keys):
             p = self._check_partition(partition) if partition is not None else next(self._rr) % self._n

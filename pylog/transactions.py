@@ -98,6 +98,25 @@ _APPLY_CHUNK = 4096
 StagedPart = tuple[str, int, str, int]
 
 
+
+def batch_arguments(values: Any, keys: Any) -> tuple[list[Any], list[Any] | None, int]:
+    """``(values, keys, n)`` of a batch append as lists, checked: values a non-empty sequence
+    (not one bytes-like), keys None or a sequence of the same length. Shared by
+    :meth:`pylog.Topic.append_batch` and :meth:`Transaction.append_batch`."""
+    if isinstance(values, (bytes, bytearray, memoryview, str)):
+        raise ArgumentTypeError("values must be a sequence of bytes-likes, not a single value")
+    values = list(values)
+    n = len(values)
+    if n == 0:
+        raise InvalidArgumentError("append_batch needs at least one value")
+    if keys is not None:
+        if isinstance(keys, (bytes, bytearray, memoryview, str)):
+            raise ArgumentTypeError("keys must be a sequence, not a single value")
+        keys = list(keys)
+        if len(keys) != n:
+            raise InvalidArgumentError(f"keys has {len(keys)} items, values has {n}")
+    return values, keys, n
+
 class TransactionError(PylogError):
     """A transaction could not be used or committed (it is aborted unless it says otherwise)."""
 
@@ -292,18 +311,7 @@ class Transaction:
         key go where it hashes; without keys the whole batch goes to one partition unless
         ``partition`` is given), as :meth:`pylog.Topic.append_batch` picks them."""
         self._check_open()
-        if isinstance(values, (bytes, bytearray, memoryview, str)):
-            raise ArgumentTypeError("values must be a sequence of bytes-likes, not a single value")
-        values = list(values)
-        n = len(values)
-        if n == 0:
-            raise InvalidArgumentError("append_batch needs at least one value")
-        if keys is not None:
-            if isinstance(keys, (bytes, bytearray, memoryview, str)):
-                raise ArgumentTypeError("keys must be a sequence, not a single value")
-            keys = list(keys)
-            if len(keys) != n:
-                raise InvalidArgumentError(f"keys has {len(keys)} items, values has {n}")
+        values, keys, n = batch_arguments(values, keys)
         for name, seq in (("timestamps", timestamps), ("metadata", metadata)):
             if seq is not None and len(seq) != n:
                 raise InvalidArgumentError(f"{name} has {len(seq)} items, values has {n}")
