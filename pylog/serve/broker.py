@@ -209,7 +209,12 @@ class Broker:
         try:
             result = self._append(name, i, records)
         finally:
-            self.producers.appended(part, prod, result[1] if result[0] == 0 else -1, fsync=False)
+            # the state entry is made durable exactly when the records are: under fsync=always
+            # the append fsynced them, so the entry is fsynced too before the answer (else a
+            # power cut could keep the records and lose the entry, and a retry would append
+            # them twice); under the other policies neither is fsynced per batch (docs/serve.md)
+            self.producers.appended(part, prod, result[1] if result[0] == 0 else -1,
+                                    fsync=log.config.fsync == "always")
         return result
 
     async def produce(self, req: Any, version: int) -> dict[str, Any]:
