@@ -553,7 +553,7 @@ class Log:
                 # Sealed segments were fsynced before the next one was created; a bad frame
                 # here is corruption: reported, never truncated.
                 found.extend(seg.verify(seg.next_offset))
-        active, cut, damage = ActiveSegment.recover(self.path, last, self.config, durable=rp)
+        active, cut, damage = ActiveSegment.recover(self.path, last, self.config)
         self.truncated_bytes = cut
         found.extend(damage_error(active.store_path, d) for d in damage)
         now = int(time.time() * 1000)

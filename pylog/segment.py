@@ -112,20 +112,13 @@ def damage_error(path: str, d: Damage, offset: int | None = None) -> CorruptReco
 
 
 def walk(app, buf, length: int, base_offset: int, gaps: bool = False,
-         search_end: int | None = None, durable: int | None = None) -> tuple[int, list[Damage]]:
+         search_end: int | None = None) -> tuple[int, list[Damage]]:
     """``app.recover`` over ``buf[:length]``, stepping over interior damage: at a bad frame,
     the walk goes on at the next whole, CRC-valid frame whose offset can follow it
     (:func:`impl.resync`), which gets an index entry. Returns ``(status, damage)``: status
     OK, or why the walk stopped at ``app.position`` with no valid frame after it (a torn
     tail), and the regions stepped over. ``search_end``: no frame starts after it (only
-    zeros follow: a preallocated store's reserved space), so the search stops there.
-    ``durable``: the recovery point; damage at or after it that took more than one record
-    (the next valid frame is not the damaged one's successor) is a torn write, not interior
-    damage: the walk stops there, as at a torn tail. A power cut loses the unsynced pages
-    of a file in any order, and an unwritten block reads as zeros with later blocks whole;
-    none of those records was acknowledged, and keeping the ones after the hole would show
-    records whose predecessors are gone. A lone bad frame (a flipped byte: the next frame
-    is the very next offset) is kept and reported wherever it lies."""
+    zeros follow: a preallocated store's reserved space), so the search stops there."""
     damage: list[Damage] = []
     while True:
         rc, _n = app.recover(buf, length)
@@ -135,8 +128,6 @@ def walk(app, buf, length: int, base_offset: int, gaps: bool = False,
         rrc, f = impl.resync(buf, length, pos, expected, base_offset, gaps, search_end)
         if rrc != impl.OK:
             return rc, damage
-        if durable is not None and expected >= durable and f[1] > expected + 1:
-            return rc, damage  # a torn write past the recovery point
         damage.append(Damage(pos, f[0], expected, f[1], rc))
         app.resume_at(f[0], f[1])
 
@@ -585,13 +576,12 @@ class ActiveSegment(_Reader):
         return cls(dirpath, base, app, size, n, preallocated=config.preallocate)
 
     @classmethod
-    def recover(cls, dirpath: str, base: int, config, *, save_broken: bool = True,
-                durable: int | None = None) -> tuple["ActiveSegment", int, list[Damage]]:
+    def recover(cls, dirpath: str, base: int, config, *,
+                save_broken: bool = True) -> tuple["ActiveSegment", int, list[Damage]]:
         """Reopen by walking every frame (CRC-checked) and rebuild both indexes. Damage with
         a whole, valid frame of a following offset after it is stepped over and kept (the
         indexes are rebuilt around it); only a torn tail, bad bytes with no valid frame
-        after them, is cut (after saving the cut bytes to ``.broken``), and so is damage
-        past ``durable`` (the recovery point) that took several records (see :func:`walk`).
+        after them, is cut (after saving the cut bytes to ``.broken``).
         Returns (segment, bytes cut, damage kept); with ``preallocate=True`` the zeros of
         reserved space at the end are cut but not counted (nor saved)."""
         sp, ip, tp = paths(dirpath, base)
@@ -618,7 +608,7 @@ class ActiveSegment(_Reader):
                 data_end = fileutil.data_end(fd, fmt.FILE_HEADER_SIZE, size)
             finally:
                 vfs.close(fd)
-        _rc, damage = walk(app, st.buf, st.length, base, search_end=data_end, durable=durable)
+        _rc, damage = walk(app, st.buf, st.length, base, search_end=data_end)
         end = app.position
         cut = size - end
         if cut and config.preallocate:

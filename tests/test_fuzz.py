@@ -135,9 +135,7 @@ def oracle_whole_frames(data: bytes) -> tuple[int, set[int], int]:
     tail": whole, valid frames with consecutive offsets from 0 follow the header; a bad
     region is stepped over when a whole valid frame follows it at the earliest position whose
     offset the skipped bytes could account for (at most one record per frame header's size),
-    the offsets in between damaged; bad bytes with no such frame after them end the store,
-    and so does a region that lost more than one offset (the recovery point is 0 here, so
-    all of it is past the point: a torn write, cut).
+    the offsets in between damaged; bad bytes with no such frame after them end the store.
     The third value counts the bad regions stepped over (junk may lose no offset)."""
     mv = memoryview(data)
     pos, nxt, damaged, regions = HDR, 0, set(), 0
@@ -149,13 +147,11 @@ def oracle_whole_frames(data: bytes) -> tuple[int, set[int], int]:
         for p in range(pos + 1, len(data)):
             rc, f = _pure._decode(mv, len(data), p)
             if rc == _pure.OK and nxt <= f[1] <= nxt + (p - pos) // fmt.FRAME_HEADER_SIZE:
+                damaged.update(range(nxt, f[1]))
+                pos, nxt, regions = p, f[1], regions + 1
                 break
         else:
-            break  # nothing whole after the bad bytes: a torn tail
-        if f[1] > nxt + 1:
-            break  # several records lost past the recovery point: a torn write
-        damaged.update(range(nxt, f[1]))
-        pos, nxt, regions = p, f[1], regions + 1
+            break
     return nxt, damaged, regions
 
 

@@ -173,54 +173,6 @@ def test_a_torn_tail_is_still_cut_and_not_reported(tmp_path):
     assert os.path.exists(st_ + fmt.BROKEN_SUFFIX)
 
 
-def killed_writer(path: str, n: int) -> None:
-    """A writer process that appends ``value(i)`` for i < ``n`` under ``fsync="never"``,
-    writes them out and is killed: no clean marker, the recovery point at the base."""
-    p = run_py("""
-        import os, signal, sys, pylog
-        log = pylog.Log(sys.argv[1], fsync="never")
-        log.append_batch([b"value-%05d" % i for i in range(int(sys.argv[2]))])
-        log.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
-        """, path, str(n))
-    assert p.returncode == -9, p.stderr
-
-
-def test_a_torn_write_past_the_recovery_point_is_cut_there(tmp_path):
-    """A power cut loses unsynced pages in any order: an unwritten block reads as zeros,
-    with whole frames after it. Past the recovery point (nothing there acknowledged as
-    durable), damage that took several records is cut as a torn write, as Kafka cuts at the
-    first bad batch after its recovery point; records after the hole would have lost their
-    predecessors. The cut bytes are saved."""
-    path = str(tmp_path / "p")
-    killed_writer(path, 600)
-    st_ = stores(path)[0]
-    fr = frames(st_)
-    assert checkpoint.read_recovery_point(path) == 0
-    pos, size, off = fr[300]
-    poke(st_, pos + 3, bytes(512))  # a zeroed sector over several frames
-    with pylog.Log(path) as log:
-        assert log.next_offset == off
-        assert log.truncated_bytes == os.path.getsize(st_ + fmt.BROKEN_SUFFIX) > 512
-        assert log.verify() == []
-        check_reads(log, off, set())
-        assert log.append(b"after") == off
-
-
-def test_a_lone_bad_frame_past_the_recovery_point_is_kept(tmp_path):
-    """A flipped byte takes one record, and the next frame is its successor: damage, not a
-    torn write, wherever it lies. Kept and reported; nothing is cut."""
-    path = str(tmp_path / "p")
-    killed_writer(path, 600)
-    st_ = stores(path)[0]
-    pos, size, off = frames(st_)[300]
-    poke(st_, pos + size - 1)
-    with pylog.Log(path) as log:
-        assert log.next_offset == 600 and log.truncated_bytes == 0
-        assert [e.offset for e in log.verify()] == [off]
-        check_reads(log, 600, {off})
-
-
 def test_damage_in_the_last_frame_of_a_closed_log_is_cut_but_reported(tmp_path):
     """The last frame has nothing valid after it, so the torn-tail rule cuts it; but the
     recovery point says it was durable: the cut is reported until cleared."""
