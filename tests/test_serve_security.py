@@ -7,6 +7,7 @@ broker listens on 127.0.0.1 only (the non-loopback refusal is checked at start-u
 from __future__ import annotations
 
 import datetime
+import os
 import ipaddress
 import socket
 import ssl
@@ -66,6 +67,7 @@ def secure(tmp_path_factory):
     users = str(d / "users.json")
     security.add_user(users, "alice", "alice-secret")
     security.add_user(users, "bob", "bob-secret", read=["public"], write=["public"])
+    security.add_user(users, "carol", "carol-secret", read=["*"], write=["public", "carols"])
     b = BrokerProcess(str(d / "root"), "--tls-cert", cert, "--tls-key", key, "--users", users)
     b.ca = ca  # type: ignore[attr-defined]
     yield b
@@ -251,6 +253,35 @@ def test_unauthorised_topic_refused_with_no_data(secure):
                             consumer_timeout_ms=4000)
     assert [m.value for m in c] == [b"only for alice"]
     c.close()
+
+
+@pytest.mark.parametrize("version", [1, 3, 4, 12])
+def test_metadata_auto_create_needs_write_permission(secure, version):
+    """Metadata v0-3 always ask to create unknown topics (v4+ when allow_auto_topic_creation):
+    only a topic the user may write is created; any other unknown one is answered
+    TOPIC_AUTHORIZATION_FAILED and not created, whatever the user may read."""
+    def meta(s, names):  # type: ignore[no-untyped-def]
+        body = {"topics": [{"name": n, "topic_id": None} for n in names]}
+        if version >= 4:
+            body["allow_auto_topic_creation"] = True
+        if version >= 8:
+            body.update(include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+        return {t.name: t for t in call(s, frame(3, version, body), 3, version).topics}
+
+    new = f"made-by-v{version}"
+    with _tls(secure) as s:  # carol may read every topic, write only "public" and "carols"
+        assert _sasl(s, "PLAIN", b"\0carol\0carol-secret").error_code == 0
+        by = meta(s, [new, "carols"])
+        assert by[new].error_code == 29 and not by[new].partitions
+        assert by["carols"].error_code == 0 and len(by["carols"].partitions) == 1  # may write: created
+    with _tls(secure) as s:  # bob may neither read nor write it
+        assert _sasl(s, "PLAIN", b"\0bob\0bob-secret").error_code == 0
+        assert meta(s, [new])[new].error_code == 29
+    assert not os.path.exists(os.path.join(secure.root, new))
+    with _tls(secure) as s:  # alice, who may write every topic, still creates it
+        assert _sasl(s, "PLAIN", b"\0alice\0alice-secret").error_code == 0
+        assert meta(s, [new])[new].error_code == 0
+    assert os.path.isdir(os.path.join(secure.root, new))
 
 
 def test_non_loopback_needs_tls_and_users(tmp_path):

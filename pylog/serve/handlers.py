@@ -8,7 +8,7 @@ version. Error codes are Kafka's (``kio.schema.errors.ErrorCode``).
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from kio.schema.errors import ErrorCode as E
 
@@ -35,8 +35,11 @@ def api_versions(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
     return {"error_code": 0, "api_keys": keys}
 
 
-def metadata(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
-    """Metadata: this one broker leads every partition; unknown topics may be auto-created."""
+def metadata(broker: "Broker", req: Any, version: int,
+             may_create: Callable[[str], bool] | None = None) -> dict[str, Any]:
+    """Metadata: this one broker leads every partition; unknown topics may be auto-created
+    (v0-3 always ask for it), each only when ``may_create(name)`` (the principal may write
+    it): else an unknown topic is answered TOPIC_AUTHORIZATION_FAILED, as Kafka does."""
     store = broker.store
     if req.topics is None or (version == 0 and not req.topics):  # v0: an empty list means all
         names = store.topics()
@@ -46,12 +49,13 @@ def metadata(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
     topics = []
     for name in names:
         err, parts = 0, []
+        create = auto and (may_create is None or may_create(name))
         try:
-            topic = broker.topic(name, create=auto)
+            topic = broker.topic(name, create=create)
         except InvalidNameError:
             err = E.invalid_topic_exception
         except UnknownTopicError:
-            err = E.unknown_topic_or_partition
+            err = E.topic_authorization_failed if auto and not create else E.unknown_topic_or_partition
         else:
             parts = [{"error_code": 0, "partition_index": i, "leader_id": 0, "leader_epoch": 0,
                       "replica_nodes": [0], "isr_nodes": [0], "offline_replicas": []}

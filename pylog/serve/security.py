@@ -314,11 +314,7 @@ def filter_admin(users: Users, user: str | None, key: int, body: Any) -> tuple[A
     ``user`` may not write, and their names (see :func:`add_admin_denied`)."""
     if user is None:
         return body, []
-    if key == 3:  # Metadata may create topics: only those the user may write
-        if body.topics and getattr(body, "allow_auto_topic_creation", False) and not all(
-                users.may(user, t.name or "", True) for t in body.topics):
-            body = dataclasses.replace(body, allow_auto_topic_creation=False)
-        return body, []
+    # Metadata's auto-creation is checked per topic by handlers.metadata (may_create)
     if key not in (19, 20, 37):
         return body, []
     if key == 20:

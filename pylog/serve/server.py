@@ -231,6 +231,9 @@ class Server:
                 data = await self.coordinator.handle(key, body, req.api_version, req.client_id)
             elif key == 22:
                 data = broker.producers.init_producer_id(body, req.api_version)
+            elif key == 3 and users is not None:  # auto-creation needs the write permission
+                data = handlers.metadata(broker, body, req.api_version,
+                                         may_create=lambda name: users.may(user, name, True))
             elif key in handlers.HANDLERS:
                 data = handlers.HANDLERS[key](broker, body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
