@@ -545,6 +545,17 @@ else:
                     f.write(data.draw(st.binary(min_size=1, max_size=64)))
             note(f"crash {mode}: durable={self.durable} dpos={dpos} size={size}")
             self.log = self.pylog.Log(self.dir)
+            damaged = [e.offset for e in self.log.recovery_report if e.offset is not None]
+            if damaged:
+                # A power cut loses unsynced pages in any order: a zeroed block with whole
+                # frames after it is kept and reported like interior damage (recovery cuts
+                # only a torn tail). It must lie past every flushed record; the operator's
+                # action (truncate_at_damage, which saves what it cuts) restores a prefix.
+                assert min(damaged) >= self.durable, (damaged, self.durable)
+                note(f"damage kept at {damaged}: truncate_at_damage")
+                assert self.log.truncate_at_damage() is not None
+                assert self.log.clear_recovery_report() >= 1
+                assert self.log.verify() == []
             n = self.log.next_offset
             assert self.durable <= n <= self.next, (self.durable, n, self.next)
             del self.model[n - self.start:]
