@@ -6,6 +6,7 @@ fsync the directory; a created or renamed file is durable only once its director
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 
 from pylog import format as fmt
@@ -150,3 +151,20 @@ def shrink_file(path: str, size: int, *, copy: bool) -> None:
         vfs.close(src)
     vfs.replace(tmp, path)
     fsync_dir(os.path.dirname(path) or ".")
+
+
+def flock_held(lock_path: str) -> bool | None:
+    """Whether another open file description holds an flock on ``lock_path``: True if one
+    does, False if none does, None if the file does not exist. The probe takes the lock
+    (non-blocking) on a descriptor of its own and lets it go at once."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

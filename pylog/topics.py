@@ -33,10 +33,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
-import json
-import mmap
 import os
-import re
 import shutil
 import threading
 import time
@@ -52,7 +49,6 @@ from pylog.errors import (
     ArgumentTypeError,
     ConfigError,
     InvalidArgumentError,
-    InvalidNameError,
     LogClosedError,
     LogLockedError,
     ReadOnlyLogError,
@@ -62,6 +58,22 @@ from pylog.errors import (
 )
 from pylog.log import Log
 
+# topic.json and the name rule live in topicmeta; tests and pylog.spark read them from here
+from pylog.topicmeta import (  # noqa: F401  (re-exported)
+    _NAME_RE,
+    MAX_PARTITIONS,
+    PARTITION_PREFIX,
+    TOPIC_FILE,
+    _check_partitions,
+    _count_records,
+    _partition_dir,
+    _read_topic_file,
+    _read_topic_meta,
+    _stamp,
+    _write_topic_file,
+    check_name,
+)
+
 if TYPE_CHECKING:
     from pylog.compaction import CompactionReport
     from pylog.consumer import Consumer
@@ -69,33 +81,12 @@ if TYPE_CHECKING:
 
 __all__ = ["LogStore", "Topic", "murmur2", "partition_for_key", "check_name"]
 
-TOPIC_FILE = "topic.json"
 STORE_LOCK = ".store.lock"
-PARTITION_PREFIX = "partition-"
 CONSUMERS_DIR = "~consumers"
 CREATING_SUFFIX = "~creating"
 DELETED_SUFFIX = "~deleted"
-MAX_PARTITIONS = 1 << 16
 #: default of ``LogStore(metadata_refresh_ms=)``: how stale a handle's view of a topic may be
 METADATA_REFRESH_MS = 100
-
-_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
-
-
-def check_name(name: Any, what: str = "topic") -> str:
-    """``name`` if it is a valid topic (or group) name, else :class:`InvalidNameError`.
-
-    Valid: 1 to 249 of ``A-Z a-z 0-9 . _ -``, and not ``.`` or ``..`` (Kafka's rule), so a
-    name can never reach outside the data root.
-    """
-    if not isinstance(name, str):
-        raise InvalidNameError(f"{what} name must be a str, got {type(name).__name__}")
-    if not _NAME_RE.match(name) or name in (".", ".."):
-        shown = name if len(name) <= 60 else name[:57] + "..."
-        raise InvalidNameError(
-            f"invalid {what} name {shown!r}: use 1-249 of A-Z a-z 0-9 . _ - (and not '.' or '..')")
-    return name
-
 
 # ----------------------------------------------------------------------------------------
 # Kafka's partitioner
@@ -118,124 +109,12 @@ def partition_for_key(key: Any, partitions: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------
-def _partition_dir(topic_dir: str, i: int) -> str:
-    return os.path.join(topic_dir, f"{PARTITION_PREFIX}{i}")
-
-
-def _read_topic_file(topic_dir: str, name: str) -> tuple[int, LogConfig]:
-    n, cfg, _id = _read_topic_meta(topic_dir, name)
-    return n, cfg
-
-
-def _read_topic_meta(topic_dir: str, name: str) -> tuple[int, LogConfig, str | None]:
-    """``(partitions, config, id)`` from ``topic.json`` (id None: a topic written before
-    topic ids)."""
-    path = os.path.join(topic_dir, TOPIC_FILE)
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())
-    except FileNotFoundError:
-        raise UnknownTopicError(f"unknown topic {name!r}") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(f"topic file of {name!r} is not valid JSON: {e}") from None
-    if not isinstance(data, dict) or data.get("version") != 1:
-        raise ConfigError(f"topic file of {name!r} has an unknown layout or version")
-    n = data.get("partitions")
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PARTITIONS:
-        raise ConfigError(f"topic file of {name!r} names a bad partition count {n!r}")
-    cfg = data.get("config")
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"topic file of {name!r} holds no config object")
-    tid = data.get("id")
-    if tid is not None and not isinstance(tid, str):
-        raise ConfigError(f"topic file of {name!r} names a bad topic id {tid!r}")
-    return n, LogConfig.from_dict(cfg), tid
-
-
-def _write_topic_file(topic_dir: str, partitions: int, config: LogConfig, topic_id: str | None = None) -> None:
-    meta: dict[str, Any] = {"version": 1, "partitions": partitions, "config": config.to_dict()}
-    if topic_id is not None:
-        meta["id"] = topic_id
-    body = json.dumps(meta, indent=1, sort_keys=True).encode()
-    fileutil.atomic_write(os.path.join(topic_dir, TOPIC_FILE), body)
-
-
-def _check_partitions(partitions: Any) -> int:
-    if isinstance(partitions, bool) or not isinstance(partitions, int):
-        raise ArgumentTypeError(f"partitions must be an int, got {type(partitions).__name__}")
-    if not 1 <= partitions <= MAX_PARTITIONS:
-        raise InvalidArgumentError(f"partitions={partitions} must be between 1 and {MAX_PARTITIONS}")
-    return partitions
-
-
-def _count_records(segments: list[dict[str, Any]]) -> int:
-    """How many records the segments hold: ``next - base`` for each, except in a compacted
-    segment (offsets with gaps), whose frames are counted."""
-    from pylog import format as fmt
-
-    total = 0
-    for s in segments:
-        n = s["next_offset"] - s["base_offset"]
-        if not s["sealed"] or n == 0:
-            total += n
-            continue
-        try:
-            f = open(s["path"], "rb")
-        except FileNotFoundError:  # removed meanwhile (retention, compaction)
-            continue
-        with f:
-            size = os.fstat(f.fileno()).st_size
-            rc, _base, flags = impl.header_check(f.read(fmt.FILE_HEADER_SIZE), fmt.STORE_MAGIC)
-            if rc != impl.OK or not flags & fmt.HEADER_COMPACTED:
-                total += n
-                continue
-            if size <= fmt.FILE_HEADER_SIZE:
-                continue
-            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-            try:
-                buf = impl.Buffer(mm)
-                pos, expected = fmt.FILE_HEADER_SIZE, s["base_offset"]
-                while pos < size:
-                    rc, frames, end = impl.scan(buf, size, pos, expected, 1 << 16, (1 << 64) - 1, True)
-                    if not len(frames):
-                        break
-                    total += len(frames)
-                    expected = int(frames[-1]["offset"]) + 1
-                    pos = int(end)
-                    if rc != impl.OK:
-                        break
-                del buf
-            finally:
-                try:
-                    mm.close()
-                except BufferError:
-                    pass
-    return total
-
-
-def _stamp(topic_dir: str) -> tuple[int, int, int] | None:
-    """What identifies one version of ``topic.json`` (it is replaced by rename, so a change
-    is a new inode): ``(inode, mtime_ns, size)``, or None when it is gone."""
-    try:
-        st = os.stat(os.path.join(topic_dir, TOPIC_FILE))
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _locked_by_other(lock_path: str) -> bool:
-    """Whether another open file description holds an flock on ``lock_path``."""
-    try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    """Whether another open file description holds an flock on ``lock_path`` (False when
+    the file is gone)."""
+    return fileutil.flock_held(lock_path) is True
 
 
 class LogStore:

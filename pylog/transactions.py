@@ -725,23 +725,15 @@ def last_batch_id(root: str, sink_id: str) -> int | None:
 
 def _owner_gone(d: str) -> bool:
     """Whether an undecided transaction directory belongs to nobody any more."""
-    lock = os.path.join(d, OWNER_LOCK)
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except FileNotFoundError:
+    held = fileutil.flock_held(os.path.join(d, OWNER_LOCK))
+    if held is None:
         if os.path.exists(os.path.join(d, EXTERNAL_FILE)):
             try:
                 return time.time() - _newest_mtime(d) > ABANDON_SECONDS
             except FileNotFoundError:
                 return False
         return not os.path.exists(d)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+    return not held
 
 
 def _newest_mtime(d: str) -> float:
