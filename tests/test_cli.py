@@ -390,3 +390,23 @@ def test_consume_into_a_closed_pipe(root):
     p = subprocess.run(f"{sys.executable} -m pylog.cli --root {root} consume orders --from-beginning | head -1",
                        shell=True, capture_output=True)
     assert p.stdout.strip() != b"" and b"Traceback" not in p.stderr
+
+
+def test_the_cli_package_is_packaged_and_python_m_pylog_runs_it():
+    """pylog/cli/ is a package: pyproject's explicit package list must name it (and every other
+    package under pylog/), or an installed wheel has no ``pylog`` command; ``python -m pylog``
+    and ``python -m pylog.cli`` are the same command."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: pytest's own dependency
+        import tomli as tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    found = {os.path.relpath(d, ROOT).replace(os.sep, ".") for d, _, files in os.walk(os.path.join(ROOT, "pylog"))
+             if "__init__.py" in files}
+    assert "pylog.cli" in found and found <= listed, sorted(found - listed)
+    outs = [subprocess.run([sys.executable, "-m", m, "--help"], cwd=ROOT, capture_output=True)
+            for m in ("pylog", "pylog.cli")]
+    assert outs[0].returncode == outs[1].returncode == 0 and outs[0].stdout == outs[1].stdout
+    assert b"produce" in outs[0].stdout and b"Traceback" not in outs[0].stderr + outs[1].stderr
