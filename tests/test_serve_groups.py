@@ -264,3 +264,73 @@ def test_admin_list_describe_delete_groups(broker):
     admin.delete_consumer_groups(["live"])["live"].result(10)
     assert "live" not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
     assert pylog.LogStore(broker.root).groups() == []
+
+
+def test_static_member_rejoins_with_its_assignment_and_no_rebalance(broker):
+    """A static member (group.instance.id, KIP-345) restarted within its session rejoins
+    without a member id: it gets a new one and its old assignment, at once, in the same
+    generation (no rebalance); its old member id is gone, and another member id naming the
+    same instance is FENCED_INSTANCE_ID."""
+    _topic(broker, "st", 1, 1)
+    proto = [{"name": "range", "metadata": b"\0\0\0\0\0\0\0\0\0\0"}]
+    join = {"group_id": "sg", "session_timeout": 6000, "rebalance_timeout": 6000, "member_id": "",
+            "group_instance_id": "host-1", "protocol_type": "consumer", "protocols": proto}
+    with connect(broker) as s:
+        r = call(s, frame(11, 5, join), 11, 5)
+        assert r.error_code == 0 and r.generation_id == 1 and r.leader == r.member_id  # no MEMBER_ID_REQUIRED
+        mid = r.member_id
+        hb = {"group_id": "sg", "generation_id": 1, "member_id": mid, "group_instance_id": "host-1"}
+        r = call(s, frame(14, 3, {**hb, "assignments": [{"member_id": mid, "assignment": b"mine"}]}), 14, 3)
+        assert r.error_code == 0 and r.assignment == b"mine"
+    with connect(broker) as s:  # the process restarted: same instance id, no member id
+        t0 = time.monotonic()
+        r = call(s, frame(11, 5, join), 11, 5)
+        assert time.monotonic() - t0 < 3, "answered without waiting for a rebalance"
+        assert r.error_code == 0 and r.generation_id == 1 and r.member_id != mid and r.leader == r.member_id
+        new = r.member_id
+        r = call(s, frame(14, 3, {**hb, "member_id": new, "assignments": []}), 14, 3)
+        assert r.error_code == 0 and r.assignment == b"mine"
+        assert call(s, frame(12, 3, {**hb, "member_id": new}), 12, 3).error_code == 0
+        assert call(s, frame(12, 3, hb), 12, 3).error_code == 25  # the old member id is gone
+        r = call(s, frame(11, 5, {**join, "member_id": mid}), 11, 5)
+        assert r.error_code == 82  # FENCED_INSTANCE_ID
+        r = call(s, frame(15, 5, {"groups": ["sg"], "include_authorized_operations": False}), 15, 5)
+        g = r.groups[0]
+        assert g.group_state == "Stable" and [(m.member_id, m.group_instance_id) for m in g.members] == \
+            [(new, "host-1")]
+
+
+def test_librdkafka_static_member_restart_keeps_partitions(broker):
+    """Two librdkafka consumers with group.instance.id; one is closed (a static member does
+    not leave) and started again with the same id: it gets its partition back within a few
+    seconds and the other member is never revoked (no rebalance)."""
+    _topic(broker, "sm", 2, 4)
+    conf = {"session.timeout.ms": 10000, "max.poll.interval.ms": 20000}
+    revoked: list[object] = []
+    c1 = _consumer(broker, "smg", **{**conf, "group.instance.id": "host-1"})
+    c2 = _consumer(broker, "smg", **{**conf, "group.instance.id": "host-2"})
+    c1.subscribe(["sm"])
+    c2.subscribe(["sm"], on_revoke=lambda c, ps: revoked.extend(ps))
+    end = time.monotonic() + 30
+    while not (len(_parts(c1)) == 1 and len(_parts(c2)) == 1) and time.monotonic() < end:
+        c1.poll(0.05)
+        c2.poll(0.05)
+    mine, theirs = _parts(c1), _parts(c2)
+    assert len(mine) == 1 and len(theirs) == 1, (mine, theirs)
+    revoked.clear()
+    c1.close()
+    c1 = _consumer(broker, "smg", **{**conf, "group.instance.id": "host-1"})
+    c1.subscribe(["sm"])
+    t0 = time.monotonic()
+    while _parts(c1) != mine and time.monotonic() - t0 < 8:
+        c1.poll(0.05)
+        c2.poll(0.05)
+    took = time.monotonic() - t0
+    for _ in range(20):
+        c2.poll(0.05)
+    try:
+        assert _parts(c1) == mine and took < 8, took
+        assert not revoked and _parts(c2) == theirs, revoked
+    finally:
+        c1.close()
+        c2.close()

@@ -332,9 +332,19 @@ class GroupCoordinator:
                 for n, _ in protocols)):
             return {**fail, "error_code": E.inconsistent_group_protocol}
         member_id = req.member_id
+        instance = getattr(req, "group_instance_id", None)
+        if instance is not None:  # static membership (KIP-345)
+            owner = next((x for x in g.members.values() if x.instance_id == instance), None)
+            if member_id and owner is not None and owner.id != member_id:
+                return {**fail, "error_code": E.fenced_instance_id}
+            if not member_id and owner is not None:
+                done = self._replace_static(g, owner, client_id, host, session, rebalance, protocols)
+                if done is not None:
+                    return done
+                member_id = owner.id
         if not member_id:
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if version >= 4:
+            if version >= 4 and instance is None:  # a static member needs no second round
                 g.pending[member_id] = time.monotonic() + session / 1000
                 if g.protocol_type is None:
                     g.protocol_type = req.protocol_type
@@ -358,6 +368,34 @@ class GroupCoordinator:
         else:
             self._prepare(g)
         return await fut
+
+    def _replace_static(self, g: _Group, m: _Member, client_id: str, host: str, session: int, rebalance: int,
+                        protocols: list[tuple[str, bytes]]) -> dict[str, Any] | None:
+        """A static member rejoining without its member id (restarted): it takes a new member
+        id, the old one is gone (its pending calls get FENCED_INSTANCE_ID). In a stable group
+        whose protocol it still supports it keeps its assignment and the group its generation
+        (the answer, returned here, needs no rebalance); otherwise None: it joins a rebalance."""
+        for fut in (m.join, m.sync):
+            if fut is not None and not fut.done():
+                fut.set_result({"error_code": E.fenced_instance_id, "member_id": m.id, "generation_id": -1,
+                                "leader": "", "members": []})
+        m.join = m.sync = None
+        old = m.id
+        del g.members[old]
+        m.id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        g.members[m.id] = m
+        if g.leader == old:
+            g.leader = m.id
+        m.client_id, m.host, m.session_ms, m.rebalance_ms = client_id, host, session, rebalance
+        m.protocols, m.last_seen = protocols, time.monotonic()
+        if g.state != STABLE or self._choose_protocol(g) != g.protocol:
+            return None
+        leader = m.id == g.leader
+        everyone = [{"member_id": x.id, "group_instance_id": x.instance_id,
+                     "metadata": dict(x.protocols).get(g.protocol or "", b"")} for x in g.members.values()]
+        return {"error_code": 0, "generation_id": g.generation, "protocol_type": g.protocol_type or "",
+                "protocol_name": g.protocol or "", "leader": g.leader, "skip_assignment": leader,
+                "member_id": m.id, "members": everyone if leader else []}
 
     def _check_member(self, group_id: str, member_id: str, generation: int) -> tuple[_Group | None, int]:
         g = self.groups.get(group_id)
