@@ -11,35 +11,35 @@ from __future__ import annotations
 
 from pylog import _backend
 from pylog.config import LogConfig
+from pylog.consumer import Consumer
 from pylog.errors import (
+    ArgumentTypeError,
     ConfigError,
     CorruptIndexError,
     CorruptRecordError,
+    GroupActiveError,
+    InvalidArgumentError,
     InvalidNameError,
     InvalidTimestampError,
     LogClosedError,
     LogFencedError,
     LogLockedError,
+    MissingExtraError,
+    NotAssignedError,
     OffsetMismatchError,
-    OffsetRemovedError,
     OffsetOutOfRangeError,
+    OffsetRemovedError,
     PylogError,
     ReadOnlyLogError,
     RecordTooLargeError,
     TopicExistsError,
-    UnknownTopicError,
-    UnknownPartitionError,
-    NotAssignedError,
-    MissingExtraError,
-    InvalidArgumentError,
-    ArgumentTypeError,
     UnknownGroupError,
-    GroupActiveError,
+    UnknownPartitionError,
+    UnknownTopicError,
 )
 from pylog.log import Log
 from pylog.record import Record
-from pylog.topics import LogStore, Topic  # noqa: E402  (above Log in the layers)
-from pylog.consumer import Consumer  # noqa: E402
+from pylog.topics import LogStore, Topic
 
 __version__ = "0.1.0"
 

@@ -20,7 +20,8 @@ else:
     except ImportError as e:
         if _choice == "native":
             raise
-        warnings.warn(f"pylog's C core is not built ({e}); using the pure-Python backend", RuntimeWarning)
+        warnings.warn(f"pylog's C core is not built ({e}); using the pure-Python backend", RuntimeWarning,
+                      stacklevel=2)
         from pylog import _pure as impl  # type: ignore[no-redef]
 
 NAME: str = impl.NAME

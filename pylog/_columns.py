@@ -11,7 +11,8 @@ array of 100 MB costs ~13 ms of page faults every time.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -152,7 +152,7 @@ class Buffer:
         self.ptr = self._base + skip if total else ffi.NULL
 
     @classmethod
-    def raw(cls, cdata, size: int) -> "Buffer":
+    def raw(cls, cdata, size: int) -> Buffer:
         """A Buffer over memory cffi owns (``cdata`` is kept alive by the Buffer)."""
         b = object.__new__(cls)
         b.obj = b._base = b.ptr = cdata

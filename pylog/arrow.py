@@ -31,8 +31,9 @@ import os
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Collection, Generator, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 

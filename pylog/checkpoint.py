@@ -26,9 +26,8 @@ import os
 import struct
 from dataclasses import dataclass
 
-from pylog import fileutil
+from pylog import fileutil, vfs
 from pylog import format as fmt
-from pylog import vfs
 from pylog._backend import impl
 
 _CKP = struct.Struct("<8sHHIQ")
@@ -73,7 +72,8 @@ def _read(path: str) -> bytes | None:
 
 
 def write_recovery_point(dirpath: str, offset: int) -> None:
-    fileutil.atomic_write(os.path.join(dirpath, fmt.CHECKPOINT_FILE), _seal(_CKP.pack(CKP_MAGIC, _CKP_VERSION, 0, 0, offset)))
+    body = _seal(_CKP.pack(CKP_MAGIC, _CKP_VERSION, 0, 0, offset))
+    fileutil.atomic_write(os.path.join(dirpath, fmt.CHECKPOINT_FILE), body)
 
 
 def read_recovery_point(dirpath: str) -> int | None:
@@ -85,7 +85,8 @@ def read_recovery_point(dirpath: str) -> int | None:
 
 def write_truncate_point(dirpath: str, offset: int) -> None:
     """Record durably that a truncate to ``offset`` is under way."""
-    fileutil.atomic_write(os.path.join(dirpath, fmt.TRUNCATE_FILE), _seal(_CKP.pack(TRP_MAGIC, _CKP_VERSION, 0, 0, offset)))
+    body = _seal(_CKP.pack(TRP_MAGIC, _CKP_VERSION, 0, 0, offset))
+    fileutil.atomic_write(os.path.join(dirpath, fmt.TRUNCATE_FILE), body)
 
 
 def read_truncate_point(dirpath: str) -> int | None:

@@ -29,7 +29,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pylog import fileutil, vfs
 from pylog import format as fmt

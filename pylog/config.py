@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pylog import format as fmt
 from pylog.errors import ConfigError
@@ -147,7 +148,7 @@ class LogConfig:
         """How many entries one offset index holds before the segment rolls."""
         return self.index_max_bytes // fmt.INDEX_ENTRY_SIZE
 
-    def replace(self, **changes: Any) -> "LogConfig":
+    def replace(self, **changes: Any) -> LogConfig:
         """A copy with ``changes`` applied (validated). Unknown names raise ConfigError."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
@@ -159,12 +160,12 @@ class LogConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LogConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> LogConfig:
         """Build from a mapping; unknown keys raise ConfigError."""
         return cls().replace(**dict(data))
 
     @classmethod
-    def load(cls, path: str) -> "LogConfig | None":
+    def load(cls, path: str) -> LogConfig | None:
         """The config stored at ``path`` (a JSON file), or None if there is none."""
         try:
             with open(path, "rb") as f:

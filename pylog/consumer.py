@@ -44,7 +44,8 @@ import os
 import struct
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from pylog import fileutil, vfs
 from pylog._backend import impl
@@ -154,7 +155,7 @@ class Consumer:
         The LogStore, the Topic and the group name (None: no group) of the consumer.
     """
 
-    def __init__(self, store: "LogStore", topic: "Topic", group: str | None = None, *,
+    def __init__(self, store: LogStore, topic: Topic, group: str | None = None, *,
                  auto_offset_reset: str = "earliest", partitions: Iterable[int] | None = None,
                  max_bytes: int = 8 << 20, rebalance_ms: int = 500) -> None:
         if group is not None:
@@ -304,10 +305,10 @@ class Consumer:
                                    f"(it owns {sorted(self._pos)})")
         return p
 
-    def _reader(self, p: int) -> "Log":
+    def _reader(self, p: int) -> Log:
         return self.topic.reader(p)
 
-    def _reset(self, p: int, log: "Log") -> int:
+    def _reset(self, p: int, log: Log) -> int:
         if log.readonly:
             log.refresh()
         if self.auto_offset_reset == "earliest":
@@ -548,7 +549,7 @@ class Consumer:
         """Whether close() was called on the consumer."""
         return self._closed
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:

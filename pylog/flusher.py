@@ -14,7 +14,7 @@ class _Flushable(Protocol):
     def _exit_flush(self) -> None: ...
 
 
-_logs: "weakref.WeakSet[_Flushable]" = weakref.WeakSet()
+_logs: weakref.WeakSet[_Flushable] = weakref.WeakSet()
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 _TICK = 0.05
@@ -31,7 +31,7 @@ def _run() -> None:
                 pass
 
 
-def _snapshot() -> "list[_Flushable]":
+def _snapshot() -> list[_Flushable]:
     """The registered logs, copied under the lock: a WeakSet raises if another thread
     registers or unregisters a log while it is iterated (that killed this thread, and with
     it every log's ``flush_ms`` timer)."""

@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pylog import fileutil
-from pylog.consumer import decode_offset, encode_offset, _try_lock
+from pylog.consumer import _try_lock, decode_offset, encode_offset
 from pylog.errors import GroupActiveError, InvalidArgumentError, UnknownGroupError
 from pylog.topics import CONSUMERS_DIR, check_name
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["groups", "describe_group", "reset_group", "delete_group", "parse_datetime"]
 
 
-def _group_dir(topic: "Topic", group: str) -> str:
+def _group_dir(topic: Topic, group: str) -> str:
     return os.path.join(topic.path, CONSUMERS_DIR, group)
 
 
@@ -67,7 +67,7 @@ def _read_offset(path: str) -> tuple[int | None, bool]:
     return off, off is None
 
 
-def _topics_of(store: "LogStore", group: str, topic: str | None) -> list["Topic"]:
+def _topics_of(store: LogStore, group: str, topic: str | None) -> list[Topic]:
     check_name(group, "group")
     if topic is not None:
         t = store.topic(topic)
@@ -80,7 +80,7 @@ def _topics_of(store: "LogStore", group: str, topic: str | None) -> list["Topic"
     return out
 
 
-def groups(store: "LogStore", topic: str | None = None) -> list[str]:
+def groups(store: LogStore, topic: str | None = None) -> list[str]:
     """The names of the consumer groups of ``topic`` (default: of every topic), sorted."""
     names = [topic] if topic is not None else store.topics()
     out: set[str] = set()
@@ -102,7 +102,7 @@ def _members(gdir: str) -> list[str]:
     return live
 
 
-def describe_group(store: "LogStore", group: str, topic: str | None = None) -> dict[str, Any]:
+def describe_group(store: LogStore, group: str, topic: str | None = None) -> dict[str, Any]:
     """The state of consumer group ``group`` in ``topic`` (default: every topic it consumes).
 
     Returns ``{"group", "members": [owner texts of live members], "partitions": [...]}``,
@@ -176,7 +176,7 @@ def _hold_partitions(gdir: str, partitions: int, group: str, topic: str) -> list
     return fds
 
 
-def reset_group(store: "LogStore", group: str, topic: str, *, to_earliest: bool = False,
+def reset_group(store: LogStore, group: str, topic: str, *, to_earliest: bool = False,
                 to_latest: bool = False, to_offset: int | None = None, to_datetime: Any = None,
                 shift_by: int | None = None, partitions: Any = None,
                 dry_run: bool = False) -> list[dict[str, Any]]:
@@ -245,12 +245,12 @@ def reset_group(store: "LogStore", group: str, topic: str, *, to_earliest: bool 
             os.close(fd)
 
 
-def delete_group(store: "LogStore", group: str, topic: str | None = None) -> list[str]:
+def delete_group(store: LogStore, group: str, topic: str | None = None) -> list[str]:
     """Delete consumer group ``group`` (its committed offsets) from ``topic`` (default: from
     every topic it consumes); returns the topics it was deleted from. Refused with
     GroupActiveError while it has live members; UnknownGroupError if there is no such group."""
     topics = _topics_of(store, group, topic)
-    held: list[tuple["Topic", list[int]]] = []
+    held: list[tuple[Topic, list[int]]] = []
     try:
         for t in topics:  # every topic checked before anything is deleted
             held.append((t, _hold_partitions(_group_dir(t, group), t.partitions, group, t.name)))

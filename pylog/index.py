@@ -12,9 +12,8 @@ import os
 
 import numpy as np
 
-from pylog import fileutil
+from pylog import fileutil, vfs
 from pylog import format as fmt
-from pylog import vfs
 from pylog._backend import impl
 
 KINDS = {

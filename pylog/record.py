@@ -1,9 +1,9 @@
 """The Record type: one entry of a log."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
-Bytes = Union[bytes, memoryview]
+Bytes = bytes | memoryview
 
 
 class Record(NamedTuple):
@@ -17,9 +17,9 @@ class Record(NamedTuple):
 
     offset: int
     timestamp: int
-    key: Optional[Bytes]
-    value: Optional[Bytes]
-    metadata: Optional[Bytes]
+    key: Bytes | None
+    value: Bytes | None
+    metadata: Bytes | None
 
     def __repr__(self) -> str:
         """``Record(offset=7, timestamp=..., key=b'k', value=b'first 24 bytes'... (100 B), ...)``:
@@ -31,7 +31,7 @@ class Record(NamedTuple):
 PREVIEW_BYTES = 24
 
 
-def _preview(b: Optional[Bytes]) -> str:
+def _preview(b: Bytes | None) -> str:
     if b is None:
         return "None"
     try:

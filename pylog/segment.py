@@ -16,14 +16,14 @@ import errno
 import gc
 import os
 import struct
+from collections.abc import Iterable
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from pylog import fileutil, index
+from pylog import fileutil, index, vfs
 from pylog import format as fmt
-from pylog import vfs
 from pylog import store as store_mod
 from pylog._backend import impl
 from pylog.errors import CorruptRecordError, OffsetRemovedError
@@ -325,9 +325,10 @@ class _Reader:
         bad += [damage_error(self.store_path, d) for d in damage]
         if rc != impl.OK:
             return bad + [corrupt_error(self.store_path, a.position, a.next_offset, rc)]
-        if expected_next is not None and (a.next_offset > expected_next or (not self.gaps and a.next_offset != expected_next)):
-            return bad + [CorruptRecordError(self.store_path, a.position, a.next_offset,
-                                             f"segment ends at offset {a.next_offset}, the next one starts at {expected_next}")]
+        if expected_next is not None and (
+                a.next_offset > expected_next or (not self.gaps and a.next_offset != expected_next)):
+            why = f"segment ends at offset {a.next_offset}, the next one starts at {expected_next}"
+            return bad + [CorruptRecordError(self.store_path, a.position, a.next_offset, why)]
         return bad
 
 
@@ -351,7 +352,7 @@ class SealedSegment(_Reader):
                  "_maps", "_cache", "gaps", "readonly")
 
     def __init__(self, dirpath: str, base_offset: int, next_offset: int, size: int | None,
-                 index_interval: int, cache: "SegmentCache", readonly: bool = False) -> None:
+                 index_interval: int, cache: SegmentCache, readonly: bool = False) -> None:
         self.dir = dirpath
         #: a read-only log's segment: a rebuilt index stays in memory, no file is written
         self.readonly = readonly
@@ -521,7 +522,7 @@ class ActiveSegment(_Reader):
         )
 
     @classmethod
-    def create(cls, dirpath: str, base: int, config) -> "ActiveSegment":
+    def create(cls, dirpath: str, base: int, config) -> ActiveSegment:
         """New, empty segment files (the caller fsyncs the directory)."""
         sp, ip, tp = paths(dirpath, base)
         for p, suffix in ((ip, fmt.INDEX_SUFFIX), (tp, fmt.TIMEINDEX_SUFFIX)):
@@ -537,7 +538,7 @@ class ActiveSegment(_Reader):
 
     @classmethod
     def open_clean(cls, dirpath: str, base: int, config, *, next_offset: int, size: int,
-                   max_timestamp: int | None) -> "ActiveSegment | None":
+                   max_timestamp: int | None) -> ActiveSegment | None:
         """Reopen after a clean shutdown from the index files alone (no record data read).
         None when the index files do not fit the recorded state (the caller recovers)."""
         sp, ip, tp = paths(dirpath, base)
@@ -577,7 +578,7 @@ class ActiveSegment(_Reader):
 
     @classmethod
     def recover(cls, dirpath: str, base: int, config, *,
-                save_broken: bool = True) -> tuple["ActiveSegment", int, list[Damage]]:
+                save_broken: bool = True) -> tuple[ActiveSegment, int, list[Damage]]:
         """Reopen by walking every frame (CRC-checked) and rebuild both indexes. Damage with
         a whole, valid frame of a following offset after it is stepped over and kept (the
         indexes are rebuilt around it); only a torn tail, bad bytes with no valid frame
@@ -684,7 +685,7 @@ class ActiveSegment(_Reader):
             vfs.fdatasync(self.index_fd)
             vfs.fdatasync(self.timeindex_fd)
 
-    def seal(self, config, cache: "SegmentCache") -> SealedSegment:
+    def seal(self, config, cache: SegmentCache) -> SealedSegment:
         """Write out, fsync and close: the segment becomes a SealedSegment."""
         self.write_pending()
         if self.preallocated and os.fstat(self.store_fd).st_size != self.written:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import mmap
 import os
 
+from pylog import fileutil, vfs
 from pylog import format as fmt
-from pylog import vfs
-from pylog import fileutil
 from pylog._backend import impl
 
 

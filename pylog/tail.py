@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 import time
 
-from pylog import fileutil
+from pylog import fileutil, vfs
 from pylog import format as fmt
-from pylog import vfs
 from pylog import store as store_mod
 from pylog._backend import impl
 from pylog.segment import Damage, _Reader, damage_error, paths, walk, walker

@@ -16,7 +16,8 @@ import errno as _errno
 import os
 import random
 import stat
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pylog import vfs
 
@@ -246,7 +247,7 @@ class CrashFS:
         os.rmdir(path)
 
     # -- install / materialize -------------------------------------------------------------
-    def __enter__(self) -> "CrashFS":
+    def __enter__(self) -> CrashFS:
         vfs.install(self)
         return self
 

@@ -38,7 +38,8 @@ import shutil
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -202,7 +203,7 @@ class LogStore:
         if removed:
             fileutil.fsync_dir(self.root)
 
-    def _meta_lock(self) -> "_FileLock":
+    def _meta_lock(self) -> _FileLock:
         return _FileLock(os.path.join(self.root, STORE_LOCK))
 
     def _check_open(self) -> None:
@@ -219,7 +220,7 @@ class LogStore:
 
     # -- topics ------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: LogConfig | None = None,
-                     **log_config: Any) -> "Topic":
+                     **log_config: Any) -> Topic:
         """Create topic ``name`` with ``partitions`` partitions; returns it.
 
         ``config`` and keyword options (:class:`~pylog.LogConfig` fields) configure every
@@ -266,7 +267,7 @@ class LogStore:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.topics()
 
-    def topic(self, name: str) -> "Topic":
+    def topic(self, name: str) -> Topic:
         """The topic ``name`` (UnknownTopicError if there is none)."""
         check_name(name)
         self._check_open()
@@ -361,7 +362,7 @@ class LogStore:
             return new
 
     # -- transactions ------------------------------------------------------------------------
-    def transaction(self) -> "Transaction":
+    def transaction(self) -> Transaction:
         """A new :class:`~pylog.transactions.Transaction`: ``with store.transaction() as tx:
         tx.append("orders", value, key=b"k")`` appends to any topics and partitions
         atomically, committing when the block ends and aborting when it raises."""
@@ -371,7 +372,7 @@ class LogStore:
         return Transaction(self)
 
     # -- consumers ---------------------------------------------------------------------------
-    def consumer(self, topic: str, group: str | None = None, **options: Any) -> "Consumer":
+    def consumer(self, topic: str, group: str | None = None, **options: Any) -> Consumer:
         """A :class:`~pylog.consumer.Consumer` of ``topic`` in consumer group ``group``
         (None: no group, nothing committed). See :mod:`pylog.consumer` for the options."""
         from pylog.consumer import Consumer
@@ -418,7 +419,7 @@ class LogStore:
         self._check_open()
         return groups.delete_group(self, group, topic)
 
-    def _forget_consumer(self, c: "Consumer") -> None:
+    def _forget_consumer(self, c: Consumer) -> None:
         with self._lock:
             if c in self._consumers:
                 self._consumers.remove(c)
@@ -431,7 +432,7 @@ class LogStore:
         self._check_writable("enforce retention")
         return {key: log.enforce_retention() for key, log in self._partitions_under(topic, "delete")}
 
-    def compact(self, topic: str | None = None, **options: Any) -> dict[tuple[str, int], "CompactionReport"]:
+    def compact(self, topic: str | None = None, **options: Any) -> dict[tuple[str, int], CompactionReport]:
         """Compact every partition of every topic whose ``cleanup_policy`` is ``"compact"``
         (or only of ``topic``). Returns ``{(topic, partition): CompactionReport}``."""
         from pylog.compaction import compact
@@ -482,7 +483,7 @@ class LogStore:
         """Whether close() was called on the store."""
         return self._closed
 
-    def __enter__(self) -> "LogStore":
+    def __enter__(self) -> LogStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -499,7 +500,7 @@ class _FileLock:
         self.path = path
         self.fd = -1
 
-    def __enter__(self) -> "_FileLock":
+    def __enter__(self) -> _FileLock:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
@@ -726,7 +727,7 @@ class Topic:
                 break
         for p in uniq:
             idx = np.flatnonzero(parts == p).tolist()
-            sub = lambda seq: None if seq is None else [seq[j] for j in idx]  # noqa: E731
+            sub = lambda seq, idx=idx: None if seq is None else [seq[j] for j in idx]  # noqa: E731
             first = logs[p].append_batch(
                 [values[j] for j in idx], sub(keys), sub(timestamps), sub(metadata))
             for r, j in enumerate(idx):

@@ -57,7 +57,8 @@ import os
 import shutil
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -258,7 +259,7 @@ class Transaction:
         ``"open"``, ``"committed"`` or ``"aborted"``.
     """
 
-    def __init__(self, store: "LogStore", *, txn_id: str | None = None) -> None:
+    def __init__(self, store: LogStore, *, txn_id: str | None = None) -> None:
         self.store = store
         self.root = store.root
         self._lock_fd = -1
@@ -325,7 +326,7 @@ class Transaction:
         arr = np.asarray(parts)
         for p in np.unique(arr).tolist():
             idx = np.flatnonzero(arr == p).tolist()
-            sub = (lambda seq: None if seq is None else [seq[j] for j in idx])  # noqa: E731
+            sub = (lambda seq, idx=idx: None if seq is None else [seq[j] for j in idx])  # noqa: E731
             self._stager.append_batch(topic, p, [values[j] for j in idx], sub(keys), sub(timestamps),
                                       sub(metadata), t.config.max_record_bytes)
         return parts
@@ -451,7 +452,7 @@ class Transaction:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    def __enter__(self) -> "Transaction":
+    def __enter__(self) -> Transaction:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

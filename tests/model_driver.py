@@ -346,7 +346,6 @@ def cliconsumer(root: str, j: Journal, rng: random.Random, stop: str, name: str,
     """Runs ``pylog consume TOPIC -g GROUP --format json`` again and again: to the end of
     the log or ``-n K`` records (a clean exit), or SIGKILLed after K lines; every line it
     printed is journaled, and after it exits each partition's next_offset."""
-    import pylog
 
     j("start", role="cliconsumer", topic=topic, group=group)
     while running():
@@ -574,7 +573,8 @@ def run(root: str, seed: int, seconds: float, kill_every: float = 0.8) -> RunSta
 
     def spawn(slot: str) -> None:
         role, *args = slots[slot]
-        if role in ("consumer", "reader", "cliconsumer") and not os.path.isfile(os.path.join(root, args[0], "topic.json")):
+        if role in ("consumer", "reader", "cliconsumer") and not os.path.isfile(
+                os.path.join(root, args[0], "topic.json")):
             alive = sorted(n for n in os.listdir(root) if os.path.isfile(os.path.join(root, n, "topic.json")))
             if not alive:
                 return
@@ -821,9 +821,8 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                 if ev["traceback"] or (ev["mode"] != "kill" and ev["rc"] not in (0, 1, 2)):
                     problems.append(f"{jname}: pylog consume exited {ev['rc']} with {ev['err']}"
                                     + (" and a traceback" if ev["traceback"] else ""))
-            elif e in ("consumer-failed", "reader-failed", "flush-failed", "topic-failed"):
-                if ev.get("unexpected"):
-                    problems.append(f"{jname}: {e} {ev.get('err')}: {ev.get('msg')}")
+            elif e in ("consumer-failed", "reader-failed", "flush-failed", "topic-failed") and ev.get("unexpected"):
+                problems.append(f"{jname}: {e} {ev.get('err')}: {ev.get('msg')}")
         if adding is not None:
             # killed between add_partitions and its journal line: the new count may have taken
             # effect from the moment the call began (producers then rightly hash over it)
@@ -1014,7 +1013,8 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                     hi, exact, how, lo, slack = after[key]
                     # records only leave a log from its front (retention) or as superseded
                     # (compaction): one still there at the end was there when this run began
-                    skipped = sorted(o for (t2, p2, o) in recs_final if t2 == ev["topic"] and p2 == p and hi < o < first)
+                    skipped = sorted(o for (t2, p2, o) in recs_final
+                                     if t2 == ev["topic"] and p2 == p and hi < o < first)
                     if len(skipped) > slack:
                         problems.append(f"{jname}: pylog consume -g {ev['group']} {ev['topic']}/{p} started at "
                                         f"{first}, skipping {skipped[:5]} ({len(skipped)}) after {how}")

@@ -4,15 +4,14 @@ from __future__ import annotations
 import io
 import os
 import re
+import signal
 import socket
 import struct
-import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
-
 from conftest import ROOT, py_env
 
 

@@ -6,11 +6,11 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
+from conftest import scan_rows, store_files  # noqa: E402
+
 import pylog  # noqa: E402
 import pylog.arrow  # noqa: E402
 from pylog.errors import CorruptRecordError, OffsetOutOfRangeError  # noqa: E402
-
-from conftest import scan_rows, store_files  # noqa: E402
 
 NOW = 10**12
 

@@ -7,11 +7,9 @@ import subprocess
 import sys
 
 import pytest
-
-import pylog
-
 from conftest import ROOT, store_frames
 
+import pylog
 
 # Commands run in a child process forked from a "zygote" that has already imported
 # pylog.cli (starting Python and importing numpy costs ~0.5-2 s a command on a busy CI

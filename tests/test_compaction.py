@@ -7,14 +7,13 @@ import sys
 import textwrap
 
 import pytest
+from conftest import scaled, scan_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pylog
 from pylog import compaction
 from pylog.log import CLEANED_SUFFIX, SWAP_SUFFIX
-
-from conftest import scaled, scan_rows
 
 NOW = 10**12  # "now" for tombstone expiry in these tests
 

@@ -25,12 +25,11 @@ import threading
 import time
 
 import pytest
+from conftest import py_env, run_py, scaled, store_files
 
 import pylog
 from pylog import format as fmt
 from pylog import vfs
-
-from conftest import py_env, run_py, scaled, store_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

@@ -17,11 +17,10 @@ import shutil
 import struct
 
 import pytest
+from conftest import scaled, store_files, store_frames
 
 import pylog
 from pylog import format as fmt
-
-from conftest import scaled, store_files, store_frames
 
 HDR = fmt.FILE_HEADER_SIZE
 

@@ -3,7 +3,8 @@
 A zygote process (tests/crash_writer.py) imports pylog once and forks one writer per
 kill; each writer opens the log (recovering from the previous kill), appends with
 ``fsync="always"`` (``append`` and ``append_batch``, one or four threads, 4 KiB segments so
-it rolls all the time, every other writer with ``preallocate=True``) and prints every acknowledged offset with the CRC of its value.
+it rolls all the time, every other writer with ``preallocate=True``) and prints every
+acknowledged offset with the CRC of its value.
 The test SIGKILLs it after a random delay (sometimes before it even finished opening),
 sometimes adds a torn or garbage tail to the active segment as a crash in the middle of a
 write would leave it, then reopens the log in this process and checks:
@@ -29,12 +30,11 @@ import time
 import zlib
 
 import pytest
+from conftest import scaled, store_frames
 
 import pylog
 from pylog import format as fmt
 from pylog.testing import simulate_crash
-
-from conftest import scaled, store_frames
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from crash_writer import make_value, value_ok  # noqa: E402

@@ -30,12 +30,11 @@ import os
 import random
 
 import pytest
+from conftest import scaled
 
 import pylog
 from pylog import format as fmt
 from pylog.testing import CrashFS, PowerCut, simulate_crash
-
-from conftest import scaled
 
 
 @pytest.fixture(autouse=True)
@@ -231,7 +230,6 @@ def test_new_segment_survives_only_once_its_directory_is_fsynced(tmp_path):
 
     dry = CrashFS(str(root))
     run(dry, path)
-    new_store = os.path.join(os.path.realpath(path), fmt.segment_name(1, fmt.STORE_SUFFIX))
     # the first roll: the next segment's store is created, then the directory is fsynced
     rolls = [i for i, (op, p) in enumerate(dry.log) if op == "open" and p.endswith(fmt.STORE_SUFFIX)
              and p != os.path.join(os.path.realpath(path), fmt.segment_name(0, fmt.STORE_SUFFIX))]
@@ -240,7 +238,6 @@ def test_new_segment_survives_only_once_its_directory_is_fsynced(tmp_path):
     new_name = os.path.basename(dry.log[create][1])
     dir_sync = next(i for i in range(create, len(dry.log))
                     if dry.log[i][0] == "fsync" and dry.log[i][1] == os.path.realpath(path))
-    assert new_store or True
     for cut, present in ((create + 1, False), (dir_sync + 1, False), (dir_sync + 2, True)):
         r = tmp_path / f"cut-{cut}"
         r.mkdir()
@@ -338,8 +335,8 @@ def test_io_error_fences_the_log(tmp_path, monkeypatch, op, err, batch):
                 else:
                     pytest.fail(f"no {op} failed in 200 appends")
                 # fenced: every write refuses until the log is reopened
-                for call in (lambda: log.append(b"x"), lambda: log.append_batch([b"y"]), log.flush,
-                             log.roll, lambda: log.truncate(log.start_offset)):
+                for call in (lambda: log.append(b"x"), lambda: log.append_batch([b"y"]),  # noqa: B023
+                             log.flush, log.roll, lambda: log.truncate(log.start_offset)):  # noqa: B023
                     with pytest.raises(pylog.LogFencedError):
                         call()
                 # readers in this process see whole records only: the acknowledged ones, and at

@@ -166,7 +166,8 @@ def test_force_portable_and_no_clmul_environment_variables():
     if kernel_says is not None:  # else only the C core's own word is there to go by
         assert native.crc_clmul_available() == kernel_says
     x86 = "sse4.2+vpclmulqdq" if native.crc_clmul_available() else "sse4.2"
-    assert impl == ("portable" if not native.crc_hw_available() else {"x86_64": x86}.get(os.uname().machine, "armv8-crc"))
+    hw = {"x86_64": x86}.get(os.uname().machine, "armv8-crc")
+    assert impl == ("portable" if not native.crc_hw_available() else hw)
     env["PYLOG_CRC32C_NO_CLMUL"] = "1"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     without = "portable" if not native.crc_hw_available() else {"x86_64": "sse4.2"}.get(os.uname().machine, "armv8-crc")

@@ -4,17 +4,21 @@ import threading
 import time
 
 import pytest
+from conftest import scan_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
 from pylog import format as fmt
 from pylog.errors import (
-    ConfigError, InvalidTimestampError, LogClosedError, LogLockedError, OffsetMismatchError,
-    OffsetOutOfRangeError, RecordTooLargeError,
+    ConfigError,
+    InvalidTimestampError,
+    LogClosedError,
+    LogLockedError,
+    OffsetMismatchError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
 )
-
-from conftest import scan_rows
 
 
 def _files(d):
@@ -268,7 +272,8 @@ def test_threads_append_and_read_concurrently(make_log):
     for t in threads:
         t.join()
     assert not errors and log.next_offset == n_threads * per
-    assert sorted(bytes(r.value) for r in log.scan()) == sorted(b"%d-%d" % (t, i) for t in range(n_threads) for i in range(per))
+    expected = sorted(b"%d-%d" % (t, i) for t in range(n_threads) for i in range(per))
+    assert sorted(bytes(r.value) for r in log.scan()) == expected
 
 
 def test_interval_policy_flushes_by_count_and_by_time(make_log):

@@ -11,7 +11,6 @@ import os
 import re
 
 import pytest
-
 from conftest import scaled
 from model_driver import check, has_transactions, run
 
@@ -69,8 +68,9 @@ def test_checker_finds_violations(tmp_path):
     appended, one of an aborted transaction, damaged bytes, a committed offset moving back,
     a restart that skips records and a `pylog consume -g` run that reads again what its
     group had passed are each reported."""
-    import pylog
     from model_driver import value_of
+
+    import pylog
 
     root = tmp_path / "root"
     jdir = tmp_path / "journals"

@@ -17,14 +17,13 @@ import struct
 import time
 
 import pytest
+from conftest import py_env, run_py, scaled
+from conftest import store_files as stores
+from conftest import store_frames as frames
 
 import pylog
 from pylog import checkpoint
 from pylog import format as fmt
-
-from conftest import py_env, run_py, scaled
-from conftest import store_files as stores
-from conftest import store_frames as frames
 
 HDR = fmt.FILE_HEADER_SIZE
 
@@ -267,7 +266,6 @@ def test_torn_sector_in_the_middle(pristine, tmp_path):
     st = os.path.join(d, os.path.basename(active))
     fr = frames(st)
     mid = fr[len(fr) // 2]
-    size = os.path.getsize(st)
     zero_at = mid[0] + 8  # inside the middle frame
     assert zero_at + 512 < fr[-1][0]  # whole frames follow the zeros
     with open(st, "r+b") as f:

@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
+from conftest import py_env, scaled, store_files, strace_path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pylog
 from pylog.errors import LogFencedError
-
-from conftest import py_env, scaled, store_files, strace_path
 
 STRACE = strace_path()
 needs_strace = pytest.mark.skipif(STRACE is None, reason="strace is not installed, or runs under qemu-user")

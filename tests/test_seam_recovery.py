@@ -23,6 +23,9 @@ import sys
 import time
 
 import pytest
+from conftest import py_env, run_py, scaled
+from conftest import store_files as stores
+from conftest import store_frames as frames
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,10 +33,6 @@ import pylog
 from pylog import _native, _pure, checkpoint
 from pylog import format as fmt
 from pylog.errors import CorruptRecordError
-
-from conftest import py_env, run_py, scaled
-from conftest import store_files as stores
-from conftest import store_frames as frames
 
 N = 5000
 
@@ -485,7 +484,8 @@ def test_walk_against_a_model_in_both_backends(values, damages, data):
         else:
             b[start:end] = data.draw(st.binary(min_size=end - start, max_size=end - start))
         touched.update(range(start, end))
-    bad = [f for f in fr if any(p in touched for p in range(f[0], f[0] + f[1])) and bytes(b[f[0]:f[0] + f[1]]) != buf[f[0]:f[0] + f[1]]]
+    bad = [f for f in fr if any(p in touched for p in range(f[0], f[0] + f[1]))
+           and bytes(b[f[0]:f[0] + f[1]]) != buf[f[0]:f[0] + f[1]]]
     nat = _walk(_native, bytes(b))
     pure = _walk(_pure, bytes(b))
     assert nat == pure

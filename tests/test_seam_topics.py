@@ -10,19 +10,17 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
 import time
 
 import pytest
+from conftest import py_env, run_py, strace_path
 
 import pylog
-from conftest import py_env, run_py, strace_path
 from pylog.errors import LogLockedError, ReadOnlyLogError, UnknownTopicError
 from pylog.topics import partition_for_key
-
 
 #: Run as ``nobody``: the interpreter lives where nobody may not look, so the child imports
 #: what it needs as root, drops to nobody (os.setuid), then runs the CLI or CODE.
@@ -227,7 +225,8 @@ def test_producer_notices_partitions_added_elsewhere(tmp_path):
         assert t.partitions == 3
         assert t.append(b"after", key=key) == (2, 0)  # where a fresh store puts the key
         assert t.append_batch([b"b1", b"b2"], keys=[key, key]) == [(2, 1), (2, 2)]
-        r = run_py("import pylog,sys; print(pylog.LogStore(sys.argv[1]).topic('t').partition_for(sys.argv[2].encode()))",
+        r = run_py("import pylog,sys; "
+                   "print(pylog.LogStore(sys.argv[1]).topic('t').partition_for(sys.argv[2].encode()))",
                    root, key.decode())
         assert r.stdout.strip() == "2"
 

@@ -10,9 +10,10 @@ import pytest
 pytest.importorskip("kio")
 kafka = pytest.importorskip("kafka")
 
+from serve_util import BrokerProcess, api_versions_ok  # noqa: E402
+
 import pylog  # noqa: E402
 from pylog.serve.headers import decode_headers  # noqa: E402
-from serve_util import BrokerProcess, api_versions_ok  # noqa: E402
 
 
 @pytest.fixture

@@ -17,11 +17,23 @@ from hypothesis import strategies as st
 
 pytest.importorskip("kio")
 
-import pylog  # noqa: E402
 from conftest import scaled  # noqa: E402
+from serve_util import (  # noqa: E402
+    BrokerProcess,
+    api_versions_ok,
+    batch,
+    call,
+    connect,
+    create_topic,
+    fetch,
+    fetched_values,
+    frame,
+    produce,
+    recv_exact,
+)
+
+import pylog  # noqa: E402
 from pylog.serve.protocol import RequestError, decode_request  # noqa: E402
-from serve_util import (BrokerProcess, api_versions_ok, batch, call, connect, fetch, fetched_values,  # noqa: E402
-                        create_topic, frame, produce, recv_exact)
 
 
 @pytest.fixture

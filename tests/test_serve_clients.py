@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic  # noqa: E402
+from serve_util import BrokerProcess  # noqa: E402
 
 import pylog  # noqa: E402
 from pylog.serve.headers import decode_headers, encode_headers  # noqa: E402
-from serve_util import BrokerProcess  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,8 @@ def test_produce_each_codec_consume_and_library_read(broker, codec):
         (i, b"key-%d" % i, b"value-%d" % i, [("i", str(i).encode())]) for i in range(3000)]
     with pylog.Log(os.path.join(broker.root, topic, "partition-0"), readonly=True) as log:
         r = log.read(1234)
-        assert (bytes(r.key), bytes(r.value), decode_headers(r.metadata)) == (b"key-1234", b"value-1234", [("i", b"1234")])
+        assert (bytes(r.key), bytes(r.value), decode_headers(r.metadata)) == (
+            b"key-1234", b"value-1234", [("i", b"1234")])
 
 
 def test_library_appends_reach_kafka_consumers(broker):

@@ -7,7 +7,6 @@ and Kafka clients fetch what pylog's Consumer committed.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,6 @@ import pytest
 pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
 from conftest import ROOT, py_env  # noqa: E402
 from serve_util import BrokerProcess, call, connect, frame, wait_for  # noqa: E402
 
@@ -45,13 +43,13 @@ def _topic(b: BrokerProcess, name: str, partitions: int, n: int) -> list[bytes]:
     return values
 
 
-def _consumer(b: BrokerProcess, group: str, **conf: object) -> "ck.Consumer":
+def _consumer(b: BrokerProcess, group: str, **conf: object) -> ck.Consumer:
     return ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                         "enable.auto.commit": False, "session.timeout.ms": 3000, "heartbeat.interval.ms": 200,
                         **conf})
 
 
-def _parts(c: "ck.Consumer") -> set[int]:
+def _parts(c: ck.Consumer) -> set[int]:
     return {tp.partition for tp in c.assignment()}
 
 

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 
-from serve_util import BrokerProcess, batch, call, connect, create_topic, frame, produce, wait_for  # noqa: E402
+from serve_util import BrokerProcess, batch, call, connect, create_topic, frame, produce  # noqa: E402
 
 import pylog  # noqa: E402
 from pylog._backend import impl  # noqa: E402
@@ -133,7 +133,7 @@ class _Proxy:
                 for src, dst, upstream in ((c, u, True), (u, c, False)):
                     try:
                         data = src.recv(65536)
-                    except socket.timeout:
+                    except TimeoutError:
                         continue
                     if not data:
                         return

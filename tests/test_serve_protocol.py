@@ -4,7 +4,6 @@ fsyncs (counted with strace on the broker process)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -16,8 +15,18 @@ pytest.importorskip("kio")
 pytest.importorskip("kafka")
 
 from conftest import strace_path  # noqa: E402
-from serve_util import (BrokerProcess, batch, call, connect, create_topic, fetch, fetched_values,  # noqa: E402
-                        frame, produce, wait_for)
+from serve_util import (  # noqa: E402
+    BrokerProcess,
+    batch,
+    call,
+    connect,
+    create_topic,
+    fetch,
+    fetched_values,
+    frame,
+    produce,
+    wait_for,
+)
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ broker listens on 127.0.0.1 only (the non-loopback refusal is checked at start-u
 from __future__ import annotations
 
 import datetime
-import os
 import ipaddress
+import os
 import socket
 import ssl
 import subprocess
@@ -20,12 +20,11 @@ pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
 x509 = pytest.importorskip("cryptography.x509")
+from conftest import ROOT, py_env  # noqa: E402
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
-
-from conftest import ROOT, py_env  # noqa: E402
-from serve_util import BrokerProcess, call, frame, produce, batch, fetch, recv_exact  # noqa: E402
+from serve_util import BrokerProcess, batch, call, fetch, frame, produce, recv_exact  # noqa: E402
 
 from pylog.errors import InvalidArgumentError  # noqa: E402
 from pylog.serve import security  # noqa: E402
@@ -205,7 +204,8 @@ def test_client_without_tls_or_sasl_gets_no_data(secure):
         except ConnectionResetError:
             pass
         assert data == b"" or data[0] == 0x15, data  # nothing, or a TLS alert record: no Kafka answer
-    _kafka_python_gets_no_data("KafkaConsumer", dict(bootstrap_servers=secure.bootstrap, api_version_auto_timeout_ms=3000,
+    _kafka_python_gets_no_data("KafkaConsumer", dict(bootstrap_servers=secure.bootstrap,
+                                                     api_version_auto_timeout_ms=3000,
                                                      request_timeout_ms=4000, bootstrap_timeout_ms=5000),
                                "client.poll(timeout_ms=3000)")
     # TLS but no SASL: ApiVersions is answered, anything else closes the connection

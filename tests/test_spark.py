@@ -15,11 +15,10 @@ import sys
 import textwrap
 
 import pytest
+from conftest import py_env
 
 import pylog
 import pylog.transactions
-
-from conftest import py_env
 
 pytestmark = pytest.mark.spark
 
@@ -73,7 +72,8 @@ def read(spark, root, topic, **options):
 
 
 def rows(df):
-    return sorted((r["partition"], r["offset"], None if r["value"] is None else bytes(r["value"])) for r in df.collect())
+    return sorted((r["partition"], r["offset"], None if r["value"] is None else bytes(r["value"]))
+                  for r in df.collect())
 
 
 def txn_dirs(root):
@@ -120,7 +120,8 @@ def test_read_every_column(spark, tmp_path):
 
 
 def test_write_read_round_trip_sizes(spark, tmp_path):
-    values = [b"", b"x", os.urandom(1 << 20), b"", os.urandom(1000), os.urandom(1 << 20)] + [b"%d" % i for i in range(200)]
+    values = [b"", b"x", os.urandom(1 << 20), b"", os.urandom(1000), os.urandom(1 << 20)]
+    values += [b"%d" % i for i in range(200)]
     df = spark.createDataFrame([(v, b"k%d" % (i % 7)) for i, v in enumerate(values)], "value binary, key binary")
     (df.write.format("pylog").mode("append").option("path", str(tmp_path)).option("topic", "rt")
      .option("partitions", "3").save())

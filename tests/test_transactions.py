@@ -14,14 +14,13 @@ import threading
 import time
 
 import pytest
+from conftest import py_env, run_py, scaled, strace_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
 from pylog import transactions
 from pylog.log import STABLE_FILE
-
-from conftest import py_env, run_py, scaled, strace_path
 
 STRACE = strace_path()
 

@@ -9,8 +9,9 @@ import socket
 import statistics
 import struct
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -3,8 +3,9 @@
     pylog bench --compare [--quick] [--records N] [--value-size B] [--json FILE]
     python -m pylog.bench ...            (the same; python -m benchmarks.compare in a checkout)
 
-Peers (one module each in :mod:`pylog.bench`): a plain Python file (per-record ``f.write(struct.pack(...) + v)`` and a joined write
-per 1,000 records), sqlite3 (WAL), lmdb, rocksdict, queuelib, and Redis Streams when a
+Peers (one module each in :mod:`pylog.bench`): a plain Python file (per-record
+``f.write(struct.pack(...) + v)`` and a joined write per 1,000 records), sqlite3 (WAL), lmdb,
+rocksdict, queuelib, and Redis Streams when a
 ``redis-server`` binary and the ``redis`` client are present (a private server on 127.0.0.1,
 a free port and a temp dir, stopped at the end). lmdb, rocksdict, queuelib, redis, crc32c
 and pyarrow come with the ``bench`` extra (``pip install "pylog-commitlog[bench]"``). A peer
@@ -25,8 +26,9 @@ Workloads, ``fsync="never"`` (no fsync anywhere) unless named otherwise, page ca
 Every figure is the median of several repetitions, systems interleaved within each
 repetition, and every ratio compares figures of the same run. It prints a table and one
 ``target: <name>: measured <value> (goal <goal>) PASS|FAIL`` line per speed target of
-issues 2, 3 and 6 (``SKIP`` when its peer did not run). The exit status is 0 whatever the targets say (speed is reported, not
-gated: machines are noisy) unless ``--fail-on-miss`` is given; a crash exits non-zero.
+issues 2, 3 and 6 (``SKIP`` when its peer did not run). The exit status is 0 whatever the
+targets say (speed is reported, not gated: machines are noisy) unless ``--fail-on-miss`` is
+given; a crash exits non-zero.
 """
 from __future__ import annotations
 
@@ -43,14 +45,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 import pylog
-from pylog.bench.common import (BATCH, LEN, Row, System, Target, dataset_values, median, no_fsync,
-                                timer_overhead_ns, _si)
+from pylog.bench.common import BATCH, LEN, Row, System, Target, _si, dataset_values, median, no_fsync, timer_overhead_ns
 from pylog.bench.peer_file import FileMmapScan, FileSystem
 from pylog.bench.peer_lmdb import LmdbSystem
 from pylog.bench.peer_pylog import PylogSystem
@@ -58,7 +60,6 @@ from pylog.bench.peer_queuelib import QueuelibSystem
 from pylog.bench.peer_redis import RedisSystem
 from pylog.bench.peer_rocksdict import RocksdictSystem
 from pylog.bench.peer_sqlite import SqliteSystem
-
 
 
 # ----------------------------------------------------------------------------------------
@@ -206,7 +207,8 @@ class Run:
             plain.append(time.perf_counter() - t)
             os.close(fd)
         t1, t0 = median(pl), median(plain)
-        self.add(Row("durable", "append fsync=always, 1 writer", "pylog", k, t1, k / t1, k * 100 / t1 / 1e6, samples=pl))
+        self.add(Row("durable", "append fsync=always, 1 writer", "pylog", k, t1, k / t1, k * 100 / t1 / 1e6,
+                     samples=pl))
         tp = median(pre)
         self.add(Row("durable", "append fsync=always, 1 writer", "pylog preallocate=True", k, tp, k / tp,
                      k * 100 / tp / 1e6, samples=pre))
@@ -288,13 +290,7 @@ class Run:
         n = 20_000 if self.quick else 100_000
         self.log(f"[verify] C verify-scan of a sealed segment of {n:,} x 1 KiB ...", flush=True)
         path = self.path("verify")
-        vals = [os.urandom(1024) for _ in range(BATCH)]
-        with no_fsync():
-            log = pylog.Log(path, fsync="never")
-            for _ in range(n // BATCH):
-                log.append_batch(vals)
-            log.roll()
-            log.close()
+        write_sealed_log(path, n, 1024)
         log = pylog.Log(path, readonly=True)
         size = log.size_bytes
         assert not log.verify()
@@ -353,13 +349,7 @@ class Run:
             return
         self.log(f"[arrow] columnar read of {n:,} x 100 B in sealed segments ...", flush=True)
         path = self.path("arrow")
-        vals = [os.urandom(100) for _ in range(BATCH)]
-        with no_fsync():
-            log = pylog.Log(path, fsync="never")
-            for _ in range(n // BATCH):
-                log.append_batch(vals)
-            log.roll()
-            log.close()
+        write_sealed_log(path, n, 100)
         log = pylog.Log(path, readonly=True, cached_segments=None)
         reader(log)
         ts = []
@@ -423,7 +413,8 @@ class Run:
         g = self.find("durable", "append fsync=always, 16 threads", "pylog")
         T.append(Target("fsync=always 16 threads vs 1 writer (group commit)", ratio(g and g.rate, d1 and d1.rate),
                         20.0, ">=", issue=3))
-        r1 = next((r for r in self.rows if r.workload.startswith("reopen clean") and r.workload.endswith("1x data")), None)
+        r1 = next((r for r in self.rows
+                   if r.workload.startswith("reopen clean") and r.workload.endswith("1x data")), None)
         r10 = next((r for r in self.rows if r.workload.startswith("reopen clean") and r.workload.endswith("10x data")),
                    None)
         T.append(Target("reopen clean 1,000 segments", None if r1 is None else r1.seconds * 1e3, 50.0, "<=", "ms",
@@ -457,7 +448,7 @@ class Run:
                     rel = f"{r.p50_us / ref.p50_us:.2f}"
                 elif r.rate and ref.rate:
                     rel = f"{ref.rate / r.rate:.2f}"
-                elif r.bytes_per_record and ref.bytes_per_record and not r.note == "RAM":
+                elif r.bytes_per_record and ref.bytes_per_record and r.note != "RAM":
                     rel = f"{r.bytes_per_record / ref.bytes_per_record:.2f}"
             wl = r.workload
             if r.seconds is not None and r.rate is None:
@@ -467,7 +458,8 @@ class Run:
             out.append(
                 f"{wl[:34]:34} {r.system[:22]:22} {r.n:>9,} {rate:>10} "
                 f"{'-' if r.mb_s is None else f'{r.mb_s:.0f}':>8} "
-                f"{'-' if r.p50_us is None else f'{r.p50_us:.2f}':>8} {'-' if r.p99_us is None else f'{r.p99_us:.2f}':>8} "
+                f"{'-' if r.p50_us is None else f'{r.p50_us:.2f}':>8} "
+                f"{'-' if r.p99_us is None else f'{r.p99_us:.2f}':>8} "
                 f"{'-' if r.bytes_per_record is None else f'{r.bytes_per_record:.1f}':>7} {rel:>8}  {r.note}"
             )
         out.append("")
@@ -491,6 +483,19 @@ class Run:
             "commit": commit, "quick": self.quick, "argv": sys.argv[1:],
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
+
+
+def write_sealed_log(path: str, n: int, value_size: int) -> None:
+    """A closed log at ``path`` of ``n // BATCH`` batches of ``BATCH`` random values of
+    ``value_size`` bytes, all in sealed segments (rolled before closing), written without
+    fsync: the input of the verify-scan and the columnar-read workloads."""
+    vals = [os.urandom(value_size) for _ in range(BATCH)]
+    with no_fsync():
+        log = pylog.Log(path, fsync="never")
+        for _ in range(n // BATCH):
+            log.append_batch(vals)
+        log.roll()
+        log.close()
 
 
 def _git_commit() -> str:

@@ -59,7 +59,7 @@ class RedisSystem(System):
             except Exception:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.close()
-                    raise RuntimeError("redis-server did not start")
+                    raise RuntimeError("redis-server did not start") from None
                 time.sleep(0.05)
 
     def close(self) -> None:

@@ -17,11 +17,20 @@ import time
 from typing import Any
 
 import numpy as np
-
 from kio.schema.errors import ErrorCode as E
 
-from pylog.errors import (CorruptRecordError, InvalidNameError, LogLockedError, InvalidTimestampError, LogClosedError, OffsetOutOfRangeError,
-                          PylogError, RecordTooLargeError, UnknownPartitionError, UnknownTopicError)
+from pylog.errors import (
+    CorruptRecordError,
+    InvalidNameError,
+    InvalidTimestampError,
+    LogClosedError,
+    LogLockedError,
+    OffsetOutOfRangeError,
+    PylogError,
+    RecordTooLargeError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from pylog.log import Log, PackedBytes
 from pylog.serve.producers import Producers, batch_producer
 from pylog.serve.records import BatchError, decode_records, encode_columns, encode_records

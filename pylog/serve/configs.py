@@ -5,7 +5,8 @@ that does not parse or that LogConfig refuses, is answered with Kafka's INVALID_
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pylog.config import LogConfig
 from pylog.errors import ConfigError

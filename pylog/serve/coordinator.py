@@ -135,7 +135,7 @@ class GroupCoordinator:
         and ``group.max.session.timeout.ms``; the minimum is lower than Kafka's 6 s).
     """
 
-    def __init__(self, broker: "Broker", min_session_ms: int = 1000, max_session_ms: int = 1800000) -> None:
+    def __init__(self, broker: Broker, min_session_ms: int = 1000, max_session_ms: int = 1800000) -> None:
         self.broker = broker
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
@@ -307,13 +307,15 @@ class GroupCoordinator:
             m.assignment = b""
             if m.join is not None and not m.join.done():
                 m.join.set_result({"error_code": 0, "generation_id": g.generation,
-                                   "protocol_type": g.protocol_type or "", "protocol_name": g.protocol or "", "leader": g.leader, "skip_assignment": False,
+                                   "protocol_type": g.protocol_type or "", "protocol_name": g.protocol or "",
+                                   "leader": g.leader, "skip_assignment": False,
                                    "member_id": m.id, "members": everyone if m.id == g.leader else []})
             m.join = None
 
     async def join_group(self, req: Any, version: int, client_id: str, host: str) -> dict[str, Any]:
         """JoinGroup (classic protocol): answered when the rebalance completes."""
-        fail = {"generation_id": -1, "protocol_name": "", "protocol_type": "", "leader": "", "member_id": req.member_id, "members": []}
+        fail = {"generation_id": -1, "protocol_name": "", "protocol_type": "", "leader": "",
+                "member_id": req.member_id, "members": []}
         try:
             check_name(req.group_id, "group")
         except InvalidNameError:

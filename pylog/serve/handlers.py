@@ -8,12 +8,12 @@ version. Error codes are Kafka's (``kio.schema.errors.ErrorCode``).
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as E
 
-from pylog.errors import (ConfigError, InvalidNameError, PylogError,
-                          TopicExistsError, UnknownTopicError)
+from pylog.errors import ConfigError, InvalidNameError, PylogError, TopicExistsError, UnknownTopicError
 from pylog.serve import configs
 from pylog.serve.protocol import SERVED
 
@@ -29,13 +29,13 @@ def topic_id(name: str) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, "pylog-topic:" + name)
 
 
-def api_versions(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
+def api_versions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     """ApiVersions: the keys and versions in :data:`.protocol.SERVED`."""
     keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (_, lo, hi) in sorted(SERVED.items())]
     return {"error_code": 0, "api_keys": keys}
 
 
-def metadata(broker: "Broker", req: Any, version: int,
+def metadata(broker: Broker, req: Any, version: int,
              may_create: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """Metadata: this one broker leads every partition; unknown topics may be auto-created
     (v0-3 always ask for it), each only when ``may_create(name)`` (the principal may write
@@ -67,7 +67,7 @@ def metadata(broker: "Broker", req: Any, version: int,
             "cluster_authorized_operations": -2147483648}
 
 
-def list_offsets(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
+def list_offsets(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     """ListOffsets: earliest (-2), latest (-1; the last stable offset under read_committed),
     max timestamp (-3) or the first offset at or after a timestamp (the time index)."""
     committed = getattr(req, "isolation_level", 0) == 1
@@ -101,7 +101,7 @@ def list_offsets(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
     return {"topics": out}
 
 
-def create_topics(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
+def create_topics(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     """CreateTopics: replication factor 1 (or -1), Kafka config names mapped to LogConfig."""
     out = []
     for t in req.topics:
@@ -138,7 +138,7 @@ def create_topics(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
     return {"topics": out}
 
 
-def delete_topics(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
+def delete_topics(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     """DeleteTopics: each topic's partitions and groups, as ``pylog topic delete`` does."""
     out = []
     for name in req.topic_names:
@@ -153,7 +153,7 @@ def delete_topics(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
     return {"responses": out}
 
 
-def create_partitions(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
+def create_partitions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     """CreatePartitions: grow a topic to ``count`` partitions."""
     out = []
     for t in req.topics:
@@ -176,7 +176,7 @@ def create_partitions(broker: "Broker", req: Any, version: int) -> dict[str, Any
     return {"results": out}
 
 
-def describe_configs(broker: "Broker", req: Any, version: int) -> dict[str, Any]:
+def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     """DescribeConfigs: a topic's LogConfig under Kafka's names; a broker has none here."""
     out = []
     for res in req.resources:

@@ -9,14 +9,14 @@ No kio needed.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from pylog import _backend
 from pylog.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["encode_headers", "decode_headers", "is_headers"]
 
-Header = tuple[str, Optional[bytes]]
+Header = tuple[str, bytes | None]
 
 
 def _varint(out: bytearray, x: int) -> None:

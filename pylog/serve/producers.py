@@ -36,7 +36,7 @@ from kio.schema.errors import ErrorCode as E
 
 from pylog import fileutil
 from pylog._backend import impl
-from pylog.serve.records import HEADER_SIZE, _HEADER
+from pylog.serve.records import _HEADER, HEADER_SIZE
 
 if TYPE_CHECKING:
     from pylog.log import Log
@@ -89,7 +89,7 @@ class _Partition:
 class Producers:
     """Producer ids and per-partition producer state of one broker's store."""
 
-    def __init__(self, store: "LogStore") -> None:
+    def __init__(self, store: LogStore) -> None:
         self.store = store
         self._parts: dict[tuple[str, int], _Partition] = {}
         self._lock = threading.Lock()
@@ -123,7 +123,7 @@ class Producers:
         return {"error_code": 0, "producer_id": nxt, "producer_epoch": 0}
 
     # -- state per partition ----------------------------------------------------------------
-    def _partition(self, topic: str, i: int, log: "Log") -> _Partition:
+    def _partition(self, topic: str, i: int, log: Log) -> _Partition:
         key = (topic, i)
         with self._lock:
             part = self._parts.get(key)
@@ -136,7 +136,7 @@ class Producers:
             self._load(part, log)
             return part
 
-    def _load(self, part: _Partition, log: "Log") -> None:
+    def _load(self, part: _Partition, log: Log) -> None:
         try:
             with open(part.path, "rb") as f:
                 data = f.read()
@@ -176,7 +176,7 @@ class Producers:
         body = _ENTRY.pack(pid, epoch, first, last, base, last - first + 1)
         return body + _CRC.pack(impl.crc32c(body))
 
-    def check(self, topic: str, i: int, log: "Log", producer: tuple[int, int, int, int]) -> tuple[int, int, Any]:
+    def check(self, topic: str, i: int, log: Log, producer: tuple[int, int, int, int]) -> tuple[int, int, Any]:
         """Before appending an idempotent batch: (0, -1, lock) to append it (the caller holds
         ``lock`` until :meth:`appended`), (0, base offset, None) for a retried batch, or
         (error code, -1, None)."""

@@ -80,10 +80,7 @@ class Request:
 
 
 def _schema_ok(key: int, version: int) -> bool:
-    for table in (SERVED, NOT_YET):
-        if key in table and table[key][1] <= version <= table[key][2]:
-            return True
-    return False
+    return any(key in table and table[key][1] <= version <= table[key][2] for table in (SERVED, NOT_YET))
 
 
 def decode_request(frame: bytes | memoryview) -> Request:

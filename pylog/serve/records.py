@@ -13,7 +13,6 @@ metadata. Library metadata in another encoding reaches Kafka clients as one head
 """
 from __future__ import annotations
 
-import gzip
 import struct
 import zlib
 from dataclasses import dataclass

@@ -20,11 +20,11 @@ import signal
 import struct
 from typing import Any
 
-from pylog.serve import handlers
-from pylog.serve.broker import Broker
 from pylog.errors import InvalidArgumentError
-from pylog.serve import security
-from pylog.serve.coordinator import API_KEYS as GROUP_KEYS, PEER, GroupCoordinator
+from pylog.serve import handlers, security
+from pylog.serve.broker import Broker
+from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
+from pylog.serve.coordinator import PEER, GroupCoordinator
 from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
 
 __all__ = ["Server", "serve"]
