@@ -30,15 +30,18 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pylog import fileutil, vfs
 from pylog import format as fmt
 from pylog import store as store_mod
 from pylog._backend import impl
 from pylog.errors import ArgumentTypeError, CorruptRecordError
-from pylog.log import CLEANED_SUFFIX, SWAP_SUFFIX, Log, finish_swaps
+from pylog.loader import CLEANED_SUFFIX, SWAP_SUFFIX, LogLoading, finish_swaps
 from pylog.segment import SealedSegment, corrupt_error, paths, walker
+
+if TYPE_CHECKING:  # Log is the layer above: compaction imports only what lies below it
+    from pylog.log import Log
 
 __all__ = ["compact", "CompactionReport", "STEPS", "finish_swaps"]
 
@@ -111,7 +114,7 @@ def compact(log: Log, *, now_ms: int | None = None) -> CompactionReport:
     tombstones are older than ``delete_retention_ms``. Raises CorruptRecordError, leaving
     the log unchanged, if a segment fails its CRC checks.
     """
-    if not isinstance(log, Log):
+    if not isinstance(log, LogLoading):  # every Log is one (pylog.log.Log inherits it)
         raise ArgumentTypeError(f"log must be a pylog.Log, got {type(log).__name__}")
     now = time.time_ns() // 1_000_000 if now_ms is None else int(now_ms)
     report = CompactionReport()

@@ -466,3 +466,20 @@ def test_whole_frames_end_matches_a_walk_of_the_whole_file(tmp_path_factory, mon
     whole = fmt.FILE_HEADER_SIZE + sum(n + fmt.FRAME_HEADER_SIZE for n in sizes)
     assert got == a.position == whole
     assert got_mid == whole
+
+
+def test_write_out_hands_buffered_appends_to_the_os_without_fsync(log_dir, make_log):
+    w = make_log(fsync="never")
+    w.append(b"buffered")
+    r = pylog.Log(log_dir, readonly=True)
+    try:
+        assert r.next_offset == 0, "a small append under fsync='never' stays in the write buffer"
+        w.write_out()
+        assert w._durable_next == 0, "write_out does not fsync"
+        r.refresh()
+        assert r.next_offset == 1 and bytes(r.read(0).value) == b"buffered"
+        r.write_out()  # read-only: nothing buffered, nothing to do
+        w.close()
+        w.write_out()  # closed: does nothing, as the flusher thread needs at exit
+    finally:
+        r.close()

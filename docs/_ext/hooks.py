@@ -41,7 +41,11 @@ def undocumented() -> list[str]:
             if not inspect.getdoc(obj):
                 bare.append(f"{modname}.{name}")
             if inspect.isclass(obj) and name != "LogMachine":
-                for mname, member in vars(obj).items():
+                members: dict = {}  # pylog.Log's methods live in the parts it inherits
+                for klass in reversed(inspect.getmro(obj)):
+                    if klass.__module__.split(".")[0] == "pylog":
+                        members.update(vars(klass))
+                for mname, member in members.items():
                     if mname.startswith("_"):
                         continue
                     fn = member.fget if isinstance(member, property) else getattr(member, "__func__", member)

@@ -184,8 +184,8 @@ class Broker:
                                          metadata=PackedBytes(*d.headers))
                 # acknowledged records go to the OS now (fsynced before this when the policy
                 # says so), so library readers in other processes see what Kafka clients were
-                # told is written. Log has no public "write out without fsync": _exit_flush is it.
-                log._exit_flush()
+                # told is written.
+                log.write_out()
                 break
             except InvalidTimestampError:
                 # another producer's append to this partition landed in between with a later

@@ -1,0 +1,638 @@
+"""The append path: queue, framing, write-out, durability, flush timers, rolls.
+
+Split out of pylog/log.py; :class:`pylog.log.Log` inherits :class:`LogAppending`.
+``append_batch`` stays in pylog/log.py with its in-place layout (``IN_PLACE_MIN_BYTES``,
+``_lay_out``), which tests and benchmarks set on that module.
+"""
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from pylog import checkpoint, fileutil, vfs
+from pylog import format as fmt
+from pylog._backend import impl
+from pylog.errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    InvalidTimestampError,
+    LogFencedError,
+    OffsetMismatchError,
+    PylogError,
+    RecordTooLargeError,
+)
+from pylog.reading import _check_offset
+from pylog.segment import ActiveSegment
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_ALWAYS, _INTERVAL, _NEVER = 0, 1, 2
+_POLICIES = {"always": _ALWAYS, "interval": _INTERVAL, "never": _NEVER}
+_FRAME_HEADER = fmt.FRAME_HEADER_SIZE
+_BATCH_BUFFER = 1 << 20    # write buffer a batch append grows to: 1 MiB keeps the framed bytes in
+                           # L2 for the kernel copy (4 MiB measured 2x slower per record)
+_time_ns = time.time_ns
+
+
+def _as_bytes(x: Any, what: str) -> Any:
+    """A bytes object or a flat byte memoryview of ``x``; TypeError for anything else."""
+    t = type(x)
+    if t is bytes:
+        return x
+    if t is str or t is int or t is bool or t is float or x is None:
+        raise ArgumentTypeError(f"{what} must be bytes-like, got {t.__name__}")
+    try:
+        mv = memoryview(x)
+    except TypeError:
+        raise ArgumentTypeError(f"{what} must be bytes-like, got {t.__name__}") from None
+    if mv.ndim != 1 or mv.itemsize != 1 or not mv.c_contiguous:
+        return mv.tobytes() if mv.contiguous else bytes(mv.tobytes())
+    return mv if mv.format == "B" else mv.cast("B")
+
+
+def _check_timestamp(ts: Any) -> int:
+    if isinstance(ts, bool) or not isinstance(ts, (int, np.integer)):
+        raise ArgumentTypeError(f"timestamp must be an int (milliseconds since the epoch), got {type(ts).__name__}")
+    ts = int(ts)
+    if not 0 <= ts <= fmt.MAX_TIMESTAMP_MS:
+        raise InvalidTimestampError(f"timestamp {ts} is outside [0, {fmt.MAX_TIMESTAMP_MS}] (ms since the epoch)")
+    return ts
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PackedBytes:
+    """Items already joined, for :meth:`Log.append_batch` (values, keys or metadata)
+    without a Python object per item: item ``i`` is the next ``lengths[i]`` bytes of
+    ``data``, or None where ``lengths[i]`` is ``0xFFFFFFFF`` (such items take no bytes).
+    ``data`` is any bytes-like (an Arrow buffer, say); ``lengths`` a uint32 numpy array.
+    """
+
+    __slots__ = ("data", "lengths")
+
+    def __init__(self, data: Any, lengths: Any) -> None:
+        self.lengths = np.ascontiguousarray(lengths, dtype=np.uint32)
+        if self.lengths.ndim != 1:
+            raise InvalidArgumentError("lengths must be one-dimensional")
+        mv = memoryview(data).cast("B")
+        need = int(self.lengths[self.lengths != fmt.NULL_LEN].sum(dtype=np.int64))
+        if len(mv) != need:
+            raise InvalidArgumentError(f"data holds {len(mv)} bytes, lengths add up to {need}")
+        self.data = mv
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+def _lengths(items: Any) -> np.ndarray:
+    """``len()`` of every item as a uint32 array, without a Python-level loop. TypeError for
+    an item without a length, OverflowError for one of 4 GiB or more; a view of wider items
+    counts items, not bytes (callers compare the sum with what a join made)."""
+    return np.frombuffer(array("I", map(len, items)), dtype=np.uint32)
+
+
+def _largest(vlens: np.ndarray, klens: np.ndarray | None, mlens: np.ndarray | None) -> int:
+    """Bytes of the largest record's key, metadata and value (a null counts 0)."""
+    if klens is None and mlens is None:
+        big = int(vlens.max())
+        if big != fmt.NULL_LEN:
+            return big
+    sizes = vlens.astype(np.int64) * (vlens != fmt.NULL_LEN)
+    if klens is not None:
+        sizes += klens.astype(np.int64) * (klens != fmt.NULL_LEN)
+    if mlens is not None:
+        sizes += mlens.astype(np.int64) * (mlens != fmt.NULL_LEN)
+    return int(sizes.max())
+
+
+def sizes_of(lens: np.ndarray, a: int, b: int) -> int:
+    part = lens[a:b]
+    return int(part[part != fmt.NULL_LEN].sum(dtype=np.int64))
+
+
+def corrupt_reason(rc: int) -> str:
+    from pylog.segment import reason
+
+    return reason(rc)
+
+
+class LogAppending:
+    """The append path of a Log.
+
+    The append queue, framing, the write buffer going to the OS, fsync policy and group
+    commit, flush timers, segment rolls.
+
+    Mixed into :class:`pylog.log.Log`, which sets up the state. Uses this Log state
+    (set in ``Log.__init__`` or by the other parts):
+
+    ``_active``, ``_cache``, ``_closed``, ``_drains``, ``_durable_next``, ``_fenced``,
+    ``_flush_n``, ``_flush_t``, ``_last_flush_ms``, ``_lock``, ``_max_record``,
+    ``_policy``, ``_q``, ``_q_bytes``, ``_q_limit``, ``_q_start``, ``_q_ts``,
+    ``_queueing``, ``_sealed``, ``_sealed_bases``, ``_segment_ms``, ``_sync_cv``,
+    ``_syncing``, ``_unflushed``, ``_writable``, ``config``, ``path``, ``readonly``
+
+    and these methods of the other parts:
+
+    ``_check_writable``, ``_update_writable``
+    """
+
+    # ------------------------------------------------------------------------------------
+    # appending
+    def _coerce_value(self, value: Any) -> Any:
+        if value is None:
+            return None
+        t = type(value)
+        if t is str:
+            raise ArgumentTypeError("value must be bytes-like (or an iterable of bytes-like chunks), got str")
+        if isinstance(value, _BYTES_LIKE):
+            return _as_bytes(value, "value")
+        try:
+            memoryview(value)
+            return _as_bytes(value, "value")
+        except TypeError:
+            pass
+        try:
+            chunks = iter(value)
+        except TypeError:
+            raise ArgumentTypeError(f"value must be bytes-like (or an iterable of bytes-like chunks), got {t.__name__}") from None
+        return self._take_stream(chunks)
+
+    def _take_stream(self, chunks: Iterator[Any]) -> bytes:
+        """Join a streaming value, taking at most max_record_bytes (laminarmq's threshold)."""
+        limit = self.config.max_record_bytes
+        parts = []
+        total = 0
+        for chunk in chunks:
+            c = _as_bytes(chunk, "value chunk")
+            total += len(c)
+            if total > limit:
+                raise RecordTooLargeError(total, limit)
+            parts.append(c)
+        return b"".join(parts)
+
+    def append(self, value: Any, key: Any = None, metadata: Any = None, timestamp: int | None = None,
+               expected_offset: int | None = None) -> int:
+        """Append one record; returns its offset.
+
+        Parameters
+        ----------
+        value
+            bytes-like; or an iterable of bytes-like chunks (a streaming append: at most
+            ``max_record_bytes`` are taken, and an overflow or an exception from the iterator
+            leaves the log unchanged); or None for a tombstone.
+        key, metadata
+            bytes-like or None.
+        timestamp
+            Milliseconds since the epoch; default now. Timestamps never decrease within a
+            log: a default timestamp is raised to the newest one, an explicit lower one raises.
+        expected_offset
+            If given, append only if it equals ``next_offset`` (a conditional append).
+
+        Raises
+        ------
+        TypeError, RecordTooLargeError, InvalidTimestampError, OffsetMismatchError,
+        LogClosedError, LogFencedError, ReadOnlyLogError
+        """
+        if (type(value) is bytes and key is None and metadata is None and timestamp is None
+                and expected_offset is None and len(value) <= self._max_record):
+            # The common record, in as few steps as possible. Under "interval" and "never"
+            # it is only queued, with its offset and timestamp fixed now; the queue is framed
+            # in one C call when it fills, and before anything reads or writes out the
+            # active segment (it is the first stage of the write buffer).
+            # A with-statement, not acquire() then try/finally: that is ~0.15 us faster on
+            # CPython 3.11, but a signal handler's exception (Ctrl-C) can land between the
+            # acquire and the try and leave the lock held, hanging every other thread.
+            with self._lock:
+                q = self._q
+                if self._queueing:
+                    n = len(q)
+                    if not n:
+                        self._q_start = self._active.app.next_offset
+                    off = self._q_start + n
+                    now = _time_ns()  # made milliseconds when the queue is framed
+                    ts = self._q_ts
+                    try:
+                        q.append(value)
+                        ts.append(now)
+                    except BaseException:  # a signal handler's exception between the two
+                        del q[n:], ts[n:]  # (the queue and its timestamps stay in step)
+                        raise
+                    # the queue holds at most a write buffer of frames
+                    size = self._q_bytes = self._q_bytes + len(value) + _FRAME_HEADER
+                    if size >= self._q_limit:
+                        self._drain_locked()
+                    if self._policy == _INTERVAL:
+                        self._unflushed += 1
+                        if (self._unflushed >= self._flush_n
+                                or now // 1_000_000 - self._last_flush_ms >= self._flush_t):
+                            self._flush_locked()
+                    return off
+                seg = self._writable
+                if seg is not None and self._segment_ms is None and not q:
+                    off = seg.app.frame_value(value, _time_ns() // 1_000_000)
+                    if off >= 0:
+                        self._after_append(seg, 1)
+                        if self._policy != _ALWAYS:
+                            return off
+                    else:
+                        seg = None
+                else:
+                    seg = None
+            if seg is not None:
+                self._wait_durable(off)
+                return off
+        return self._append(value, key, metadata, timestamp, expected_offset)
+
+    def _append(self, value: Any, key: Any, metadata: Any, timestamp: int | None,
+                expected_offset: int | None) -> int:
+        if type(value) is not bytes:
+            value = self._coerce_value(value)
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if metadata is not None and type(metadata) is not bytes:
+            metadata = _as_bytes(metadata, "metadata")
+        size = (0 if value is None else len(value)) + (0 if key is None else len(key)) + (
+            0 if metadata is None else len(metadata))
+        cfg = self.config
+        if size > cfg.max_record_bytes:
+            raise RecordTooLargeError(size, cfg.max_record_bytes)
+        attrs = (key is None) | (metadata is None) << 1 | (value is None) << 2
+        if timestamp is not None:
+            timestamp = _check_timestamp(timestamp)
+        if expected_offset is not None:
+            expected_offset = _check_offset(expected_offset, "expected_offset")
+        with self._lock:
+            seg = self._check_writable()
+            app = seg.app
+            if expected_offset is not None and expected_offset != app.next_offset:
+                raise OffsetMismatchError(expected_offset, app.next_offset)
+            if timestamp is None:
+                ts, clamp = _now_ms(), True
+            else:
+                ts, clamp = timestamp, False
+                mx = app.max_timestamp
+                if mx is not None and ts < mx:
+                    raise InvalidTimestampError(
+                        f"timestamp {ts} is below the log's latest timestamp {mx}: timestamps never decrease")
+            if cfg.segment_ms is not None:
+                seg = self._maybe_roll_by_time(seg, ts)
+                app = seg.app
+            offset = app.frame(value, key, metadata, attrs, ts, clamp)
+            if offset < 0:
+                seg, offset = self._frame_slow(seg, offset, value, key, metadata, attrs, ts, clamp)
+            self._after_append(seg, 1)
+        if cfg.fsync == "always":
+            self._wait_durable(offset)
+        return offset
+
+    def _frame_slow(self, seg: ActiveSegment, rc: int, value: Any, key: Any, metadata: Any,
+                    attrs: int, ts: int, clamp: bool) -> tuple[ActiveSegment, int]:
+        """The append did not fit: make room (write out, roll, grow the index) and retry."""
+        for _ in range(4):
+            app = seg.app
+            if rc == impl.E_SPACE:
+                self._write_out(seg)
+                size = fmt.FRAME_HEADER_SIZE + sum(len(x) for x in (value, key, metadata) if x is not None)
+                if size > app.buffer_capacity:
+                    app.reserve(size)
+            elif rc == impl.E_SEGMENT_FULL:
+                seg = self._roll()
+            elif rc == impl.E_INDEX_FULL:
+                if app.index_cap < self.config.index_max_entries:
+                    app.grow_index(min(app.index_cap * 2, self.config.index_max_entries))
+                else:
+                    seg = self._roll()
+            else:
+                raise PylogError(f"append failed: {corrupt_reason(rc)}")
+            rc = seg.app.frame(value, key, metadata, attrs, ts, clamp)
+            if rc >= 0:
+                return seg, rc
+        raise PylogError(f"append failed: {corrupt_reason(rc)}")
+
+    def _frame_locked(self, seg: ActiveSegment, vjoined: Any, vlens: np.ndarray, kjoined: Any,
+                      klens: np.ndarray | None, mjoined: Any, mlens: np.ndarray | None,
+                      ts_arr: np.ndarray | None, default_ts: int, laid: bytearray | None = None) -> ActiveSegment:
+        """Frame a validated batch into the active segment(s), writing out, rolling and
+        growing the index as needed. Returns the active segment after it.
+
+        With ``laid`` (see :func:`_lay_out`) the frames are made where they lie and written
+        from there, past the write buffer (one copy fewer); else they are copied from the
+        joined buffers into the write buffer."""
+        cfg = self.config
+        n = len(vlens)
+        done = 0
+        vo = ko = mo = 0  # byte offsets into the joined buffers, or into laid
+        while done < n:
+            if cfg.segment_ms is not None:
+                seg = self._maybe_roll_by_time(seg, int(ts_arr[done]) if ts_arr is not None else default_ts)
+            app = seg.app
+            sl = slice(done, None)
+            if laid is not None:
+                if app.used:  # what is pending goes first: the frames follow it
+                    self._write_out(seg)
+                at = app.position  # the write buffer is empty: the frames go where the store ends
+                try:
+                    rc, k, w = app.frame_in_place(
+                        memoryview(laid)[vo:], vlens[sl], None if klens is None else klens[sl],
+                        None if mlens is None else mlens[sl], None if ts_arr is None else ts_arr[sl], default_ts)
+                    if k:  # the index entries go out with the next write_pending
+                        seg.write_direct(memoryview(laid)[vo : vo + w], at)
+                except OSError as e:
+                    self._fence(e)
+                    raise
+                except BaseException:
+                    # interrupted (a signal handler's exception) between framing and writing:
+                    # the appender already counts the frames made in place, so they are
+                    # written, or the store would lack bytes its positions point at
+                    gap = app.position - at
+                    if gap > 0 and self._fenced is None:
+                        seg.write_direct(memoryview(laid)[vo : vo + gap], at)
+                    raise
+                if k:
+                    vo += w
+                    done += k
+            else:
+                rc, k = app.frame_batch(
+                    memoryview(vjoined)[vo:], vlens[sl],
+                    None if kjoined is None else memoryview(kjoined)[ko:], None if klens is None else klens[sl],
+                    None if mjoined is None else memoryview(mjoined)[mo:], None if mlens is None else mlens[sl],
+                    None if ts_arr is None else ts_arr[sl], default_ts,
+                )
+                if k and rc != impl.OK:  # more to frame: move past what was framed
+                    vo += int(sizes_of(vlens, done, done + k))
+                    if klens is not None:
+                        ko += int(sizes_of(klens, done, done + k))
+                    if mlens is not None:
+                        mo += int(sizes_of(mlens, done, done + k))
+                done += k
+            if rc == impl.OK:
+                break
+            if rc == impl.E_SPACE:
+                if k == 0 and app.used == 0:
+                    # one record larger than the buffer: grow it for good
+                    one = _largest(vlens[done : done + 1], None if klens is None else klens[done : done + 1],
+                                   None if mlens is None else mlens[done : done + 1]) + fmt.FRAME_HEADER_SIZE
+                    app.reserve(max(one, app.buffer_capacity * 2))
+                else:
+                    self._write_out(seg)
+                    if app.buffer_capacity < _BATCH_BUFFER:
+                        # batches write whole buffers: grow once to a size that amortizes the
+                        # pwrite (a buffer made per batch would page-fault every time)
+                        app.reserve(_BATCH_BUFFER)
+            elif rc == impl.E_SEGMENT_FULL:
+                seg = self._roll()
+            elif rc == impl.E_INDEX_FULL:
+                if app.index_cap < cfg.index_max_entries:
+                    app.grow_index(min(app.index_cap * 2, cfg.index_max_entries))
+                else:
+                    seg = self._roll()
+            elif rc == impl.E_TIMESTAMP:
+                raise InvalidTimestampError("timestamps never decrease")  # checked by the callers
+            else:
+                raise PylogError(f"append failed: {corrupt_reason(rc)}")
+        return seg
+
+    def _drain_locked(self) -> None:
+        """Frame the queued per-record appends (see ``append``) in one batch."""
+        vals = self._q
+        if not vals or self._writable is None:
+            return
+        # everything that can be interrupted (a signal handler's exception) before the queue
+        # is emptied, so an interruption here leaves it whole for the next drain
+        vlens = _lengths(vals)
+        ts_arr = np.maximum.accumulate(np.array(self._q_ts, dtype=np.int64) // 1_000_000)
+        seg = self._active
+        mx = seg.app.max_timestamp
+        if mx is not None and int(ts_arr[0]) < mx:
+            np.maximum(ts_arr, mx, out=ts_arr)  # the clock went back: never decrease
+        joined = b"".join(vals)
+        stamps, start = self._q_ts, self._q_start
+        self._drains += 1  # odd: under way (see next_offset)
+        self._q = []
+        self._q_ts = []
+        self._q_bytes = 0
+        try:
+            self._frame_locked(seg, joined, vlens, None, None, None, None, ts_arr, 0)
+        except BaseException:
+            # interrupted (or failed) part way: the records framed so far are in the write
+            # buffer, the rest goes back to the queue, so the offsets append handed out for
+            # them stay theirs (a failure that fenced the log keeps it empty)
+            done = self._active.app.next_offset - start
+            if self._fenced is None and 0 <= done < len(vals):
+                self._q = vals[done:]
+                self._q_ts = stamps[done:]
+                self._q_start = start + done
+                self._q_bytes = int(vlens[done:].sum(dtype=np.int64)) + (len(vals) - done) * _FRAME_HEADER
+            raise
+        finally:
+            self._drains += 1  # even again
+
+    @staticmethod
+    def _join(items: Any, what: str, n: int, nullable: bool,
+              lens: np.ndarray | None = None) -> tuple[bytes, np.ndarray]:
+        """The items joined, and their lengths (NULL_LEN for a None); ``lens``: the lengths
+        already taken by :func:`_batch_lengths`."""
+        if isinstance(items, (bytes, bytearray, memoryview, str)):
+            raise ArgumentTypeError(f"{what} must be a sequence, not a single value")
+        if isinstance(items, PackedBytes):
+            if len(items) != n:
+                raise InvalidArgumentError(f"{what} has {len(items)} items, values has {n}")
+            return items.data, items.lengths
+        if type(items) is not list:
+            items = list(items)
+        if len(items) != n:
+            raise InvalidArgumentError(f"{what} has {len(items)} items, values has {n}")
+        try:  # the common case, bytes-likes only, without a Python-level loop
+            joined = b"".join(items)
+            if lens is None:
+                lens = _lengths(items)
+        except (TypeError, OverflowError):  # a None, a str, a non-buffer, a length >= 4 GiB
+            pass
+        else:
+            if int(lens.sum(dtype=np.uint64)) == len(joined):  # else a view with itemsize > 1
+                return joined, lens
+        try:
+            joined = b"".join([b"" if x is None else x for x in items])
+            lens = np.fromiter((fmt.NULL_LEN if x is None else len(x) for x in items), dtype=np.uint32, count=n)
+        except TypeError:
+            joined = None  # type: ignore[assignment]
+        if joined is None or any(type(x) is str for x in items):
+            norm = [None if x is None else _as_bytes(x, f"{what}[{i}]") for i, x in enumerate(items)]
+            joined = b"".join([b"" if x is None else x for x in norm])
+            lens = np.fromiter((fmt.NULL_LEN if x is None else len(x) for x in norm), dtype=np.uint32, count=n)
+        elif any(type(x) is not bytes and x is not None for x in items):
+            # bytes-likes with itemsize > 1 must be counted in bytes
+            lens = np.fromiter((fmt.NULL_LEN if x is None else memoryview(x).nbytes for x in items),
+                               dtype=np.uint32, count=n)
+        return joined, lens
+
+    def _after_append(self, seg: ActiveSegment, count: int) -> None:
+        """Apply the fsync policy after ``count`` records went into the write buffer."""
+        policy = self._policy
+        if policy == _ALWAYS:
+            self._write_out(seg)
+            return
+        if policy == _INTERVAL:  # the count of unflushed records only matters here
+            self._unflushed += count
+            if self._unflushed >= self._flush_n or _now_ms() - self._last_flush_ms >= self._flush_t:
+                self._flush_locked()
+
+    def _write_out(self, seg: ActiveSegment) -> None:
+        """Hand queued and buffered bytes to the OS; a failure fences the log."""
+        try:
+            if self._q:
+                self._drain_locked()
+                seg = self._active
+            seg.write_pending()
+        except OSError as e:
+            self._fence(e)
+            raise
+
+    def _fence(self, e: BaseException) -> None:
+        self._fenced = e
+        if isinstance(self._active, ActiveSegment):
+            self._active.broken = True  # unwritten appends vanish; reads stop writing
+        self._writable = None
+        self._queueing = False
+        self._q = []
+        self._q_ts = []
+        with self._sync_cv:
+            self._sync_cv.notify_all()
+
+    def _wait_durable(self, offset: int) -> None:
+        """Group commit: return once ``offset`` is fsynced, sharing fsyncs among threads."""
+        cv = self._sync_cv
+        with cv:
+            while self._durable_next <= offset:
+                if self._fenced is not None:
+                    raise LogFencedError(f"log {self.path}: fsync failed ({self._fenced}); reopen it")
+                if not self._syncing:
+                    self._syncing = True
+                    break
+                cv.wait()
+            else:
+                return
+        ok = False
+        goal = 0
+        try:
+            with self._lock:
+                self._write_out(self._check_writable())
+                seg = self._active  # after the write-out: it may have rolled (see _flush_locked)
+                goal = seg.written_next
+                fd = vfs.dup(seg.store_fd)
+            try:
+                vfs.fdatasync(fd)
+            except OSError as e:
+                self._fence(e)
+                raise
+            finally:
+                vfs.close(fd)
+            ok = True
+        finally:
+            with cv:
+                self._syncing = False
+                if ok and goal > self._durable_next:
+                    self._durable_next = goal
+                cv.notify_all()
+
+    def _flush_locked(self) -> None:
+        # The write-out may drain the queue and roll: the segments it sealed were fsynced by
+        # the roll (ActiveSegment.seal), so what is left unsynced is in the segment active
+        # *after* it, and only that one may be synced (a sealed one's files are closed).
+        self._write_out(self._active)
+        seg = self._active
+        try:
+            seg.sync()
+        except OSError as e:
+            self._fence(e)
+            raise
+        self._unflushed = 0
+        self._last_flush_ms = _now_ms()
+        with self._sync_cv:
+            self._durable_next = max(self._durable_next, seg.written_next)
+
+    def flush(self) -> None:
+        """Write out buffered appends and fsync them: everything appended so far is durable
+        (acknowledged) when this returns."""
+        with self._lock:
+            self._check_writable()
+            self._flush_locked()
+
+    def _timer_flush(self, now_ms: int) -> None:
+        cfg = self.config
+        if self._closed or self._fenced is not None or not self._unflushed:
+            return
+        if cfg.fsync == "interval" and cfg.flush_ms is not None and now_ms - self._last_flush_ms >= cfg.flush_ms:
+            if self._lock.acquire(blocking=False):
+                try:
+                    if not self._closed and self._fenced is None:
+                        try:
+                            self._flush_locked()
+                        except Exception as e:
+                            # the flusher thread drops the exception: a failure of any kind
+                            # must still fence the log, so the next append reports it
+                            if self._fenced is None:
+                                self._fence(e)
+                            raise
+                finally:
+                    self._lock.release()
+
+    def write_out(self) -> None:
+        """Hand buffered appends to the OS (``pwrite``) without fsync.
+
+        Other processes (a ``readonly`` Log, the CLI) see the records from then on; they
+        are durable only after an fsync (the ``fsync`` policy, :meth:`flush` or
+        :meth:`close`). Does nothing on a closed, fenced or read-only log (nothing is
+        buffered there), so it never raises for those: the flusher thread calls it at exit.
+        """
+        if self._closed or self._fenced is not None or self.readonly:
+            return
+        with self._lock:
+            if not self._closed:
+                if self._q:
+                    self._drain_locked()
+                self._active.write_pending()
+
+    def _exit_flush(self) -> None:
+        """The flusher thread's name for :meth:`write_out` (pylog.flusher)."""
+        self.write_out()
+
+    # ------------------------------------------------------------------------------------
+    # rolling
+    def _maybe_roll_by_time(self, seg: ActiveSegment, ts: int) -> ActiveSegment:
+        first = seg.first_timestamp()
+        if first is not None and ts - first >= self.config.segment_ms:  # type: ignore[operator]
+            return self._roll()
+        return seg
+
+    def roll(self) -> None:
+        """Seal the active segment now and start a new one (no-op when it is empty)."""
+        with self._lock:
+            seg = self._check_writable()
+            if seg.next_offset > seg.base_offset:
+                self._roll()
+
+    def _roll(self) -> ActiveSegment:
+        """Seal the active segment (write out, fsync) and create the next one; the recovery
+        point moves to the new base once the directory entry is durable."""
+        old = self._active
+        try:
+            sealed = old.seal(self.config, self._cache)
+            new = ActiveSegment.create(self.path, sealed.next_offset, self.config)
+            fileutil.fsync_dir(self.path)
+            checkpoint.write_recovery_point(self.path, new.base_offset)
+        except OSError as e:
+            self._fence(e)
+            raise
+        self._sealed = [*self._sealed, sealed]
+        self._sealed_bases = [*self._sealed_bases, sealed.base_offset]
+        self._active = new
+        self._update_writable()
+        with self._sync_cv:
+            self._durable_next = max(self._durable_next, sealed.next_offset)
+        return new

@@ -1,0 +1,465 @@
+"""Opening a log: the lock, loading and recovering segments, the recovery report.
+
+Split out of pylog/log.py; :class:`pylog.log.Log` inherits :class:`LogLoading`. Also holds the
+on-disk names opening handles (the compaction swap suffixes, the transaction stable file)
+and :func:`finish_swaps`, which compaction uses as well.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from typing import Any
+
+from pylog import checkpoint, fileutil, vfs
+from pylog import format as fmt
+from pylog._backend import impl
+from pylog.errors import CorruptRecordError, LogLockedError
+from pylog.segment import ActiveSegment, SealedSegment, damage_error, paths
+
+#: Compaction's crash-safe swap (pylog.compaction): new files are written as ``.cleaned``,
+#: renamed to ``.swap`` (the store's rename commits), then renamed over the originals.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+#: While a transaction's records are being applied to a partition (pylog.transactions),
+#: this file in the partition directory holds the partition's last stable offset (where the
+#: apply starts): ``{"txn": id, "start": offset}``. Every reader, in every process, stops
+#: there; it is removed once the applied records are durable.
+STABLE_FILE = "txn.stable"
+
+#: Called as ``hook(log)`` when a writer opens a partition that holds a :data:`STABLE_FILE`
+#: (an apply a crash interrupted): pylog.transactions registers the roll forward here, so
+#: this module never imports the layer above it. Without a hook the log keeps the cap.
+STABLE_HOOKS: list[Any] = []
+
+
+def read_stable_file(dirpath: str) -> tuple[str, int] | None:
+    """``(transaction id, stable offset)`` from a partition's :data:`STABLE_FILE`, or None
+    when there is none. A file that cannot be parsed raises :class:`CorruptRecordError`
+    (it is written atomically, so only outside damage does that)."""
+    import json
+
+    path = os.path.join(dirpath, STABLE_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        d = json.loads(data)
+        txn, start = d["txn"], d["start"]
+        if not isinstance(txn, str) or isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError("bad fields")
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptRecordError(path, 0, None, f"unreadable stable-offset marker ({e})") from None
+    return txn, start
+
+
+def finish_swaps(dirpath: str) -> bool:
+    """Finish or roll back a compaction swap a crash interrupted; True if files changed.
+
+    ``.cleaned`` files are deleted (the originals are whole). For each ``B.log.swap`` (the
+    swap committed) the index ``.swap`` files, then the store, are renamed over the
+    originals. Index ``.swap`` files without a store ``.swap`` are deleted (not committed)."""
+    names = os.listdir(dirpath)
+    changed = False
+    for name in names:
+        if name.endswith(CLEANED_SUFFIX):
+            vfs.unlink(os.path.join(dirpath, name))
+            changed = True
+    swaps = set(n for n in names if n.endswith(SWAP_SUFFIX))
+    for name in sorted(swaps):
+        if fmt.parse_segment_name(name[: -len(SWAP_SUFFIX)], fmt.STORE_SUFFIX) is None:
+            continue
+        stem = name[: -len(SWAP_SUFFIX) - len(fmt.STORE_SUFFIX)]
+        for suffix in (fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX, fmt.STORE_SUFFIX):
+            swap = stem + suffix + SWAP_SUFFIX
+            if swap in swaps:
+                vfs.replace(os.path.join(dirpath, swap), os.path.join(dirpath, stem + suffix))
+                swaps.discard(swap)
+                changed = True
+    for name in swaps:  # index swaps of a swap that never committed
+        vfs.unlink(os.path.join(dirpath, name))
+        changed = True
+    if changed:
+        fileutil.fsync_dir(dirpath)
+    return changed
+
+
+def _records_end(seg: SealedSegment) -> int | None:
+    """One past the last record of sealed segment ``seg``, found by walking from its last
+    index entry (at most one index interval is read); None when that cannot be told: a
+    compacted segment, or a walk stopped by damage before the end of the store."""
+    m = seg.maps()  # learns seg.gaps
+    if seg.gaps:
+        return None
+    ix = m.index
+    if ix.n:
+        pos = int(ix.array[-1]["position"])
+        end = seg.base_offset + int(ix.array[-1]["relative_offset"])
+    else:
+        pos, end = fmt.FILE_HEADER_SIZE, seg.base_offset
+    while True:
+        _rc, frames, stop = impl.scan(m.store.buf, m.store.length, pos, None, 4096, (1 << 64) - 1, False)
+        if not len(frames):
+            break
+        end = int(frames[-1]["offset"]) + 1
+        pos = int(stop)
+    return end if pos == m.store.length else None
+
+
+def _report_entry(err: CorruptRecordError, action: str, saved: str | None, now_ms: int,
+                  end_offset: int | None = None) -> dict:
+    """A recovery-report entry (see :func:`pylog.checkpoint.add_report`) for ``err``."""
+    return {"segment": os.path.basename(err.path), "position": err.position, "offset": err.offset,
+            "end_offset": end_offset, "action": action, "saved": saved, "reason": err.reason,
+            "time_ms": now_ms}
+
+
+class LogLoading:
+    """Opening and recovery of a Log (Kafka's LogLoader).
+
+    The writer lock, stray files, loading segments, recovery from the recovery point, an
+    interrupted truncate, read-only loading, the persisted recovery report.
+
+    Mixed into :class:`pylog.log.Log`, which sets up the state. Uses this Log state
+    (set in ``Log.__init__`` or by the other parts):
+
+    ``_active``, ``_cache``, ``_cap``, ``_cut_hint``, ``_durable_next``, ``_lock``,
+    ``_lock_fd``, ``_sealed``, ``_sealed_bases``, ``config``, ``path``, ``readonly``,
+    ``recovery_actions``, ``recovery_report``, ``truncated_bytes``
+
+    and these methods of the other parts:
+
+    ``_check_open``, ``_check_writable``, ``_write_out``, ``next_offset``,
+    ``start_offset``, ``truncate``
+    """
+
+    # ------------------------------------------------------------------------------------
+    # opening
+    def _open_stable(self) -> None:
+        """A writer found a stable-offset marker: a transaction's apply was interrupted.
+        The hooks roll it forward (or drop the marker of one never decided); until then
+        (no hook) reads stop at the marker."""
+        mark = read_stable_file(self.path)
+        if mark is None:
+            return
+        self._cap = mark[1]
+        for hook in STABLE_HOOKS:
+            hook(self)
+
+    def _take_lock(self) -> None:
+        fd = vfs.open(os.path.join(self.path, fmt.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            vfs.close(fd)
+            raise LogLockedError(f"{self.path} is locked by another writer") from None
+        except BaseException:
+            vfs.close(fd)
+            raise
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            try:
+                vfs.close(self._lock_fd)  # closing the fd drops the flock
+            finally:
+                self._lock_fd = -1
+
+    def _list_bases(self, names: list[str] | None = None) -> list[int]:
+        bases = []
+        suffix = fmt.STORE_SUFFIX
+        for name in os.listdir(self.path) if names is None else names:
+            if name.endswith(suffix):
+                b = fmt.parse_segment_name(name, suffix)
+                if b is not None:
+                    bases.append(b)
+        return sorted(bases)
+
+    def _clean_stray_files(self, bases: list[int]) -> None:
+        """Delete temp files, half-deleted segments and index files with no store; finish
+        or roll back an interrupted compaction swap (:func:`finish_swaps`)."""
+        names = os.listdir(self.path)
+        if any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
+            finish_swaps(self.path)
+            names = os.listdir(self.path)
+        have = set(bases)
+        removed = False
+        for name in names:
+            p = os.path.join(self.path, name)
+            orphan = False
+            if name.endswith((fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX)):
+                for suffix in (fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX):
+                    b = fmt.parse_segment_name(name, suffix)
+                    if b is not None and b not in have:
+                        orphan = True
+            if name.endswith((fmt.TEMP_SUFFIX, fmt.DELETED_SUFFIX)) or orphan:
+                try:
+                    vfs.unlink(p)
+                    removed = True
+                except IsADirectoryError:
+                    pass
+        if removed:
+            fileutil.fsync_dir(self.path)
+
+    def _load(self, bases: list[int]) -> None:
+        cfg = self.config
+        if self.readonly:
+            self._load_readonly(bases)
+            return
+        self._clean_stray_files(bases)
+        if not bases:
+            self._sealed: list[SealedSegment] = []
+            self._sealed_bases: list[int] = []
+            self._active = ActiveSegment.create(self.path, cfg.initial_offset, cfg)
+            fileutil.fsync_dir(self.path)
+            checkpoint.write_recovery_point(self.path, cfg.initial_offset)
+            self._durable_next = cfg.initial_offset
+            return
+        clean = checkpoint.take_clean(self.path)
+        if clean is None and len(bases) > 1:
+            bases = self._set_aside_after_gap(bases)
+        sealed = [SealedSegment(self.path, b, bases[i + 1], None, cfg.index_interval_bytes, self._cache)
+                  for i, b in enumerate(bases[:-1])]  # sizes are read when first needed
+        last = bases[-1]
+        active = None
+        if clean is not None and clean.active_base == last and clean.next_offset >= last:
+            st = os.stat(paths(self.path, last)[0])
+            if st.st_size == clean.active_size and st.st_mtime_ns == clean.active_mtime_ns:
+                active = ActiveSegment.open_clean(self.path, last, cfg, next_offset=clean.next_offset,
+                                                  size=clean.active_size, max_timestamp=clean.max_timestamp)
+        if active is None:
+            active = self._recover(sealed, last)
+        self._sealed = sealed
+        self._sealed_bases = [s.base_offset for s in sealed]
+        self._active = active
+        self._durable_next = active.next_offset
+        if clean is None:
+            checkpoint.write_recovery_point(self.path, active.base_offset)
+
+    def _set_aside_after_gap(self, bases: list[int]) -> list[int]:
+        """Backstop of an unclean open: where a segment's records end before the next
+        segment's base (a hole in the offsets: a file deleted by hand, or a crash of an
+        older pylog's truncate), the segments after the hole are renamed ``*.gap`` (kept,
+        never deleted), reported in ``recovery_report`` and ``recovery_actions``, and the
+        log ends before the hole. Returns the bases still in the log."""
+        cfg = self.config
+        for i in range(len(bases) - 1):
+            seg = SealedSegment(self.path, bases[i], bases[i + 1], None, cfg.index_interval_bytes, self._cache)
+            try:
+                end = _records_end(seg)
+            finally:
+                self._cache.discard(seg)
+            if end is None or end >= bases[i + 1]:
+                continue
+            saved = []
+            for b in bases[i + 1 :]:
+                for p in paths(self.path, b):
+                    if os.path.exists(p):
+                        vfs.rename(p, p + fmt.GAP_SUFFIX)
+                        saved.append(os.path.basename(p) + fmt.GAP_SUFFIX)
+            fileutil.fsync_dir(self.path)
+            what = (f"offsets [{end}, {bases[i + 1]}) are missing: the segments from {bases[i + 1]} on "
+                    f"were set aside as {', '.join(n for n in saved if fmt.STORE_SUFFIX + fmt.GAP_SUFFIX in n)}")
+            self.recovery_report.append(CorruptRecordError(paths(self.path, bases[i + 1])[0] + fmt.GAP_SUFFIX,
+                                                           0, end, what))
+            self.recovery_actions.append(what)
+            return bases[: i + 1]
+        return bases
+
+    def _finish_truncate(self) -> None:
+        """Finish a truncate that a crash interrupted: its point was made durable before it
+        changed any file, so the records from it on are dropped now (``recovery_actions``
+        says so)."""
+        if not os.path.exists(os.path.join(self.path, fmt.TRUNCATE_FILE)):
+            return
+        t = checkpoint.read_truncate_point(self.path)
+        if t is None:  # damaged from outside (it is written atomically): nothing to finish
+            checkpoint.clear_truncate_point(self.path)
+            self.recovery_actions.append("removed a damaged truncate-point")
+            return
+        start, nxt = self.start_offset, self.next_offset
+        if start <= t < nxt:
+            try:
+                self.truncate(t)
+            except OSError as e:  # a full disk, say: the log opens fenced, and readable
+                self.recovery_actions.append(f"could not finish an interrupted truncate to offset {t} ({e}); "
+                                             f"the log refuses appends until it is reopened")
+                return
+            self.recovery_actions.append(f"finished an interrupted truncate: offsets [{t}, {nxt}) dropped")
+        else:
+            checkpoint.clear_truncate_point(self.path)
+            self.recovery_actions.append(f"an interrupted truncate to offset {t} had nothing left to drop")
+
+    def _recover(self, sealed: list[SealedSegment], last: int) -> ActiveSegment:
+        """Unclean (or untrusted) shutdown: verify what follows the recovery point; in the
+        active segment cut only a torn tail. Interior damage there is kept and the segment
+        sealed, so it is read, reported and verified like a sealed one, and appends go on
+        in a new segment. What was found, and a cut of records the recovery point calls
+        durable, go into the persisted recovery report."""
+        rp = checkpoint.read_recovery_point(self.path)
+        first = sealed[0].base_offset if sealed else last
+        if rp is None or rp < first:
+            # missing, damaged, or naming segments that are gone: full recovery. (A point
+            # past the last base is normal: close() writes next_offset.)
+            rp = first
+        found: list[CorruptRecordError] = []
+        for i, seg in enumerate(sealed):
+            if seg.next_offset > rp:
+                # Sealed segments were fsynced before the next one was created; a bad frame
+                # here is corruption: reported, never truncated.
+                found.extend(seg.verify(seg.next_offset))
+        active, cut, damage = ActiveSegment.recover(self.path, last, self.config)
+        self.truncated_bytes = cut
+        found.extend(damage_error(active.store_path, d) for d in damage)
+        now = int(time.time() * 1000)
+        # what the open found before (segments set aside after a hole), then the damage kept
+        entries = [_report_entry(e, "set aside", None, now) for e in self.recovery_report]
+        entries += [_report_entry(e, "kept", None, now) for e in found]
+        self.recovery_report.extend(found)
+        if cut and active.next_offset < rp:
+            # the cut reaches below the recovery point: records known durable are gone
+            saved = paths(self.path, last)[0] + fmt.BROKEN_SUFFIX
+            err = CorruptRecordError(
+                active.store_path, active.size, active.next_offset,
+                f"torn tail cut at open: offsets {active.next_offset}..{rp - 1}, which the recovery "
+                f"point counted durable, are gone ({cut} bytes saved to {os.path.basename(saved)})")
+            self.recovery_report.append(err)
+            entries.append(_report_entry(err, "cut", os.path.basename(saved), now, rp))
+        if damage:
+            # seal the damaged segment: readers in every process then find the records
+            # after the damage through its rebuilt index; appends go on in a new segment
+            try:
+                done = active.seal(self.config, self._cache)
+                new = ActiveSegment.create(self.path, done.next_offset, self.config)
+                fileutil.fsync_dir(self.path)
+                checkpoint.write_recovery_point(self.path, new.base_offset)
+            except BaseException:
+                active.close_files()
+                raise
+            sealed.append(done)
+            active = new
+        checkpoint.add_report(self.path, entries)
+        return active
+
+    def _load_readonly(self, bases: list[int]) -> None:
+        from pylog.tail import TailSegment
+
+        if not bases:
+            raise FileNotFoundError(errno.ENOENT, "no segments in log directory", self.path)
+        cfg = self.config
+        self._sealed = [
+            SealedSegment(self.path, b, bases[i + 1], None, cfg.index_interval_bytes, self._cache, readonly=True)
+            for i, b in enumerate(bases[:-1])
+        ]
+        self._sealed_bases = [s.base_offset for s in self._sealed]
+        self._active = TailSegment(self.path, bases[-1], cfg)  # type: ignore[assignment]
+        mark = read_stable_file(self.path)  # after the tail: see refresh()
+        self._cap = None if mark is None else mark[1]
+
+    def refresh(self) -> None:
+        """Read-only logs: pick up the writer's new records, segments and deletions."""
+        self._check_open()
+        if not self.readonly:
+            return
+        with self._lock:
+            bases = self._list_bases()
+            tail = self._active
+            if not bases:
+                return
+            known = {s.base_offset: s for s in self._sealed}
+            cfg = self.config
+            sealed = []
+            for i, b in enumerate(bases[:-1]):
+                s = known.get(b)
+                if s is None:
+                    s = SealedSegment(self.path, b, bases[i + 1], os.path.getsize(paths(self.path, b)[0]),
+                                      cfg.index_interval_bytes, self._cache, readonly=True)
+                sealed.append(s)
+            from pylog.tail import TailSegment
+
+            if bases[-1] != tail.base_offset:
+                tail = TailSegment(self.path, bases[-1], cfg)
+            else:
+                tail.refresh()
+            self._sealed = sealed
+            self._sealed_bases = [s.base_offset for s in sealed]
+            self._active = tail
+            # The marker is read after the store size: a reader that saw records of an
+            # apply in flight also sees its marker (written before them, removed after).
+            mark = read_stable_file(self.path)
+            self._cap = None if mark is None else mark[1]
+
+    def saved_recovery_report(self) -> list[CorruptRecordError]:
+        """What recovery cut or found at this and earlier opens, as persisted in the
+        partition directory (``recovery-report.json``, docs/format.md) until
+        :meth:`clear_recovery_report`: one CorruptRecordError per entry, whose reason says
+        whether the damage was kept in place or cut (and where the cut bytes were saved)."""
+        out = []
+        for e in checkpoint.read_report(self.path):
+            action = e.get("action", "found")
+            saved = e.get("saved")
+            what = f"recovery at open {action} this" + (f" (saved to {saved})" if saved else "")
+            out.append(CorruptRecordError(os.path.join(self.path, str(e.get("segment", "?"))),
+                                          int(e.get("position") or 0), e.get("offset"),
+                                          f"{e['reason']} [{what}; pylog recover --clear-report forgets it]"))
+        return out
+
+    def clear_recovery_report(self) -> int:
+        """Forget what recovery cut or found (the persisted report): ``verify()`` and
+        ``pylog verify`` then report only the damage still in the files. Returns how many
+        entries were cleared. Needs a writable log."""
+        with self._lock:
+            self._check_writable()
+            n = checkpoint.clear_report(self.path)
+            self.recovery_report = []
+            return n
+
+    def truncate_at_damage(self) -> tuple[int, str] | None:
+        """Cut the log at its first damaged record: an explicit operator action, the one
+        recovery never takes by itself for damage that has intact records after it.
+
+        Everything cut is first saved, durably, to a new directory ``cut-at-<offset>`` in
+        the partition directory: the damaged store's bytes from the damage on (named
+        ``<store file>.from-<position>``) and every later segment's store file whole. Then
+        :meth:`truncate` drops the damaged offset and everything after it. Returns
+        ``(offset, saved directory)``, or None when there is no damage to cut at.
+        """
+        with self._lock:
+            self._check_writable()
+            self._write_out(self._active)
+            segs: list[Any] = [*self._sealed, self._active]
+            for i, sg in enumerate(segs):
+                found = sg.damage()
+                if found:
+                    offset, pos = found[0].offset, found[0].position
+                    break
+            else:
+                return None
+            d = os.path.join(self.path, f"{fmt.CUT_DIR_PREFIX}{offset}")
+            k = 1
+            while os.path.exists(d):
+                k += 1
+                d = os.path.join(self.path, f"{fmt.CUT_DIR_PREFIX}{offset}-{k}")
+            vfs.makedirs(d)
+            for j, sg in enumerate(segs[i:]):
+                name = os.path.basename(sg.store_path)
+                start = pos if j == 0 else 0
+                dst = os.path.join(d, f"{name}.from-{pos}" if j == 0 else name)
+                with open(sg.store_path, "rb") as src, open(dst, "wb") as out:
+                    src.seek(start)
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+            fileutil.fsync_dir(d)
+            fileutil.fsync_dir(self.path)
+            self._cut_hint = {offset: pos}  # where the damage starts (junk may precede offset)
+            try:
+                self.truncate(offset)
+            finally:
+                self._cut_hint = {}
+            return offset, d

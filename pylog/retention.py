@@ -1,0 +1,257 @@
+"""Retention and truncation: truncate, expiry, size retention, compaction hook.
+
+Split out of pylog/log.py; :class:`pylog.log.Log` inherits :class:`LogRetention`.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from pylog import checkpoint, fileutil, vfs
+from pylog import format as fmt
+from pylog.appender import _now_ms
+from pylog.errors import (
+    ArgumentTypeError,
+    CorruptRecordError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    PylogError,
+)
+from pylog.reading import _check_offset, _last_timestamp
+from pylog.segment import ActiveSegment, SealedSegment, paths
+
+
+def _cut_position(seg: Any, offset: int) -> int:
+    """Where ``truncate(offset)`` cuts ``seg``'s store: the frame of ``offset``, or, when
+    ``offset`` is the first offset of a damaged region, where the damage starts."""
+    try:
+        return seg.find(offset)[1][0]
+    except CorruptRecordError:
+        for d in seg.damage():
+            if d.offset == offset:
+                return d.position
+        raise
+
+
+class LogRetention:
+    """Retention and truncation of a Log.
+
+    truncate, time and size retention, the compaction hook.
+
+    Mixed into :class:`pylog.log.Log`, which sets up the state. Uses this Log state
+    (set in ``Log.__init__`` or by the other parts):
+
+    ``_active``, ``_cache``, ``_cut_hint``, ``_durable_next``, ``_lock``, ``_sealed``,
+    ``_sealed_bases``, ``_sync_cv``, ``config``, ``path``
+
+    and these methods of the other parts:
+
+    ``_check_writable``, ``_fence``, ``_list_bases``, ``_sealed_for``,
+    ``_update_writable``, ``_write_out``, ``start_offset``
+    """
+
+    # ------------------------------------------------------------------------------------
+    # truncation and retention
+    def truncate(self, offset: int) -> None:
+        """Drop ``offset`` and every record after it (``next_offset`` becomes ``offset``).
+
+        Views of dropped records stay readable, in this process and in read-only logs in
+        others: the kept part of the segment is copied to a new file renamed over the old
+        one (a kernel copy where the file system allows it), never cut in place.
+        """
+        offset = _check_offset(offset)
+        with self._lock:
+            active = self._check_writable()
+            start, nxt = self.start_offset, active.next_offset
+            if not start <= offset <= nxt:
+                raise OffsetOutOfRangeError(offset, start, nxt)
+            if offset == nxt:
+                return
+            tseg = self._sealed_for(offset) if offset < active.base_offset else None
+            if tseg is not None:
+                tseg.maps()  # learns tseg.gaps
+                if tseg.gaps:  # the active segment cannot be a compacted one
+                    raise PylogError(f"cannot truncate at offset {offset}: it lies in a compacted segment "
+                                     f"({tseg.store_path}); truncate at or after {tseg.next_offset}")
+            self._write_out(active)
+            try:
+                # From here a crash leaves the truncate to finish at the next open (the
+                # point is durable before any file changes), and a failure leaves the log
+                # fenced, its view matching the files (_match_files).
+                checkpoint.write_truncate_point(self.path, offset)
+            except OSError as e:
+                self._truncate_failed(e, None, 0, [])
+                raise
+            if offset >= active.base_offset:
+                target_base = active.base_offset
+                doomed_files: list[int] = []
+                cut_at = self._cut_hint.pop(offset, None) or _cut_position(active, offset)
+            else:
+                seg = self._sealed_for(offset)
+                assert seg is not None
+                target_base = seg.base_offset
+                cut_at = self._cut_hint.pop(offset, None) or _cut_position(seg, offset)
+                self._cache.discard(seg)
+                # newest first: a crash (or a failure) part way leaves a shorter log, never
+                # one with a hole in its offsets
+                doomed_files = [active.base_offset] + [s.base_offset for s in reversed(self._sealed)
+                                                       if s.base_offset > target_base]
+            active.close_files()
+            target = paths(self.path, target_base)[0]
+            target_size = os.path.getsize(target)
+            new = None
+            try:
+                self._delete_files(doomed_files)
+                # copied, never cut in place: read-only logs in other processes may map it
+                fileutil.shrink_file(target, cut_at, copy=True)
+                new, _cut, _damage = ActiveSegment.recover(self.path, target_base, self.config, save_broken=False)
+                checkpoint.write_recovery_point(self.path, target_base)
+                checkpoint.clear_truncate_point(self.path)
+            except OSError as e:
+                if new is not None:
+                    new.close_files()
+                self._truncate_failed(e, target, target_size, doomed_files)
+                raise
+            keep = [s for s in self._sealed if s.base_offset < target_base]
+            for s in self._sealed:
+                if s.base_offset >= target_base:
+                    self._cache.discard(s)
+            self._sealed = keep
+            self._sealed_bases = [s.base_offset for s in keep]
+            self._active = new
+            self._update_writable()
+            with self._sync_cv:
+                self._durable_next = min(self._durable_next, new.next_offset)
+
+    def _truncate_failed(self, e: BaseException, target: str | None, size: int, doomed: list[int]) -> None:
+        """A truncate failed: fence (:meth:`_fail`). If it changed no file (every doomed
+        store is there and the kept one has its old size), its truncate point goes too, so
+        a reopen finds the log as it was; else the point stays and the reopen finishes it."""
+        self._fail(e)
+        try:
+            if (target is None or os.path.getsize(target) == size) and all(
+                    os.path.exists(paths(self.path, b)[0]) for b in doomed):
+                checkpoint.clear_truncate_point(self.path)
+        except OSError:
+            pass  # the point stays: the next open finishes the truncate
+
+    def _fail(self, e: BaseException) -> None:
+        """A truncate or retention failed part way: fence the log, and make what it shows
+        match the files as the failure left them, so every offset it still claims reads."""
+        self._fence(e)
+        try:
+            self._match_files()
+        except OSError:
+            pass  # the old view stays; reads of what is gone raise OffsetOutOfRangeError
+
+    def _match_files(self) -> None:
+        """Rebuild the segment list from the store files now in the directory. The active
+        segment is kept while its files are open and it is still the last; otherwise the
+        last store is read as a read-only reader would (whole, CRC-valid frames only)."""
+        from pylog.tail import TailSegment  # the read-only tail, as in _load_readonly
+
+        bases = self._list_bases()
+        if not bases:
+            return
+        active = self._active
+        if not (isinstance(active, ActiveSegment) and active.store_fd >= 0 and bases[-1] == active.base_offset):
+            if isinstance(active, ActiveSegment):
+                active.close_files()
+            active = TailSegment(self.path, bases[-1], self.config)
+        known = {s.base_offset: s for s in self._sealed}
+        sealed = []
+        for i, b in enumerate(bases[:-1]):
+            s = known.get(b)
+            if s is None or s.next_offset != bases[i + 1]:
+                s = SealedSegment(self.path, b, bases[i + 1], None, self.config.index_interval_bytes, self._cache)
+            sealed.append(s)
+        for s in self._sealed:
+            if s not in sealed:
+                self._cache.discard(s)
+        self._sealed = sealed
+        self._sealed_bases = [s.base_offset for s in sealed]
+        self._active = active
+
+    def _delete_files(self, bases: Iterable[int]) -> None:
+        """Delete segments crash-safely, in the order given: rename to .deleted (the store
+        first, so a segment is gone as a whole), fsync dir, unlink."""
+        renamed = []
+        for b in bases:
+            for p in paths(self.path, b):
+                try:
+                    vfs.rename(p, p + fmt.DELETED_SUFFIX)
+                    renamed.append(p + fmt.DELETED_SUFFIX)
+                except FileNotFoundError:
+                    pass
+        fileutil.fsync_dir(self.path)
+        for p in renamed:
+            vfs.unlink(p)
+        if renamed:
+            fileutil.fsync_dir(self.path)
+
+    def _drop_oldest(self, count: int) -> int:
+        if count <= 0:
+            return 0
+        doomed = self._sealed[:count]
+        try:
+            # oldest first: a crash part way leaves a log that starts later, never a hole
+            self._delete_files([s.base_offset for s in doomed])
+        except OSError as e:
+            self._fail(e)  # start_offset moves only past the segments really gone
+            raise
+        for s in doomed:
+            self._cache.discard(s)
+        self._sealed = self._sealed[count:]
+        self._sealed_bases = self._sealed_bases[count:]
+        return count
+
+    def remove_expired(self, max_age_ms: int) -> int:
+        """Delete sealed segments whose newest record is older than ``max_age_ms``
+        (never the active segment); returns how many were deleted."""
+        if isinstance(max_age_ms, bool) or not isinstance(max_age_ms, int):
+            raise ArgumentTypeError(f"max_age_ms must be an int, got {type(max_age_ms).__name__}")
+        if max_age_ms < 0:
+            raise InvalidArgumentError(f"max_age_ms={max_age_ms} must be >= 0")
+        with self._lock:
+            self._check_writable()
+            cutoff = _now_ms() - max_age_ms
+            count = 0
+            for s in self._sealed:
+                last = _last_timestamp(s)
+                if last is None or last < cutoff:
+                    count += 1
+                else:
+                    break
+            return self._drop_oldest(count)
+
+    def enforce_retention(self) -> int:
+        """Apply ``retention_ms`` and ``retention_bytes`` (whole sealed segments, oldest
+        first, never the active one); returns how many segments were deleted."""
+        cfg = self.config
+        removed = 0
+        if cfg.retention_ms is not None:
+            removed += self.remove_expired(cfg.retention_ms)
+        if cfg.retention_bytes is not None:
+            with self._lock:
+                self._check_writable()
+                total = sum(s.size for s in self._sealed) + self._active.size
+                count = 0
+                for s in self._sealed:
+                    if total - s.size >= cfg.retention_bytes:
+                        total -= s.size
+                        count += 1
+                    else:
+                        break
+                removed += self._drop_oldest(count)
+        return removed
+
+    # ------------------------------------------------------------------------------------
+    # checking
+    def compact(self, **options: Any) -> Any:
+        """Compact the sealed segments: keep the latest record of each key (see
+        :func:`pylog.compaction.compact`, which takes the same options); returns its
+        CompactionReport."""
+        from pylog.compaction import compact  # the layer above Log; imported on use
+
+        return compact(self, **options)
