@@ -159,7 +159,8 @@ class LogAppending:
         try:
             chunks = iter(value)
         except TypeError:
-            raise ArgumentTypeError(f"value must be bytes-like (or an iterable of bytes-like chunks), got {t.__name__}") from None
+            raise ArgumentTypeError(
+                f"value must be bytes-like (or an iterable of bytes-like chunks), got {t.__name__}") from None
         return self._take_stream(chunks)
 
     def _take_stream(self, chunks: Iterator[Any]) -> bytes:
@@ -567,7 +568,8 @@ class LogAppending:
         cfg = self.config
         if self._closed or self._fenced is not None or not self._unflushed:
             return
-        if cfg.fsync == "interval" and cfg.flush_ms is not None and now_ms - self._last_flush_ms >= cfg.flush_ms:
+        due = cfg.fsync == "interval" and cfg.flush_ms is not None and now_ms - self._last_flush_ms >= cfg.flush_ms
+        if due:  # noqa: SIM102 - the lock is tried only when the timer is due; acquire pairs with release below
             if self._lock.acquire(blocking=False):
                 try:
                     if not self._closed and self._fenced is None:

@@ -307,7 +307,8 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             try:
                 values = list(values)
             except TypeError:
-                raise ArgumentTypeError(f"values must be a sequence of bytes-likes, got {type(values).__name__}") from None
+                raise ArgumentTypeError(
+                    f"values must be a sequence of bytes-likes, got {type(values).__name__}") from None
         n = len(values)
         if n == 0:
             raise InvalidArgumentError("append_batch needs at least one value")
@@ -335,7 +336,8 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             try:
                 ts_arr = np.asarray(timestamps if isinstance(timestamps, np.ndarray) else list(timestamps))
             except TypeError:
-                raise ArgumentTypeError(f"timestamps must be a sequence of ints, got {type(timestamps).__name__}") from None
+                raise ArgumentTypeError(
+                    f"timestamps must be a sequence of ints, got {type(timestamps).__name__}") from None
             if ts_arr.dtype.kind not in "iu" or ts_arr.ndim != 1:
                 raise ArgumentTypeError(f"timestamps must be a sequence of ints (milliseconds since the epoch), "
                                 f"got {ts_arr.ndim}-d {ts_arr.dtype}")
@@ -348,13 +350,15 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                     f"timestamps[{i}]={int(ts_arr[i])} is outside [0, {fmt.MAX_TIMESTAMP_MS}] (ms since the epoch)")
             if n > 1 and bool((np.diff(ts_arr) < 0).any()):
                 i = int(np.flatnonzero(np.diff(ts_arr) < 0)[0]) + 1
-                raise InvalidTimestampError(f"timestamps[{i}]={int(ts_arr[i])} is below timestamps[{i - 1}]: timestamps never decrease")
+                raise InvalidTimestampError(
+                    f"timestamps[{i}]={int(ts_arr[i])} is below timestamps[{i - 1}]: timestamps never decrease")
         with self._lock:
             seg = self._check_writable()
             mx = seg.app.max_timestamp
             if ts_arr is not None:
                 if mx is not None and int(ts_arr[0]) < mx:
-                    raise InvalidTimestampError(f"timestamps[0]={int(ts_arr[0])} is below the log's latest timestamp {mx}")
+                    raise InvalidTimestampError(
+                        f"timestamps[0]={int(ts_arr[0])} is below the log's latest timestamp {mx}")
                 default_ts = 0
             else:
                 default_ts = _now_ms()

@@ -139,7 +139,8 @@ class LogReading:
                     if self.readonly:
                         self.refresh()
                         if offset < self._active.next_offset and (self._cap is None or offset < self._cap):
-                            return self._active.read(offset) if offset >= self._active.base_offset else self.read(offset)
+                            act = self._active
+                            return act.read(offset) if offset >= act.base_offset else self.read(offset)
                     raise self._out_of_range(offset)
                 return active.read(offset)
         seg = self._sealed_for(offset)

@@ -69,7 +69,8 @@ _TIME_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "
 def _with_unit(text: str, units: dict[str, int], what: str, hint: str) -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text.replace("_", ""))
     if m is None or m.group(2).lower() not in units and m.group(2):
-        raise click.BadParameter(f"{text!r} is not a {what} (e.g. {'64MiB, 1GB, 4096' if what == 'size' else '7d, 12h, 30s, 500ms'})",
+        examples = "64MiB, 1GB, 4096" if what == "size" else "7d, 12h, 30s, 500ms"
+        raise click.BadParameter(f"{text!r} is not a {what} (e.g. {examples})",
                                  param_hint=hint)
     value = float(m.group(1)) * units[m.group(2).lower() or ("b" if what == "size" else "ms")]
     if value != int(value):

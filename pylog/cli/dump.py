@@ -126,8 +126,9 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None, f
                             "valuesize": -1 if attrs & 4 else vlen}
                         if print_data:
                             p = fpos + fmt.FRAME_HEADER_SIZE
-                            for name, absent, lo, n in (("key", attrs & 1, p, klen), ("metadata", attrs & 2, p + klen, mlen),
-                                                        ("value", attrs & 4, p + klen + mlen, vlen)):
+                            fields = (("key", attrs & 1, p, klen), ("metadata", attrs & 2, p + klen, mlen),
+                                      ("value", attrs & 4, p + klen + mlen, vlen))
+                            for name, absent, lo, n in fields:
                                 _json_field(obj, name, None if absent else mv[lo : lo + min(n, max_bytes)])
                         lines.append(json.dumps(obj))
                         shown += 1

@@ -7,7 +7,8 @@ import operator
 import os
 import sys
 import time
-from typing import Any, BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 import click
 

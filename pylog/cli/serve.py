@@ -25,4 +25,5 @@ def serve(ctx: click.Context, host: str, port: int, advertise: str | None, tls_c
 
     if advertise is not None and not re.fullmatch(r"[^\s:]*:\d{1,5}", advertise):
         raise click.BadParameter(f"{advertise!r} is not HOST:PORT", param_hint="--advertise")
-    run(ctx.obj["root"], host, port, advertise=advertise, tls_cert=tls_cert, tls_key=tls_key, users=users, ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))
+    run(ctx.obj["root"], host, port, advertise=advertise, tls_cert=tls_cert, tls_key=tls_key, users=users,
+        ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pylog.errors import ConfigError, InvalidNameError
 

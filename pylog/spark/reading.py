@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -149,7 +150,8 @@ def _bounds(root: str, topics: list[str]) -> dict[str, dict[int, tuple[int, int]
     return out
 
 
-def _resolve(spec: Any, name: str, bounds: dict[str, dict[int, tuple[int, int]]], default: int) -> dict[str, dict[int, int]]:
+def _resolve(spec: Any, name: str, bounds: dict[str, dict[int, tuple[int, int]]],
+             default: int) -> dict[str, dict[int, int]]:
     """Absolute offsets per partition from an offsets spec (-2/-1 resolved)."""
     out: dict[str, dict[int, int]] = {}
     if isinstance(spec, dict):

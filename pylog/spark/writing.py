@@ -13,8 +13,9 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -330,7 +331,7 @@ class _Committer:
 
 
 def _writer_parts(options: dict[str, str], schema: StructType,
-                  tag: str = "") -> tuple["_Committer", int, "_StagingWriter"]:
+                  tag: str = "") -> tuple[_Committer, int, _StagingWriter]:
     """What the batch writer and the streaming sink both start from: the checked schema and
     topic, the driver-side committer (its transaction begun), and the task-side staging
     writer."""
