@@ -69,6 +69,16 @@ def data_end(fd: int, start: int, end: int, limit: int = 16 << 20) -> int:
     return start
 
 
+def read_if_exists(path: str) -> bytes | None:
+    """The whole of the small file at ``path`` (a marker or a JSON record), or None when
+    there is none."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
 def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically and durably."""
     tmp = path + fmt.TEMP_SUFFIX

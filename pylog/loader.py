@@ -42,10 +42,8 @@ def read_stable_file(dirpath: str) -> tuple[str, int] | None:
     import json
 
     path = os.path.join(dirpath, STABLE_FILE)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
+    data = fileutil.read_if_exists(path)
+    if data is None:
         return None
     try:
         d = json.loads(data)

@@ -133,10 +133,8 @@ def _check_id(txn_id: Any) -> str:
 
 
 def _read_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
+    data = fileutil.read_if_exists(path)
+    if data is None:
         return None
     try:
         return json.loads(data)
