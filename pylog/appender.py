@@ -591,18 +591,13 @@ class LogAppending:
         are durable only after an fsync (the ``fsync`` policy, :meth:`flush` or
         :meth:`close`). Does nothing on a closed, fenced or read-only log (nothing is
         buffered there), so it never raises for those: the flusher thread calls it at exit.
+        A failed write fences the log, as every write-out does.
         """
         if self._closed or self._fenced is not None or self.readonly:
             return
         with self._lock:
-            if not self._closed:
-                if self._q:
-                    self._drain_locked()
-                self._active.write_pending()
-
-    def _exit_flush(self) -> None:
-        """The flusher thread's name for :meth:`write_out` (pylog.flusher)."""
-        self.write_out()
+            if not self._closed and self._fenced is None:
+                self._write_out(self._active)
 
     # ------------------------------------------------------------------------------------
     # rolling

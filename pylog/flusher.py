@@ -11,7 +11,7 @@ from typing import Protocol
 
 class _Flushable(Protocol):
     def _timer_flush(self, now_ms: int) -> None: ...
-    def _exit_flush(self) -> None: ...
+    def write_out(self) -> None: ...
 
 
 _logs: weakref.WeakSet[_Flushable] = weakref.WeakSet()
@@ -57,6 +57,6 @@ def unregister(log: _Flushable) -> None:
 def _at_exit() -> None:
     for log in _snapshot():
         try:
-            log._exit_flush()
+            log.write_out()
         except Exception:
             pass

@@ -17,7 +17,7 @@ def test_flusher_survives_logs_opened_and_closed_by_other_threads():
 
         class Dummy:
             def _timer_flush(self, now_ms): pass
-            def _exit_flush(self): pass
+            def write_out(self): pass
 
         keep = [Dummy() for _ in range(20000)]
         for d in keep:

@@ -483,3 +483,24 @@ def test_write_out_hands_buffered_appends_to_the_os_without_fsync(log_dir, make_
         w.write_out()  # closed: does nothing, as the flusher thread needs at exit
     finally:
         r.close()
+
+
+def test_a_failed_write_out_fences_the_log(make_log, monkeypatch):
+    """write_out is a write-out like any other: a failed pwrite fences the log (a retried
+    write can report success after the data is gone), so the next append says why."""
+    import errno
+
+    from pylog import segment
+
+    w = make_log(fsync="never")
+    w.append(b"buffered")
+
+    def eio(*_a, **_k):
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(segment.fileutil, "pwrite_all", eio)
+    with pytest.raises(OSError):
+        w.write_out()
+    monkeypatch.undo()
+    with pytest.raises(pylog.LogFencedError):
+        w.append(b"after")
