@@ -21,9 +21,6 @@ PKG = Path(__file__).resolve().parent.parent / "pylog"
 MAX_LINES = 800
 #: the top-level parts above the library core: the core never imports them, at any level
 UPPER = ("cli", "spark", "serve", "bench", "__main__")
-#: issue 15: modules being split into one module per job (cli.py, spark.py and log.py were).
-#: Skipped by the size check only while each is still one file over the limit.
-BEING_SPLIT: tuple[str, ...] = ()
 
 
 def _modules() -> dict[str, Path]:
@@ -205,18 +202,11 @@ def test_module_has_a_docstring(name):
 
 def test_no_module_over_800_lines():
     over = {}
-    skipped = []
     for path in MODULES.values():
         n = len(path.read_text().splitlines())
-        rel = path.relative_to(PKG.parent).as_posix()
-        if n <= MAX_LINES:
-            continue
-        if path.parent == PKG and path.name in BEING_SPLIT:
-            skipped.append(f"{rel} ({n})")  # still one file: issue 15 is splitting it
-            continue
-        over[rel] = n
-    assert not over, (f"modules over {MAX_LINES} lines: {over} (skipped while issue 15 splits "
-                      f"them: {skipped or 'none'})")
+        if n > MAX_LINES:
+            over[path.relative_to(PKG.parent).as_posix()] = n
+    assert not over, f"modules over {MAX_LINES} lines: {over}"
 
 
 def test_every_package_and_py_typed_ship_in_the_wheel():
