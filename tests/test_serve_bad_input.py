@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("kio")
@@ -97,6 +97,7 @@ def test_corrupt_batch_refused_and_partition_all_or_nothing(broker):
 
 @settings(max_examples=scaled(300, 5000), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.binary(max_size=300), st.sampled_from([0, 1, 2, 3, 18, 19, 20, 32, 37, 10, 22]), st.integers(-1, 13))
+@example(tail=b"\x00\x00\x01\x00\x00", key=1, version=12)  # an unknown tagged field: kio raised KeyError
 def test_fuzz_request_decoder(tail, key, version):
     data = struct.pack(">hhi", key, version, 1) + tail
     try:

@@ -104,7 +104,8 @@ def decode_request(frame: bytes | memoryview) -> Request:
     try:
         header, used = _reader(req_cls.__header_schema__)(frame, 0)
         body, n = _reader(req_cls)(frame, used)
-    except (DecodeError, ValueError, TypeError, OverflowError, UnicodeDecodeError, IndexError) as e:
+    except (DecodeError, ValueError, TypeError, OverflowError, UnicodeDecodeError, IndexError, KeyError) as e:
+        # KeyError: kio names an unknown tagged-field tag that way
         raise RequestError(f"malformed {req_cls.__name__} v{version}: {e}") from e
     # bytes after the payload are ignored, as Kafka's own request parser does (librdkafka
     # sends tagged fields that kio's schema of some versions does not list)
