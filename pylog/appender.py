@@ -25,6 +25,7 @@ from pylog.errors import (
     PylogError,
     RecordTooLargeError,
 )
+from pylog.logstate import LogState
 from pylog.reading import _check_offset
 from pylog.segment import ActiveSegment
 
@@ -121,24 +122,15 @@ def corrupt_reason(rc: int) -> str:
     return reason(rc)
 
 
-class LogAppending:
+class LogAppending(LogState):
     """The append path of a Log.
 
     The append queue, framing, the write buffer going to the OS, fsync policy and group
     commit, flush timers, segment rolls.
 
-    Mixed into :class:`pylog.log.Log`, which sets up the state. Uses this Log state
-    (set in ``Log.__init__`` or by the other parts):
-
-    ``_active``, ``_cache``, ``_closed``, ``_drains``, ``_durable_next``, ``_fenced``,
-    ``_flush_n``, ``_flush_t``, ``_last_flush_ms``, ``_lock``, ``_max_record``,
-    ``_policy``, ``_q``, ``_q_bytes``, ``_q_limit``, ``_q_start``, ``_q_ts``,
-    ``_queueing``, ``_sealed``, ``_sealed_bases``, ``_segment_ms``, ``_sync_cv``,
-    ``_syncing``, ``_unflushed``, ``_writable``, ``config``, ``path``, ``readonly``
-
-    and these methods of the other parts:
-
-    ``_check_writable``, ``_update_writable``
+    Mixed into :class:`pylog.log.Log`, which sets up the state. The state it uses, and the
+    methods of the other parts it calls, are declared with their types in
+    :class:`pylog.logstate.LogState`.
     """
 
     # ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pylog import checkpoint, fileutil, vfs
 from pylog import format as fmt
 from pylog._backend import impl
 from pylog.errors import CorruptRecordError, LogLockedError
+from pylog.logstate import LogState
 from pylog.segment import ActiveSegment, SealedSegment, damage_error, paths
 
 #: Compaction's crash-safe swap (pylog.compaction): new files are written as ``.cleaned``,
@@ -116,23 +117,15 @@ def _report_entry(err: CorruptRecordError, action: str, saved: str | None, now_m
             "time_ms": now_ms}
 
 
-class LogLoading:
+class LogLoading(LogState):
     """Opening and recovery of a Log (Kafka's LogLoader).
 
     The writer lock, stray files, loading segments, recovery from the recovery point, an
     interrupted truncate, read-only loading, the persisted recovery report.
 
-    Mixed into :class:`pylog.log.Log`, which sets up the state. Uses this Log state
-    (set in ``Log.__init__`` or by the other parts):
-
-    ``_active``, ``_cache``, ``_cap``, ``_cut_hint``, ``_durable_next``, ``_lock``,
-    ``_lock_fd``, ``_sealed``, ``_sealed_bases``, ``config``, ``path``, ``readonly``,
-    ``recovery_actions``, ``recovery_report``, ``truncated_bytes``
-
-    and these methods of the other parts:
-
-    ``_check_open``, ``_check_writable``, ``_write_out``, ``next_offset``,
-    ``start_offset``, ``truncate``
+    Mixed into :class:`pylog.log.Log`, which sets up the state. The state it uses, and the
+    methods of the other parts it calls, are declared with their types in
+    :class:`pylog.logstate.LogState`.
     """
 
     # ------------------------------------------------------------------------------------

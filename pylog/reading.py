@@ -21,6 +21,7 @@ from pylog.errors import (
     OffsetOutOfRangeError,
     OffsetRemovedError,
 )
+from pylog.logstate import LogState
 from pylog.record import Record
 from pylog.segment import SealedSegment, corrupt_error
 
@@ -65,21 +66,14 @@ def _check_offset(offset: Any, what: str = "offset") -> int:
     return offset
 
 
-class LogReading:
+class LogReading(LogState):
     """The read side of a Log.
 
     Read by offset, read_batch, scan, lookup by timestamp, verify.
 
-    Mixed into :class:`pylog.log.Log`, which sets up the state. Uses this Log state
-    (set in ``Log.__init__`` or by the other parts):
-
-    ``_active``, ``_cap``, ``_closed``, ``_lock``, ``_q``, ``_sealed``,
-    ``_sealed_bases``, ``readonly``
-
-    and these methods of the other parts:
-
-    ``_check_open``, ``_drain_locked``, ``next_offset``, ``refresh``,
-    ``saved_recovery_report``, ``stable_offset``, ``start_offset``
+    Mixed into :class:`pylog.log.Log`, which sets up the state. The state it uses, and the
+    methods of the other parts it calls, are declared with their types in
+    :class:`pylog.logstate.LogState`.
     """
 
     # ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from pylog.errors import (
     OffsetOutOfRangeError,
     PylogError,
 )
+from pylog.logstate import LogState
 from pylog.reading import _check_offset, _last_timestamp
 from pylog.segment import ActiveSegment, SealedSegment, paths
 
@@ -34,21 +35,14 @@ def _cut_position(seg: Any, offset: int) -> int:
         raise
 
 
-class LogRetention:
+class LogRetention(LogState):
     """Retention and truncation of a Log.
 
     truncate, time and size retention, the compaction hook.
 
-    Mixed into :class:`pylog.log.Log`, which sets up the state. Uses this Log state
-    (set in ``Log.__init__`` or by the other parts):
-
-    ``_active``, ``_cache``, ``_cut_hint``, ``_durable_next``, ``_lock``, ``_sealed``,
-    ``_sealed_bases``, ``_sync_cv``, ``config``, ``path``
-
-    and these methods of the other parts:
-
-    ``_check_writable``, ``_fence``, ``_list_bases``, ``_sealed_for``,
-    ``_update_writable``, ``_write_out``, ``start_offset``
+    Mixed into :class:`pylog.log.Log`, which sets up the state. The state it uses, and the
+    methods of the other parts it calls, are declared with their types in
+    :class:`pylog.logstate.LogState`.
     """
 
     # ------------------------------------------------------------------------------------
