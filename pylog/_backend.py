@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import warnings
 
+__all__ = ["NAME", "impl"]
+
 _choice = os.environ.get("PYLOG_BACKEND", "").strip().lower()
 if _choice not in ("", "native", "pure"):
     raise ImportError(f"PYLOG_BACKEND={_choice!r}: expected 'native' or 'pure'")
@@ -22,6 +24,6 @@ else:
             raise
         warnings.warn(f"pylog's C core is not built ({e}); using the pure-Python backend", RuntimeWarning,
                       stacklevel=2)
-        from pylog import _pure as impl  # type: ignore[no-redef]
+        from pylog import _pure as impl
 
 NAME: str = impl.NAME

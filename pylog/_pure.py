@@ -5,22 +5,29 @@ clarity, not speed.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pylog import format as fmt
-from pylog._pure_hash import (  # noqa: F401  (the backend's checksum and hash names)
-    crc32c,
-    crc32c_3,
-    crc32c_batch,
-    crc32c_clmul,
-    crc32c_hw,
-    crc32c_portable,
-    crc_clmul_available,
-    crc_hw_available,
-    crc_impl,
-    murmur2,
-)
+
+# the backend's checksum and hash names ("x as x": re-exported)
+from pylog._pure_hash import crc32c as crc32c
+from pylog._pure_hash import crc32c_3 as crc32c_3
+from pylog._pure_hash import crc32c_batch as crc32c_batch
+from pylog._pure_hash import crc32c_clmul as crc32c_clmul
+from pylog._pure_hash import crc32c_hw as crc32c_hw
+from pylog._pure_hash import crc32c_portable as crc32c_portable
+from pylog._pure_hash import crc_clmul_available as crc_clmul_available
+from pylog._pure_hash import crc_hw_available as crc_hw_available
+from pylog._pure_hash import crc_impl as crc_impl
+from pylog._pure_hash import murmur2 as murmur2
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+    _Bytes = bytes | bytearray | memoryview
 
 NAME = "pure"
 
@@ -52,7 +59,7 @@ class Buffer:
 
     __slots__ = ("obj", "size", "mv")
 
-    def __init__(self, obj, skip: int = 0, size: int | None = None) -> None:
+    def __init__(self, obj: ReadableBuffer, skip: int = 0, size: int | None = None) -> None:
         self.obj = obj
         mv = memoryview(obj).cast("B")
         self.size = (len(mv) - skip) if size is None else size
@@ -61,8 +68,8 @@ class Buffer:
         self.mv = mv[skip : skip + self.size]
 
 
-def _decode(mv, length: int, pos: int, check_crc: bool = True):
-    """(status, frame tuple) of the frame at pos."""
+def _decode(mv: memoryview, length: int, pos: int, check_crc: bool = True) -> tuple[int, Any]:
+    """(status, frame tuple) of the frame at pos (None instead of the frame on an error)."""
     if pos > length or length - pos < fmt.FRAME_PREFIX_SIZE:
         return E_SHORT, None
     body, crc = _PREFIX.unpack_from(mv, pos)
@@ -141,7 +148,7 @@ def timeindex_check(tindex: Buffer, n: int, store_len: int) -> int:
 
 
 def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int,
-         target: int, gaps: bool = False):
+         target: int, gaps: bool = False) -> tuple[int, Any]:
     if target < base_offset or target - base_offset > 0xFFFFFFFF:
         return E_NOT_FOUND, None
     pos = fmt.FILE_HEADER_SIZE
@@ -169,18 +176,18 @@ def find(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base
 
 
 def locator(store: Buffer, store_len: int, index: Buffer | None, n_index: int, base_offset: int,
-            gaps: bool = False):
+            gaps: bool = False) -> Callable[[int], int]:
     """``locate(target)``: the position of the CRC-verified frame of ``target`` in this map
     (with ``gaps``, the first frame at or after it), or a negative status."""
 
     def locate(target: int) -> int:
         rc, f = find(store, store_len, index, n_index, base_offset, target, gaps)
-        return rc if rc else f[0]
+        return rc if rc else int(f[0])
 
     return locate
 
 
-def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: int, ts: int):
+def find_time(store: Buffer, store_len: int, tindex: Buffer | None, n_tindex: int, ts: int) -> tuple[int, Any]:
     pos = fmt.FILE_HEADER_SIZE
     if tindex is not None and n_tindex:
         slot = timeindex_lookup(tindex, n_tindex, ts)
@@ -209,7 +216,7 @@ _LE64 = (np.uint64(1) << (np.arange(8, dtype=np.uint64) * np.uint64(8)))
 
 
 def resync(store: Buffer, store_len: int, start: int, expected: int, base_offset: int,
-           gaps: bool = False, search_end: int | None = None):
+           gaps: bool = False, search_end: int | None = None) -> tuple[int, Any]:
     """Twin of ``plog_resync`` (the C core's): the first whole, CRC-valid frame after the bad
     one at ``start`` whose offset can follow it, or ``(E_NOT_FOUND, None)``; frames may start
     only before ``search_end`` (default ``store_len``)."""
@@ -246,8 +253,8 @@ def resync(store: Buffer, store_len: int, start: int, expected: int, base_offset
 
 
 def scan(store: Buffer, store_len: int, start: int, expected_offset: int | None, max_out: int,
-         max_bytes: int, gaps: bool = False):
-    frames = []
+         max_bytes: int, gaps: bool = False) -> tuple[int, np.ndarray, int]:
+    frames: list[tuple[int, ...]] = []
     pos = start
     used = 0
     rc = OK
@@ -275,7 +282,7 @@ def header_encode(magic: bytes, base_offset: int, flags: int = 0) -> bytes:
     return head + struct.pack("<I", crc32c(head))
 
 
-def header_check(data, magic: bytes):
+def header_check(data: ReadableBuffer, magic: bytes) -> tuple[int, int | None, int | None]:
     mv = memoryview(data).cast("B")
     if len(mv) < fmt.FILE_HEADER_SIZE:
         return E_SHORT, None, None
@@ -293,7 +300,7 @@ def header_check(data, magic: bytes):
     return OK, base, flags
 
 
-def _real(lens, i) -> int:
+def _real(lens: Any, i: int) -> int:
     if lens is None or int(lens[i]) == fmt.NULL_LEN:
         return 0
     return int(lens[i])
@@ -356,7 +363,7 @@ class Appender:
     def timeindex_view(self) -> Buffer:
         return Buffer(bytes(self._tindex))
 
-    def pending(self):
+    def pending(self) -> memoryview:
         return memoryview(self._wbuf)[: self.used]
 
     def drain(self) -> None:
@@ -372,7 +379,7 @@ class Appender:
     def buffer_capacity(self) -> int:
         return self._wcap
 
-    def _room(self, size: int):
+    def _room(self, size: int) -> tuple[int, bool]:
         if self.next_offset - self.base_offset >= 0xFFFFFFFF:
             return E_SEGMENT_FULL, False
         if self.position > fmt.FILE_HEADER_SIZE and self.position + size > self.max_position:
@@ -390,7 +397,8 @@ class Appender:
         self._tindex += _TIX.pack(ts, rel, pos)
         self.bytes_since_index = 0
 
-    def _emit(self, value, key, metadata, attributes: int, ts: int, need_index: bool) -> int:
+    def _emit(self, value: _Bytes | None, key: _Bytes | None, metadata: _Bytes | None, attributes: int, ts: int,
+              need_index: bool) -> int:
         k = bytes(key) if key is not None else b""
         m = bytes(metadata) if metadata is not None else b""
         v = bytes(value) if value is not None else b""
@@ -411,10 +419,11 @@ class Appender:
         self._max_ts = ts
         return self.next_offset - 1
 
-    def frame_value(self, value, timestamp: int) -> int:
+    def frame_value(self, value: _Bytes, timestamp: int) -> int:
         return self.frame(value, None, None, 3, timestamp, True)
 
-    def frame(self, value, key, metadata, attributes: int, timestamp: int, clamp: bool = False) -> int:
+    def frame(self, value: _Bytes | None, key: _Bytes | None, metadata: _Bytes | None, attributes: int,
+              timestamp: int, clamp: bool = False) -> int:
         if attributes & ~fmt.ATTR_KNOWN:
             return E_ATTRIBUTES
         klen = len(key) if key is not None else 0
@@ -441,7 +450,8 @@ class Appender:
             return E_SPACE
         return self._emit(value, key, metadata, attributes, timestamp, need)
 
-    def _check_batch(self, value_lens, key_lens, meta_lens, timestamps, default_timestamp: int):
+    def _check_batch(self, value_lens: Any, key_lens: Any, meta_lens: Any, timestamps: Any,
+                     default_timestamp: int) -> tuple[int, int, int]:
         """``(status, index of the bad record, frames' total size)``."""
         prev = self._max_ts
         total = 0
@@ -457,12 +467,13 @@ class Appender:
         return OK, len(value_lens), total
 
     @staticmethod
-    def _attributes(value_lens, key_lens, meta_lens, i: int) -> int:
+    def _attributes(value_lens: Any, key_lens: Any, meta_lens: Any, i: int) -> int:
         return ((fmt.ATTR_NULL_KEY if key_lens is None or int(key_lens[i]) == fmt.NULL_LEN else 0)
                 | (fmt.ATTR_NULL_METADATA if meta_lens is None or int(meta_lens[i]) == fmt.NULL_LEN else 0)
                 | (fmt.ATTR_NULL_VALUE if int(value_lens[i]) == fmt.NULL_LEN else 0))
 
-    def frame_batch(self, values, value_lens, keys, key_lens, metas, meta_lens, timestamps,
+    def frame_batch(self, values: Any, value_lens: Any, keys: Any, key_lens: Any, metas: Any, meta_lens: Any,
+                    timestamps: Any,
                     default_timestamp: int) -> tuple[int, int]:
         rc, i, _ = self._check_batch(value_lens, key_lens, meta_lens, timestamps, default_timestamp)
         if rc:
@@ -488,7 +499,7 @@ class Appender:
             mp += mlen
         return OK, n
 
-    def frame_in_place(self, buf, value_lens, key_lens, meta_lens, timestamps,
+    def frame_in_place(self, buf: Any, value_lens: Any, key_lens: Any, meta_lens: Any, timestamps: Any,
                        default_timestamp: int) -> tuple[int, int, int]:
         if self.used:  # the frames go straight after what is written: nothing may be pending
             return E_ARG, 0, 0
@@ -548,7 +559,7 @@ class Appender:
 
 
 def scan_columns(store: Buffer, store_len: int, start: int, expected_offset: int | None,
-                 stop_offset: int | None, cols, gaps: bool = False):
+                 stop_offset: int | None, cols: Any, gaps: bool = False) -> tuple[int, int, int]:
     """Pure-Python twin of :func:`pylog._native.scan_columns`: ``(status, rows appended,
     end_position)``, the same bytes written to ``cols``."""
     if cols.rows > cols.capacity:
@@ -620,7 +631,7 @@ class _Bad(Exception):
         self.rc = rc
 
 
-def _get_varint(buf, p: int, end: int, maxb: int) -> tuple[int, int]:
+def _get_varint(buf: Any, p: int, end: int, maxb: int) -> tuple[int, int]:
     v = shift = 0
     for _ in range(maxb):
         if p >= end:
@@ -642,7 +653,7 @@ def _put_varint(out: bytearray, x: int) -> None:
     out.append(v)
 
 
-def _get_bytes(buf, p: int, end: int, nullable: bool) -> tuple[int, int, int]:
+def _get_bytes(buf: Any, p: int, end: int, nullable: bool) -> tuple[int, int, int]:
     n, p = _get_varint(buf, p, end, 5)
     if n == -1 and nullable:
         return -1, p, p
@@ -651,7 +662,7 @@ def _get_bytes(buf, p: int, end: int, nullable: bool) -> tuple[int, int, int]:
     return n, p, p + n
 
 
-def _headers_end(buf, p: int, end: int) -> tuple[int, int]:
+def _headers_end(buf: Any, p: int, end: int) -> tuple[int, int]:
     count, p = _get_varint(buf, p, end, 5)
     if count < 0:
         raise _Bad(E_LENGTH)
@@ -661,7 +672,7 @@ def _headers_end(buf, p: int, end: int) -> tuple[int, int]:
     return count, p
 
 
-def kafka_headers_check(data) -> bool:
+def kafka_headers_check(data: ReadableBuffer) -> bool:
     """True when ``data`` is Kafka's record-header encoding (varint count, then each header)."""
     mv = memoryview(data).cast("B")
     try:
@@ -670,7 +681,7 @@ def kafka_headers_check(data) -> bool:
         return False
 
 
-def kafka_decode(section, count: int):
+def kafka_decode(section: ReadableBuffer, count: int) -> tuple[Any, ...]:
     """Decode ``count`` records of an uncompressed RecordBatch v2 records section (see the
     native twin for the result's shape)."""
     mv = memoryview(section).cast("B")
@@ -717,7 +728,9 @@ def kafka_decode(section, count: int):
     return OK, ts, od, out[0], out[1], out[2]
 
 
-def kafka_encode(offsets, timestamps, keys, key_lens, values, value_lens, meta=None, meta_lens=None):
+def kafka_encode(offsets: Any, timestamps: Any, keys: ReadableBuffer, key_lens: Any, values: ReadableBuffer,
+                 value_lens: Any, meta: ReadableBuffer | None = None,
+                 meta_lens: Any = None) -> tuple[int, bytearray | None]:
     """Build one RecordBatch v2 (header, records, CRC32C); ``(status, batch)``."""
     n = len(offsets)
     if n == 0:

@@ -5,11 +5,15 @@ names; written for clarity, not speed.
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
 _POLY = 0x82F63B78
-_TABLE = []
+_TABLE: list[int] = []
 for _n in range(256):
     _c = _n
     for _ in range(8):
@@ -31,7 +35,7 @@ def crc_clmul_available() -> bool:
     return False
 
 
-def crc32c(data, value: int = 0) -> int:
+def crc32c(data: ReadableBuffer, value: int = 0) -> int:
     """CRC32C (Castagnoli), bit-reflected, one table lookup per byte."""
     c = value ^ 0xFFFFFFFF
     t = _TABLE
@@ -45,12 +49,12 @@ crc32c_hw = crc32c
 crc32c_clmul = crc32c
 
 
-def crc32c_3(a, b, c) -> tuple[int, int, int]:
+def crc32c_3(a: ReadableBuffer, b: ReadableBuffer, c: ReadableBuffer) -> tuple[int, int, int]:
     """The CRC32C of three bytes-likes (the C core computes them interleaved)."""
     return crc32c(a), crc32c(b), crc32c(c)
 
 
-def crc32c_batch(buf, positions, lengths) -> np.ndarray:
+def crc32c_batch(buf: ReadableBuffer, positions: Any, lengths: Any) -> np.ndarray:
     mv = memoryview(buf).cast("B")
     pos = list(positions)
     lens = list(lengths)
@@ -68,7 +72,7 @@ _M = 0x5BD1E995
 _U32 = struct.Struct("<I")
 
 
-def murmur2(data) -> int:
+def murmur2(data: ReadableBuffer) -> int:
     """Kafka's ``Utils.murmur2``: the 32-bit MurmurHash2 of ``data`` with seed
     ``0x9747b28c``, as a signed 32-bit int (what Java returns)."""
     data = bytes(data)
