@@ -282,7 +282,8 @@ def header_encode(magic: bytes, base_offset: int, flags: int = 0) -> bytes:
     return head + struct.pack("<I", crc32c(head))
 
 
-def header_check(data: ReadableBuffer, magic: bytes) -> tuple[int, int | None, int | None]:
+def header_check(data: ReadableBuffer, magic: bytes) -> tuple[int, Any, Any]:
+    """``(status, base offset, flags)``; the last two are None on an error."""
     mv = memoryview(data).cast("B")
     if len(mv) < fmt.FILE_HEADER_SIZE:
         return E_SHORT, None, None

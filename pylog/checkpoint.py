@@ -25,6 +25,7 @@ import json
 import os
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from pylog import fileutil, vfs
 from pylog import format as fmt
@@ -54,7 +55,7 @@ def _seal(body: bytes) -> bytes:
     return body + _CRC.pack(impl.crc32c(body))
 
 
-def _open(data: bytes, st: struct.Struct, magic: bytes, version: int):
+def _open(data: bytes, st: struct.Struct, magic: bytes, version: int) -> tuple[Any, ...] | None:
     if len(data) != st.size + 4 or _CRC.unpack(data[st.size:])[0] != impl.crc32c(data[: st.size]):
         return None
     fields = st.unpack(data[: st.size])
@@ -132,7 +133,7 @@ def take_clean(dirpath: str, *, remove: bool = True) -> CleanState | None:
 _REPORT_VERSION = 1
 
 
-def read_report(dirpath: str) -> list[dict]:
+def read_report(dirpath: str) -> list[dict[str, Any]]:
     """The entries of the partition's recovery report (``[]`` when there is none). A report
     that cannot be parsed is itself reported, as one entry, rather than dropped."""
     path = os.path.join(dirpath, fmt.REPORT_FILE)
@@ -155,7 +156,7 @@ def read_report(dirpath: str) -> list[dict]:
                  "reason": "the recovery report itself cannot be read"}]
 
 
-def add_report(dirpath: str, entries: list[dict]) -> None:
+def add_report(dirpath: str, entries: list[dict[str, Any]]) -> None:
     """Append ``entries`` to the partition's recovery report, atomically and durably. Each
     entry: ``segment`` (store file name), ``position``, ``offset`` (first offset concerned, or
     None), ``end_offset`` (None, or the end of the range concerned), ``action`` ("kept": the

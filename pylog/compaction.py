@@ -29,8 +29,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from pylog import fileutil, vfs
 from pylog import format as fmt
@@ -79,7 +81,7 @@ def _step(name: str) -> None:
         crash_hook(name)
 
 
-def _frames(seg: Any, path: str, gaps: bool):
+def _frames(seg: Any, path: str, gaps: bool) -> Iterator[tuple[Any, np.ndarray]]:
     """Yield (map, frames array) chunks of every frame of a segment; CRC-checked."""
     m = seg._view(None)[0]
     pos = fmt.FILE_HEADER_SIZE

@@ -8,9 +8,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from typing import TYPE_CHECKING
 
 from pylog import format as fmt
 from pylog import vfs
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 
 def fsync_dir(path: str) -> None:
@@ -22,7 +26,7 @@ def fsync_dir(path: str) -> None:
         vfs.close(fd)
 
 
-def write_all(fd: int, data) -> None:
+def write_all(fd: int, data: ReadableBuffer) -> None:
     """os.write until every byte is written (a short write is not an error)."""
     mv = memoryview(data).cast("B")
     while mv:
@@ -30,7 +34,7 @@ def write_all(fd: int, data) -> None:
         mv = mv[n:]
 
 
-def pwrite_all(fd: int, data, position: int) -> None:
+def pwrite_all(fd: int, data: ReadableBuffer, position: int) -> None:
     mv = memoryview(data).cast("B")
     while mv:
         n = vfs.pwrite(fd, mv, position)

@@ -71,7 +71,7 @@ def read_entries(path: str, suffix: str, base_offset: int) -> bytes | None:
     return body
 
 
-def check(suffix: str, entries_buf, n: int, store_len: int) -> bool:
+def check(suffix: str, entries_buf: impl.Buffer, n: int, store_len: int) -> bool:
     """Whether n entries are strictly increasing and point inside the store."""
     fn = impl.index_check if suffix == fmt.INDEX_SUFFIX else impl.timeindex_check
     return fn(entries_buf, n, store_len) < 0

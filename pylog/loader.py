@@ -110,7 +110,7 @@ def _records_end(seg: SealedSegment) -> int | None:
 
 
 def _report_entry(err: CorruptRecordError, action: str, saved: str | None, now_ms: int,
-                  end_offset: int | None = None) -> dict:
+                  end_offset: int | None = None) -> dict[str, Any]:
     """A recovery-report entry (see :func:`pylog.checkpoint.add_report`) for ``err``."""
     return {"segment": os.path.basename(err.path), "position": err.position, "offset": err.offset,
             "end_offset": end_offset, "action": action, "saved": saved, "reason": err.reason,
@@ -347,7 +347,7 @@ class LogLoading(LogState):
             for i, b in enumerate(bases[:-1])
         ]
         self._sealed_bases = [s.base_offset for s in self._sealed]
-        self._active = TailSegment(self.path, bases[-1], cfg)  # type: ignore[assignment]
+        self._active = TailSegment(self.path, bases[-1], cfg)  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
         mark = read_stable_file(self.path)  # after the tail: see refresh()
         self._cap = None if mark is None else mark[1]
 
@@ -358,7 +358,7 @@ class LogLoading(LogState):
             return
         with self._lock:
             bases = self._list_bases()
-            tail = self._active
+            tail: TailSegment = self._active  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
             if not bases:
                 return
             known = {s.base_offset: s for s in self._sealed}
@@ -378,7 +378,7 @@ class LogLoading(LogState):
                 tail.refresh()
             self._sealed = sealed
             self._sealed_bases = [s.base_offset for s in sealed]
-            self._active = tail
+            self._active = tail  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
             # The marker is read after the store size: a reader that saw records of an
             # apply in flight also sees its marker (written before them, removed after).
             mark = read_stable_file(self.path)

@@ -364,7 +364,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                 default_ts = _now_ms()
                 if mx is not None and default_ts < mx:
                     default_ts = mx
-            first = seg.app.next_offset
+            first: int = seg.app.next_offset
             seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, ts_arr, default_ts,
                                      laid[0] if laid is not None else None)
             last = seg.app.next_offset - 1
@@ -455,7 +455,7 @@ def _batch_lengths(values: Any, keys: Any, metadata: Any, n: int) -> tuple[Any, 
     """``(value_lens, key_lens, metadata_lens)`` (None for a column not given) when every
     given column is a list or tuple of ``n`` items that all have a length below 4 GiB; else
     None (append_batch's general path then takes the lengths it needs)."""
-    out = []
+    out: list[Any] = []
     for c in (values, keys, metadata):
         if c is None:
             out.append(None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pylog import checkpoint, fileutil, vfs
 from pylog import format as fmt
@@ -22,12 +22,18 @@ from pylog.logstate import LogState
 from pylog.reading import _check_offset, _last_timestamp
 from pylog.segment import ActiveSegment, SealedSegment, paths
 
+if TYPE_CHECKING:  # the layers above (compaction) and the Log facade: never imported at run time
+    from pylog.compaction import CompactionReport
+    from pylog.log import Log
+    from pylog.tail import TailSegment
 
-def _cut_position(seg: Any, offset: int) -> int:
+
+def _cut_position(seg: ActiveSegment | SealedSegment, offset: int) -> int:
     """Where ``truncate(offset)`` cuts ``seg``'s store: the frame of ``offset``, or, when
     ``offset`` is the first offset of a damaged region, where the damage starts."""
     try:
-        return seg.find(offset)[1][0]
+        pos: int = seg.find(offset)[1][0]
+        return pos
     except CorruptRecordError:
         for d in seg.damage():
             if d.offset == offset:
@@ -80,12 +86,12 @@ class LogRetention(LogState):
             if offset >= active.base_offset:
                 target_base = active.base_offset
                 doomed_files: list[int] = []
-                cut_at = self._cut_hint.pop(offset, None) or _cut_position(active, offset)
+                cut_at = self._cut_hint.pop(offset, 0) or _cut_position(active, offset)
             else:
                 seg = self._sealed_for(offset)
                 assert seg is not None
                 target_base = seg.base_offset
-                cut_at = self._cut_hint.pop(offset, None) or _cut_position(seg, offset)
+                cut_at = self._cut_hint.pop(offset, 0) or _cut_position(seg, offset)
                 self._cache.discard(seg)
                 # newest first: a crash (or a failure) part way leaves a shorter log, never
                 # one with a hole in its offsets
@@ -148,7 +154,7 @@ class LogRetention(LogState):
         bases = self._list_bases()
         if not bases:
             return
-        active = self._active
+        active: ActiveSegment | TailSegment = self._active
         if not (isinstance(active, ActiveSegment) and active.store_fd >= 0 and bases[-1] == active.base_offset):
             if isinstance(active, ActiveSegment):
                 active.close_files()
@@ -165,7 +171,7 @@ class LogRetention(LogState):
                 self._cache.discard(s)
         self._sealed = sealed
         self._sealed_bases = [s.base_offset for s in sealed]
-        self._active = active
+        self._active = active  # type: ignore[assignment]  # a TailSegment when the files are gone (LogState._active)
 
     def _delete_files(self, bases: Iterable[int]) -> None:
         """Delete segments crash-safely, in the order given: rename to .deleted (the store
@@ -242,10 +248,10 @@ class LogRetention(LogState):
 
     # ------------------------------------------------------------------------------------
     # checking
-    def compact(self, **options: Any) -> Any:
+    def compact(self, **options: Any) -> CompactionReport:
         """Compact the sealed segments: keep the latest record of each key (see
         :func:`pylog.compaction.compact`, which takes the same options); returns its
         CompactionReport."""
         from pylog.compaction import compact  # the layer above Log; imported on use
 
-        return compact(self, **options)
+        return compact(cast("Log", self), **options)  # only a Log is a LogRetention

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING, Any
 
 from pylog import fileutil, vfs
 from pylog import format as fmt
 from pylog import store as store_mod
 from pylog._backend import impl
 from pylog.segment import Damage, _Reader, damage_error, paths, walk, walker
+
+if TYPE_CHECKING:
+    from pylog.config import LogConfig
+    from pylog.errors import CorruptRecordError
 
 #: the first pread of a refresh; doubled while a frame does not fit
 PROBE_BYTES = 64 << 10
@@ -52,7 +57,7 @@ class TailSegment(_Reader):
 
     __slots__ = ("dir", "base_offset", "store_path", "config", "app", "_map", "_ino")
 
-    def __init__(self, dirpath: str, base_offset: int, config) -> None:
+    def __init__(self, dirpath: str, base_offset: int, config: LogConfig) -> None:
         self.dir = dirpath
         self.base_offset = base_offset
         self.store_path = paths(dirpath, base_offset)[0]
@@ -63,7 +68,7 @@ class TailSegment(_Reader):
         self.refresh()
 
     def _reset(self) -> None:
-        self.app = walker(self.base_offset, self.config.index_interval_bytes)
+        self.app: impl.Appender = walker(self.base_offset, self.config.index_interval_bytes)
         self._map = None
 
     @property
@@ -103,12 +108,13 @@ class TailSegment(_Reader):
             return None
         import struct
 
-        return struct.unpack("<q", self.app.timeindex_bytes(0, 1)[:8])[0]
+        ts: int = struct.unpack("<q", self.app.timeindex_bytes(0, 1)[:8])[0]
+        return ts
 
     def close_files(self) -> None:
         self._map = None
 
-    def verify(self, expected_next: int | None) -> list:
+    def verify(self, expected_next: int | None) -> list[CorruptRecordError]:
         """The checks of :meth:`_Reader.verify` over the frames this reader follows, then
         the bytes after them: a reader stops at the first bad frame, so damage with valid
         frames after it (which no writer has recovered yet) is looked for in ``pread``
@@ -151,7 +157,7 @@ class TailSegment(_Reader):
         moved = [d._replace(position=d.position - h + start, end=d.end - h + start) for d in found]
         return bytes(buf[found[0].position : found[0].end]), moved
 
-    def _view(self, upto: int | None = None):
+    def _view(self, upto: int | None = None) -> tuple[Any, Any, int, Any]:
         m = self._map
         if m is None:
             self.refresh()
