@@ -1,19 +1,58 @@
 """Build glue only: metadata lives in pyproject.toml.
 
-cffi compiles csrc/ into ``pylog._cffi``. Wheels are abi3 (cp310-abi3) except on
+Two extension modules, both from csrc/:
+
+* ``pylog._cffi``: the C core through cffi (csrc/_build_pylog.py).
+* ``pylog._speedups``: the CPython extension that makes Python objects fast (Records, reads,
+  scans; csrc/speedups.h says how it is laid out). It compiles its own copy of the core's
+  sources it calls, with hidden visibility. Optional: if it fails to build, pylog runs
+  the Python code paths over the cffi module (the install does not fail).
+
+Wheels are abi3 (cp310-abi3: both modules use the limited API of Python 3.10) except on
 free-threaded CPython, where the limited API does not exist.
 """
+import os
 import sysconfig
 
-from setuptools import setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 try:
     from wheel.bdist_wheel import bdist_wheel
 except ImportError:  # wheel not installed: plain (non-abi3) wheel tags
     bdist_wheel = None
 
-cmdclass = {}
-if bdist_wheel is not None and not sysconfig.get_config_var("Py_GIL_DISABLED"):
+LIMITED_API = not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+#: the sources of pylog._speedups: its parts (one file per concern), then the C core files
+#: they call. A new part adds its file here and its init hook in csrc/speedups.h.
+SPEEDUPS_SOURCES = ["csrc/speedups.c", "csrc/speedups_read.c",
+                    "csrc/crc32c.c", "csrc/store.c", "csrc/index.c"]
+
+speedups = Extension(
+    "pylog._speedups",
+    sources=SPEEDUPS_SOURCES,
+    include_dirs=["csrc"],
+    define_macros=[("_FILE_OFFSET_BITS", "64")] + ([("Py_LIMITED_API", "0x030A0000")] if LIMITED_API else []),
+    extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-fvisibility=hidden"]
+    + os.environ.get("PYLOG_CFLAGS", "").split(),
+    py_limited_api=LIMITED_API,
+    optional=True,
+)
+
+
+class BuildExt(build_ext):
+    """``PYLOG_NO_SPEEDUPS=1`` leaves pylog._speedups out (pylog then runs its Python code
+    paths over the cffi module)."""
+
+    def build_extensions(self):
+        if os.environ.get("PYLOG_NO_SPEEDUPS") == "1":
+            self.extensions = [e for e in self.extensions if e.name != "pylog._speedups"]
+        super().build_extensions()
+
+
+cmdclass = {"build_ext": BuildExt}
+if bdist_wheel is not None and LIMITED_API:
 
     class AbiWheel(bdist_wheel):
         def get_tag(self):
@@ -24,4 +63,4 @@ if bdist_wheel is not None and not sysconfig.get_config_var("Py_GIL_DISABLED"):
 
     cmdclass["bdist_wheel"] = AbiWheel
 
-setup(cffi_modules=["csrc/_build_pylog.py:ffibuilder"], cmdclass=cmdclass)
+setup(cffi_modules=["csrc/_build_pylog.py:ffibuilder"], ext_modules=[speedups], cmdclass=cmdclass)

@@ -50,6 +50,7 @@ backend: str = _backend.NAME
 backend_features: frozenset[str] = frozenset(
     {"crc32c", "frame", "scan", "index-search"}
     | ({"crc32c-" + _backend.impl.crc_impl(), "zero-copy-c"} if backend == "native" else {"crc32c-portable"})
+    | ({"speedups"} if _backend.speedups is not None else set())
 )
 
 

@@ -140,7 +140,7 @@ class Buffer:
     ``release`` while a C call may be running on it.
     """
 
-    __slots__ = ("obj", "size", "_base", "ptr")
+    __slots__ = ("obj", "size", "_base", "ptr", "addr")
 
     def __init__(self, obj, skip: int = 0, size: int | None = None) -> None:
         self.obj = obj
@@ -150,6 +150,8 @@ class Buffer:
             raise ValueError("Buffer view lies outside the object")
         self._base = ffi.from_buffer("uint8_t[]", obj) if total else ffi.NULL
         self.ptr = self._base + skip if total else ffi.NULL
+        #: ``ptr`` as an int, for pylog._speedups (which reads through the same pointer)
+        self.addr = int(ffi.cast("uintptr_t", self.ptr))
 
     @classmethod
     def raw(cls, cdata, size: int) -> Buffer:
@@ -157,6 +159,7 @@ class Buffer:
         b = object.__new__(cls)
         b.obj = b._base = b.ptr = cdata
         b.size = size
+        b.addr = int(ffi.cast("uintptr_t", cdata))
         return b
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pylog import format as fmt
-from pylog._backend import impl
+from pylog._backend import impl, speedups
 from pylog.errors import (
     ArgumentTypeError,
     CorruptRecordError,
@@ -24,6 +24,8 @@ from pylog.errors import (
 from pylog.logstate import LogState
 from pylog.record import Record
 from pylog.segment import SealedSegment, corrupt_error
+
+_sp = speedups  # pylog._speedups, or None (the pure backend; not built)
 
 _bisect_right = bisect.bisect_right
 
@@ -237,6 +239,14 @@ class LogReading(LogState):
                 return ((iter(()), 0, offset - 1) if lazy else []), _GAP_END, seg.next_offset, 0
             raise
         n = min(left, seg.next_offset - offset)
+        if _sp is not None:  # the scan and its Records in one C call
+            recs, count, last, rc, end, used, first = _sp.scan(m.mv, m.addr, m.length, f[0], f[1], n,
+                                                               max(budget, 0), seg.gaps, lazy)
+            if have and count and first > budget:
+                return [], impl.OK, 0, 0
+            if lazy:
+                return (recs, count, last if count else offset - 1), rc, end, used
+            return recs, rc, end, used
         rc, frames, end = impl.scan(m.buf, m.length, f[0], f[1], n, max(budget, 0), seg.gaps)
         if have and len(frames) and int(frames[0]["frame_size"]) > budget:
             return [], impl.OK, 0, 0

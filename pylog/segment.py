@@ -17,6 +17,7 @@ import gc
 import os
 import struct
 from collections.abc import Iterable
+from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -25,7 +26,7 @@ import numpy as np
 from pylog import fileutil, index, vfs
 from pylog import format as fmt
 from pylog import store as store_mod
-from pylog._backend import impl
+from pylog._backend import impl, speedups
 from pylog.errors import CorruptRecordError, OffsetRemovedError
 from pylog.record import Record, new_record
 
@@ -46,6 +47,9 @@ _find = impl.find
 _HEAD = struct.Struct("<I4xQqIII").unpack_from
 _U64_MAX = (1 << 64) - 1
 _SCAN_CHUNK = 4096
+_sp = speedups
+if _sp is not None:
+    _sp.set_record_type(Record)
 
 
 def _preallocate(store_path: str, config, end: int) -> None:
@@ -287,6 +291,10 @@ class _Reader:
         """Records from ``target``: ``(records, status, bad_position)``. ``status`` is OK, or
         why the scan stopped before the budget ran out (records before it are returned)."""
         m, f = self.find(target)
+        if _sp is not None:
+            recs, _n, _last, rc, end, _used, _first = _sp.scan(m.mv, m.addr, m.length, f[0], f[1], max_records,
+                                                              max_bytes, self.gaps, False)
+            return recs, rc, end
         rc, frames, end = impl.scan(m.buf, m.length, f[0], f[1], max_records, max_bytes, self.gaps)
         return build_records(m.mv, frames), rc, int(end)
 
@@ -333,7 +341,7 @@ class _Reader:
 
 
 class _SealedMaps:
-    __slots__ = ("store", "index", "timeindex", "mv", "locate")
+    __slots__ = ("store", "index", "timeindex", "mv", "locate", "fast_read")
 
     def __init__(self, store: store_mod.StoreMap, idx: index.MappedIndex, tidx: index.MappedIndex,
                  base_offset: int, gaps: bool) -> None:
@@ -343,6 +351,13 @@ class _SealedMaps:
         self.mv = store.mv
         #: locate(offset) -> position of its CRC-checked frame, or a negative status
         self.locate = impl.locator(store.buf, store.length, idx.buf, idx.n, base_offset, gaps)
+        #: fast_read(offset) -> the Record (index lookup, CRC-checked frame and Record in one
+        #: C call), or None: the checked slow path finds out why. None without pylog._speedups.
+        self.fast_read: Any = None
+        if _sp is not None:
+            f = partial(_sp.read, store.mv, store.addr, store.length, idx.buf.addr, idx.n, base_offset, gaps)
+            f.keep = (store, idx)  # type: ignore[attr-defined]  # the maps C reads
+            self.fast_read = f
 
 
 class SealedSegment(_Reader):
@@ -405,6 +420,11 @@ class SealedSegment(_Reader):
             m = self._open()
         else:
             self._cache.touch(self)
+        fast = m.fast_read
+        if fast is not None:
+            r = fast(target)
+            if r is not None:
+                return r
         pos = m.locate(target)
         if pos < 0:  # the index was no help, or the frame is bad: the checked slow walk
             pos = self._locate_slow(m.store, target)[0]
@@ -730,6 +750,10 @@ class ActiveSegment(_Reader):
         else:
             app = self.app
             ibuf, n = app.index_view(), app.index_count
+        if _sp is not None:
+            r = _sp.read(m.mv, m.addr, m.length, ibuf.addr, n, self.base_offset, False, target)
+            if r is not None:
+                return r
         rc, f = _find(m.buf, m.length, ibuf, n, self.base_offset, target, False)
         if rc:
             f = self._locate_slow(m, target)

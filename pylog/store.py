@@ -35,10 +35,12 @@ class StoreMap:
     every record view handed out: closing never invalidates a view.
     """
 
-    __slots__ = ("length", "mm", "mv", "buf")
+    __slots__ = ("length", "mm", "mv", "buf", "addr")
 
     def __init__(self, fd: int, length: int) -> None:
         self.length = length
         self.mm = mmap.mmap(fd, length, access=mmap.ACCESS_READ) if length else None
         self.mv = memoryview(self.mm) if self.mm is not None else memoryview(b"")
         self.buf = impl.Buffer(self.mm if self.mm is not None else b"")
+        #: the map's address, for pylog._speedups (0 under the pure backend: no C reads it)
+        self.addr: int = getattr(self.buf, "addr", 0)

@@ -248,4 +248,27 @@ PY
     -I"$SYSROOT/usr/include/python$ARM_PYVER" -idirafter "$SYSROOT/usr/include" \
     -o pylog/_cffi.abi3.so) || die "cross-compiling the extension for $arch failed"
   log "extension $arch: built in $((SECONDS - t0)) s (${args[*]:1})"
+  cross_build_speedups "$arch" "$tree"
+}
+
+# Cross-build pylog._speedups (the CPython extension: Records, reads, scans in C) for ARCH
+# into TREE/pylog, from the sources and flags setup.py gives it (SPEEDUPS_SOURCES; the
+# limited API of Python 3.10, as the x86 build), against the sysroot's Python headers.
+cross_build_speedups() {  # cross_build_speedups ARCH TREE
+  local arch=$1 tree=$2 t0=$SECONDS src
+  arch_vars "$arch"
+  mapfile -t src < <(cd "$tree" && python3 - <<'PY'
+import ast
+tree = ast.parse(open("setup.py").read())
+for node in tree.body:
+    if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SPEEDUPS_SOURCES" for t in node.targets):
+        print("\n".join(ast.literal_eval(node.value)))
+PY
+  )
+  [ ${#src[@]} -gt 0 ] || die "no SPEEDUPS_SOURCES in setup.py"
+  (cd "$tree" && $CROSS_CC -shared -fPIC -g0 -O3 -std=c11 -Wall -Wextra -fvisibility=hidden \
+    -Werror=implicit-function-declaration -D_FILE_OFFSET_BITS=64 -DPy_LIMITED_API=0x030A0000 -Icsrc \
+    -I"$SYSROOT/usr/include/python$ARM_PYVER" -idirafter "$SYSROOT/usr/include" \
+    "${src[@]}" -o pylog/_speedups.abi3.so) || die "cross-compiling pylog._speedups for $arch failed"
+  log "speedups $arch: built in $((SECONDS - t0)) s (${src[*]})"
 }

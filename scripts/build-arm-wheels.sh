@@ -37,6 +37,7 @@ from pylog import _native
 here = os.path.dirname(pylog.__file__)
 assert here.startswith(os.environ["WHEEL_TARGET"]), here
 assert pylog.backend == "native", pylog.backend
+assert "speedups" in pylog.backend_features, "pylog._speedups is not in the wheel"
 check = pylog.crc32c(b"123456789")
 assert check == 0xE3069283, hex(check)
 with tempfile.TemporaryDirectory() as d:

@@ -526,3 +526,15 @@ def test_the_docs_site_builds_strict(tmp_path):
     bench = (site / "benchmarks.html").read_text()
     for png in ("compare-throughput.png", "compare-latency.png", "compare-targets.png"):
         assert f"img/{png}" in bench and (site / "img" / png).stat().st_size > 10_000
+
+
+@pytest.mark.venv
+def test_plain_install_has_the_extension(venv):
+    """The wheel carries pylog._speedups (issue 16) and a plain install uses it."""
+    p = _run([str(venv / "python"), "-c",
+              "import pylog, pylog._speedups as s; print(pylog.backend, 'speedups' in pylog.backend_features, "
+              "s.__file__.rsplit('/', 1)[-1])"], env=_clean_env(), cwd="/")
+    assert p.returncode == 0, p.stderr
+    backend, used, name = p.stdout.split()
+    assert (backend, used) == ("native", "True")
+    assert name == "_speedups.abi3.so" or name.startswith("_speedups.cpython-")  # abi3 unless free-threaded

@@ -1,0 +1,367 @@
+/*
+ * The read side of pylog._speedups: Records built in C straight from the C core's frame
+ * decoding, so a read, a fetch or a scan makes no Python-level object but the Records
+ * themselves.
+ *
+ * Records are instances of pylog.record.Record (a NamedTuple, registered once with
+ * set_record_type). Their key, metadata and value are slices of the memoryview of the
+ * segment's map: a slice shares the base view's managed buffer, which holds the mmap's
+ * export, so a view outlives the log, its close, retention and truncation and never faults
+ * (the same promise the Python code path keeps).
+ *
+ * Every frame a Record is made from was CRC-checked by the core (plog_find / plog_scan)
+ * in the same call: no bytes that fail their CRC are ever handed out.
+ */
+#include "speedups.h"
+#include "pylog.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* The Record type and how to make one. On CPython < 3.14 a Record is allocated with the
+ * type's tp_alloc and filled in (what tuple.__new__ does for a subclass, minus the
+ * argument tuple). CPython 3.14 caches a tuple's hash in the object, which tuple.__new__
+ * resets and tp_alloc does not: there the Record is made through tuple.__new__ itself. */
+static PyObject *record_type = NULL;
+static allocfunc record_alloc = NULL;
+static PyObject *tuple_new = NULL; /* tuple.__new__, for the 3.14+ path */
+static int direct_alloc = 0;
+
+static PyObject *set_record_type(PyObject *self, PyObject *type) {
+    (void)self;
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "set_record_type: expected a tuple subclass");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)type, Py_tp_alloc);
+    if (alloc == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "set_record_type: the type has no tp_alloc");
+        return NULL;
+    }
+    PyObject *old = record_type;
+    Py_INCREF(type);
+    record_type = type;
+    Py_XDECREF(old);
+    record_alloc = alloc;
+    Py_RETURN_NONE;
+}
+
+/* A Record of five new references (stolen, also on failure). */
+static PyObject *make_record(PyObject *off, PyObject *ts, PyObject *key, PyObject *value, PyObject *meta) {
+    PyObject *items[5] = {off, ts, key, value, meta};
+    PyObject *r = NULL;
+    for (int i = 0; i < 5; i++)
+        if (items[i] == NULL) goto fail;
+    if (direct_alloc) {
+        r = record_alloc((PyTypeObject *)record_type, 5);
+        if (r == NULL) goto fail;
+        for (int i = 0; i < 5; i++) PyTuple_SetItem(r, i, items[i]); /* steals; cannot fail */
+        return r;
+    }
+    PyObject *t = PyTuple_New(5);
+    if (t == NULL) goto fail;
+    for (int i = 0; i < 5; i++) PyTuple_SetItem(t, i, items[i]);
+    r = PyObject_CallFunctionObjArgs(tuple_new, record_type, t, NULL);
+    Py_DECREF(t);
+    return r;
+fail:
+    for (int i = 0; i < 5; i++) Py_XDECREF(items[i]);
+    return NULL;
+}
+
+/* mv[a:b] (a new view sharing mv's managed buffer), or None when null. */
+static inline PyObject *field(PyObject *mv, int null, uint64_t a, uint64_t b) {
+    if (null) {
+        Py_INCREF(Py_None);
+        return Py_None;
+    }
+    return PySequence_GetSlice(mv, (Py_ssize_t)a, (Py_ssize_t)b);
+}
+
+/* The Record of a decoded (CRC-checked) frame; ts, when given, is reused (a new reference
+ * is taken). */
+static PyObject *frame_record(PyObject *mv, const plog_frame *f, PyObject *ts) {
+    uint64_t p = f->position + PLOG_FRAME_HEADER_SIZE;
+    uint64_t m = p + f->key_length, v = m + f->metadata_length;
+    uint32_t a = f->attributes;
+    if (ts != NULL) Py_INCREF(ts);
+    else ts = PyLong_FromLongLong(f->timestamp);
+    return make_record(PyLong_FromUnsignedLongLong(f->offset), ts,
+                       field(mv, a & PLOG_ATTR_NULL_KEY, p, m),
+                       field(mv, a & PLOG_ATTR_NULL_VALUE, v, v + f->value_length),
+                       field(mv, a & PLOG_ATTR_NULL_METADATA, m, v));
+}
+
+/* Arguments shared by read and scan: the memoryview of a store map, the address and length
+ * of the bytes C reads (the same map). */
+static int map_args(PyObject *const *args, PyObject **mv, const uint8_t **buf, size_t *len) {
+    *mv = args[0];
+    if (!PyMemoryView_Check(*mv)) {
+        PyErr_SetString(PyExc_TypeError, "expected the store map's memoryview");
+        return -1;
+    }
+    uintptr_t addr = (uintptr_t)PyLong_AsVoidPtr(args[1]);
+    if (addr == 0 && PyErr_Occurred()) return -1;
+    unsigned long long l = PyLong_AsUnsignedLongLong(args[2]);
+    if (l == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    Py_ssize_t n = PyObject_Size(*mv);
+    if (n < 0) return -1;
+    if (l > (unsigned long long)n) { /* C must never read past the view it was given */
+        PyErr_Format(PyExc_ValueError, "store length %llu is past the map's %zd bytes", l, n);
+        return -1;
+    }
+    *buf = (const uint8_t *)addr;
+    *len = (size_t)l;
+    return 0;
+}
+
+static int u64_arg(PyObject *o, uint64_t *out) {
+    if (o == Py_None) {
+        *out = UINT64_MAX;
+        return 0;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    *out = v;
+    return 0;
+}
+
+PyDoc_STRVAR(read_doc,
+"read(mv, addr, length, index_addr, n_index, base_offset, gaps, target) -> Record | None\n\n"
+"The Record at ``target``: the index lookup, the CRC-checked frame and the Record in one\n"
+"call. None when it cannot be read this way (no such offset here, a compacted gap, a bad\n"
+"frame on the way): the caller's checked slow path then finds out why.");
+
+static PyObject *sp_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "read() takes 8 arguments");
+        return NULL;
+    }
+    PyObject *mv;
+    const uint8_t *buf;
+    size_t len;
+    if (map_args(args, &mv, &buf, &len) < 0) return NULL;
+    const uint8_t *index = (const uint8_t *)PyLong_AsVoidPtr(args[3]);
+    if (index == NULL && PyErr_Occurred()) return NULL;
+    Py_ssize_t n_index = PyLong_AsSsize_t(args[4]);
+    if (n_index == -1 && PyErr_Occurred()) return NULL;
+    uint64_t base, target;
+    if (u64_arg(args[5], &base) < 0) return NULL;
+    int gaps = PyObject_IsTrue(args[6]);
+    if (gaps < 0) return NULL;
+    if (u64_arg(args[7], &target) < 0) return NULL;
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_record_type was not called");
+        return NULL;
+    }
+    plog_frame f;
+    if (n_index < 0) n_index = 0;
+    if (plog_find(buf, len, index, (size_t)n_index, base, target, gaps, &f) != PLOG_OK || f.offset != target)
+        Py_RETURN_NONE;
+    return frame_record(mv, &f, NULL);
+}
+
+/* ---- the lazy iterator of a scanned chunk ---------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *mv;
+    plog_frame *frames;
+    size_t n, i;
+    PyObject *ts; /* the last timestamp made, reused while equal */
+    int64_t ts_value;
+} RecordIter;
+
+static PyTypeObject *record_iter_type = NULL;
+
+static void record_iter_dealloc(PyObject *o) {
+    RecordIter *it = (RecordIter *)o;
+    PyTypeObject *tp = Py_TYPE(o);
+    Py_XDECREF(it->mv);
+    Py_XDECREF(it->ts);
+    PyMem_Free(it->frames);
+    freefunc free_ = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    free_(o);
+    Py_DECREF(tp);
+}
+
+static inline PyObject *next_ts(PyObject **cache, int64_t *value, int64_t ts) {
+    if (*cache == NULL || *value != ts) {
+        PyObject *o = PyLong_FromLongLong(ts);
+        if (o == NULL) return NULL;
+        Py_XDECREF(*cache);
+        *cache = o;
+        *value = ts;
+    }
+    return *cache;
+}
+
+static PyObject *record_iter_next(PyObject *o) {
+    RecordIter *it = (RecordIter *)o;
+    if (it->i >= it->n) {
+        if (it->frames != NULL) { /* exhausted: let go of the map now */
+            PyMem_Free(it->frames);
+            it->frames = NULL;
+            Py_CLEAR(it->mv);
+            Py_CLEAR(it->ts);
+        }
+        return NULL;
+    }
+    const plog_frame *f = &it->frames[it->i++];
+    PyObject *ts = next_ts(&it->ts, &it->ts_value, f->timestamp);
+    if (ts == NULL) return NULL;
+    return frame_record(it->mv, f, ts);
+}
+
+static PyObject *record_iter_length_hint(PyObject *o, PyObject *unused) {
+    (void)unused;
+    RecordIter *it = (RecordIter *)o;
+    return PyLong_FromSize_t(it->n - it->i);
+}
+
+static PyMethodDef record_iter_methods[] = {
+    {"__length_hint__", record_iter_length_hint, METH_NOARGS, "Records left."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot record_iter_slots[] = {
+    {Py_tp_dealloc, (void *)record_iter_dealloc},
+    {Py_tp_iter, (void *)PyObject_SelfIter},
+    {Py_tp_iternext, (void *)record_iter_next},
+    {Py_tp_methods, (void *)record_iter_methods},
+    {Py_tp_doc, (void *)"The Records of one scanned chunk, each made as it is consumed."},
+    {0, NULL},
+};
+
+static PyType_Spec record_iter_spec = {
+    "pylog._speedups.RecordIter",
+    sizeof(RecordIter),
+    0,
+    Py_TPFLAGS_DEFAULT,
+    record_iter_slots,
+};
+
+/* ---- scan ------------------------------------------------------------------------------ */
+
+PyDoc_STRVAR(scan_doc,
+"scan(mv, addr, length, start, expected_offset, max_out, max_bytes, gaps, lazy)\n"
+"    -> (records, count, last_offset, status, end_position, bytes_used, first_frame_size)\n\n"
+"The C core's scan (plog_scan: up to ``max_out`` CRC-valid frames from ``start``, stopping\n"
+"after ``max_bytes`` of frames) and the Records of the frames it found: a list, or with\n"
+"``lazy`` an iterator that makes each Record as it is consumed. ``status`` is OK or why the\n"
+"scan stopped before a bad frame; ``last_offset`` is -1 when nothing was found.");
+
+static PyObject *sp_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes 9 arguments");
+        return NULL;
+    }
+    PyObject *mv;
+    const uint8_t *buf;
+    size_t len;
+    if (map_args(args, &mv, &buf, &len) < 0) return NULL;
+    uint64_t start, expected, max_bytes;
+    if (u64_arg(args[3], &start) < 0 || u64_arg(args[4], &expected) < 0) return NULL;
+    Py_ssize_t max_out = PyLong_AsSsize_t(args[5]);
+    if (max_out == -1 && PyErr_Occurred()) return NULL;
+    if (u64_arg(args[6], &max_bytes) < 0) return NULL;
+    int gaps = PyObject_IsTrue(args[7]);
+    int lazy = PyObject_IsTrue(args[8]);
+    if (gaps < 0 || lazy < 0) return NULL;
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_record_type was not called");
+        return NULL;
+    }
+    if (max_out < 0) max_out = 0;
+    /* no more frames than the bytes after start could hold */
+    size_t room = start < len ? (size_t)((len - start) / PLOG_FRAME_HEADER_SIZE) + 1 : 1;
+    size_t cap = (size_t)max_out < room ? (size_t)max_out : room;
+    plog_frame *frames = PyMem_Malloc((cap ? cap : 1) * sizeof(plog_frame));
+    if (frames == NULL) return PyErr_NoMemory();
+    size_t n = 0;
+    uint64_t end = start;
+    int rc = plog_scan(buf, len, (size_t)start, expected, gaps, frames, cap, max_bytes, &n, &end);
+    unsigned long long used = 0;
+    for (size_t i = 0; i < n; i++) used += frames[i].frame_size;
+    long long last = n ? (long long)frames[n - 1].offset : -1;
+    unsigned long first_size = n ? frames[0].frame_size : 0;
+    PyObject *records;
+    if (lazy) {
+        RecordIter *it = PyObject_New(RecordIter, record_iter_type);
+        if (it == NULL) {
+            PyMem_Free(frames);
+            return NULL;
+        }
+        Py_INCREF(mv);
+        it->mv = mv;
+        it->frames = frames;
+        it->n = n;
+        it->i = 0;
+        it->ts = NULL;
+        it->ts_value = 0;
+        records = (PyObject *)it;
+    } else {
+        records = PyList_New((Py_ssize_t)n);
+        if (records == NULL) {
+            PyMem_Free(frames);
+            return NULL;
+        }
+        /* Thousands of new objects that all survive would set off young-generation
+         * collections over and over, none of which can free anything: pause the collector. */
+        int was_enabled = n > 64 ? PyGC_Disable() : 0;
+        PyObject *ts = NULL;
+        int64_t ts_value = 0;
+        for (size_t i = 0; i < n; i++) {
+            PyObject *t = next_ts(&ts, &ts_value, frames[i].timestamp);
+            PyObject *r = t == NULL ? NULL : frame_record(mv, &frames[i], t);
+            if (r == NULL) {
+                Py_CLEAR(records);
+                break;
+            }
+            PyList_SetItem(records, (Py_ssize_t)i, r);
+        }
+        Py_XDECREF(ts);
+        if (was_enabled) PyGC_Enable();
+        PyMem_Free(frames);
+        if (records == NULL) return NULL;
+    }
+    return Py_BuildValue("(NnLiKKk)", records, (Py_ssize_t)n, last, rc, (unsigned long long)end, used,
+                         first_size);
+}
+
+static PyMethodDef read_methods[] = {
+    {"set_record_type", set_record_type, METH_O, "Register pylog.record.Record, the type of the Records made here."},
+    {"read", (PyCFunction)(void (*)(void))sp_read, METH_FASTCALL, read_doc},
+    {"scan", (PyCFunction)(void (*)(void))sp_scan, METH_FASTCALL, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int pylog_speedups_read_init(PyObject *module) {
+    if (PyModule_AddFunctions(module, read_methods) < 0) return -1;
+    record_iter_type = (PyTypeObject *)PyType_FromSpec(&record_iter_spec);
+    if (record_iter_type == NULL) return -1;
+    Py_INCREF(record_iter_type);
+    if (PyModule_AddObject(module, "RecordIter", (PyObject *)record_iter_type) < 0) {
+        Py_DECREF(record_iter_type);
+        return -1;
+    }
+    /* the runtime's version, not the headers': an abi3 build runs on later CPythons too */
+    PyObject *vi = PySys_GetObject("version_info"); /* borrowed */
+    PyObject *minor = vi ? PySequence_GetItem(vi, 1) : NULL;
+    PyObject *major = vi ? PySequence_GetItem(vi, 0) : NULL;
+    if (minor == NULL || major == NULL) {
+        Py_XDECREF(minor);
+        Py_XDECREF(major);
+        return -1;
+    }
+    long maj = PyLong_AsLong(major), min = PyLong_AsLong(minor);
+    Py_DECREF(minor);
+    Py_DECREF(major);
+    direct_alloc = maj == 3 && min < 14;
+    PyObject *tuple_type = (PyObject *)&PyTuple_Type;
+    tuple_new = PyObject_GetAttrString(tuple_type, "__new__");
+    if (tuple_new == NULL) return -1;
+    return PyModule_AddIntConstant(module, "DIRECT_ALLOC", direct_alloc);
+}

@@ -1,0 +1,253 @@
+"""pylog._speedups, the CPython extension that makes Records in C (issue 16).
+
+* which backend loads it: the native one when built, never the pure one (the oracle, no C);
+* its Records equal the Python-built ones (pylog.segment._build_records over the pure
+  backend's scan) over random frames: keys, metadata and values None or bytes, offsets with
+  compaction gaps, any start, record and byte budgets; list and lazy iterator; reads;
+* corrupt bytes anywhere: no Record it returns differs from what was written (a frame that
+  fails its CRC is never turned into a Record);
+* the Records keep the NamedTuple's behaviour and their views the map alive.
+"""
+import gc
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pylog
+from pylog import _pure
+from pylog import format as fmt
+from pylog._backend import speedups
+from pylog.record import Record
+from pylog.segment import _build_records
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+needs_speedups = pytest.mark.skipif(speedups is None,
+                                    reason="pylog._speedups is not in use (pure backend, or not built)")
+
+_PROBE = """
+import sys, tempfile, pylog, pylog._backend as b
+d = tempfile.mkdtemp()
+with pylog.Log(d, segment_bytes=4096) as log:
+    log.append_batch([b"v%d" % i * 40 for i in range(300)])
+    assert bytes(log.read(3).value) == b"v3" * 40
+    assert sum(1 for _ in log.scan()) == 300 and len(log.read_batch(0, max_records=50)) == 50
+print(b.NAME, b.speedups is not None, "pylog._speedups" in sys.modules, "pylog._cffi" in sys.modules,
+      "speedups" in pylog.backend_features, b.speedups.crc_impl() if b.speedups else "-",
+      b.impl.crc_impl() if b.NAME == "native" else "-")
+"""
+
+
+def _probe(**env):
+    e = {k: v for k, v in os.environ.items() if k not in ("PYLOG_BACKEND", "PYLOG_SPEEDUPS")}
+    e.update(env)
+    r = subprocess.run([sys.executable, "-c", _PROBE], env=e, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+_REBUILD = "pylog._speedups is not built here: run `python setup.py build_ext --inplace`"
+
+
+def test_pure_backend_loads_no_c_at_all():
+    name, used, sp_loaded, cffi_loaded, feature, *_ = _probe(PYLOG_BACKEND="pure")
+    assert (name, used, sp_loaded, cffi_loaded, feature) == ("pure", "False", "False", "False", "False")
+
+
+def _require_built():
+    """The C core must be built; then the extension must be too (a build that failed to make
+    it would otherwise pass unnoticed), unless it was left out on purpose."""
+    pytest.importorskip("pylog._cffi")
+    if os.environ.get("PYLOG_NO_SPEEDUPS") == "1":
+        pytest.skip("built with PYLOG_NO_SPEEDUPS=1")
+
+
+def test_native_backend_uses_the_extension():
+    _require_built()
+    name, used, sp_loaded, _cffi, feature, sp_crc, native_crc = _probe(PYLOG_BACKEND="native")
+    assert (name, used, sp_loaded, feature) == ("native", "True", "True", "True"), _REBUILD
+    assert sp_crc == native_crc  # the extension's copy of the core picks the same CRC32C code
+
+
+def test_extension_follows_the_forced_portable_crc():
+    _require_built()
+    *_, sp_crc, native_crc = _probe(PYLOG_BACKEND="native", PYLOG_CRC32C_FORCE_PORTABLE="1")
+    assert sp_crc == native_crc == "portable"
+
+
+def test_speedups_off_runs_the_python_paths():
+    pytest.importorskip("pylog._cffi")
+    name, used, sp_loaded, _cffi, feature, *_ = _probe(PYLOG_BACKEND="native", PYLOG_SPEEDUPS="0")
+    assert (name, used, sp_loaded, feature) == ("native", "False", "False", "False")
+
+
+# ---- C-built Records against the Python-built ones ------------------------------------------
+
+fields = st.one_of(st.none(), st.binary(max_size=40))
+records = st.lists(st.tuples(fields, fields, fields, st.integers(0, 3), st.integers(0, 2)), min_size=0, max_size=40)
+
+
+def _store(recs, gaps):
+    """A store buffer (file header + frames) of ``recs``: (key, value, metadata, offset
+    step - 1 when ``gaps``, timestamp step); returns (bytes, [(position, offset, ts, k, v, m)])."""
+    base = 1000
+    a = _pure.Appender(base, next_offset=base, position=fmt.FILE_HEADER_SIZE, max_position=fmt.MAX_SEGMENT_BYTES,
+                       max_timestamp=None, index_interval=1 << 31, bytes_since_index=0, index_cap=64,
+                       buffer_bytes=1 << 20)
+    a.gaps = gaps
+    out = []
+    ts = 1_700_000_000_000
+    for k, v, m, skip, dts in recs:
+        if gaps and skip:
+            a.next_offset = a.next_offset + skip
+        ts += dts
+        attrs = (fmt.ATTR_NULL_KEY if k is None else 0) | (fmt.ATTR_NULL_METADATA if m is None else 0) | (
+            fmt.ATTR_NULL_VALUE if v is None else 0)
+        pos = a.position
+        off = a.frame(v, k, m, attrs, ts)
+        assert off >= 0, off
+        out.append((pos, off, ts, k, v, m))
+    head = _pure.header_encode(fmt.STORE_MAGIC, base, fmt.HEADER_COMPACTED if gaps else 0)
+    return bytes(head) + bytes(a.pending()), out
+
+
+def _plain(r):
+    return tuple(None if x is None else (bytes(x) if isinstance(x, memoryview) else x) for x in r)
+
+
+def _kinds(r):
+    return tuple(type(x) for x in r)
+
+
+def _c_map(data):
+    """(memoryview, address, length) of a bytes object as the native backend hands them to C."""
+    from pylog import _native
+
+    buf = _native.Buffer(data)
+    return memoryview(data), buf.addr, len(data), buf
+
+
+@needs_speedups
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=records, gaps=st.booleans(), start=st.integers(0, 40), max_out=st.integers(1, 50),
+       max_bytes=st.one_of(st.just((1 << 64) - 1), st.integers(0, 3000)), lazy=st.booleans())
+def test_c_records_equal_python_records(recs, gaps, start, max_out, max_bytes, lazy):
+    data, written = _store(recs, gaps)
+    start = min(start, len(written))
+    pos, expected = (written[start][0], written[start][1]) if start < len(written) else (len(data), None)
+    prc, frames, pend = _pure.scan(_pure.Buffer(data), len(data), pos, expected, max_out, max_bytes, gaps)
+    mv = memoryview(data)
+    want = _build_records(mv, frames, False)
+    mv_c, addr, length, keep = _c_map(data)
+    got, n, last, rc, end, used, first = speedups.scan(mv_c, addr, length, pos, expected, max_out, max_bytes, gaps,
+                                                        lazy)
+    got = list(got)
+    assert (rc, end, n) == (prc, int(pend), len(want))
+    assert used == int(frames["frame_size"].sum()) and first == (int(frames["frame_size"][0]) if n else 0)
+    assert last == (int(frames["offset"][-1]) if n else -1)
+    assert [_plain(r) for r in got] == [_plain(r) for r in want]
+    assert [_kinds(r) for r in got] == [_kinds(r) for r in want]
+    assert all(type(r) is Record for r in got)
+    # and every one is what was written
+    by_off = {o: (o, t, k, v, m) for _p, o, t, k, v, m in written}
+    assert [_plain(r) for r in got] == [by_off[r.offset] for r in got]
+    # single reads through the index-less lookup: the same Record, None for offsets not there
+    for _p, o, t, k, v, m in written[:10]:
+        r = speedups.read(mv_c, addr, length, 0, 0, 1000, gaps, o)
+        assert type(r) is Record and _plain(r) == (o, t, k, v, m)
+    missing = written[-1][1] + 1 if written else 1000
+    assert speedups.read(mv_c, addr, length, 0, 0, 1000, gaps, missing) is None
+
+
+@needs_speedups
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=records.filter(bool), gaps=st.booleans(), where=st.integers(0), bit=st.integers(0, 7),
+       lazy=st.booleans())
+def test_corrupt_bytes_never_become_records(recs, gaps, where, bit, lazy):
+    data, written = _store(recs, gaps)
+    i = fmt.FILE_HEADER_SIZE + where % (len(data) - fmt.FILE_HEADER_SIZE)
+    bad = bytearray(data)
+    bad[i] ^= 1 << bit
+    bad = bytes(bad)
+    mv, addr, length, keep = _c_map(bad)
+    got, n, *_ = speedups.scan(mv, addr, length, fmt.FILE_HEADER_SIZE, written[0][1], 1000, (1 << 64) - 1, gaps,
+                               lazy)
+    by_off = {o: (o, t, k, v, m) for _p, o, t, k, v, m in written}
+    got = list(got)
+    assert len(got) < len(written)  # the scan stops at the bad frame
+    assert all(_plain(r) == by_off.get(r.offset) for r in got)
+    hit = next(o for p, o, *_ in reversed(written) if p <= i)
+    for _p, o, *_ in written:
+        r = speedups.read(mv, addr, length, 0, 0, 1000, gaps, o)
+        assert r is None if o == hit else (r is None or _plain(r) == by_off[o])
+
+
+# ---- the Records' behaviour ----------------------------------------------------------------
+
+@needs_speedups
+def test_c_records_behave_like_the_namedtuple(tmp_path):
+    with pylog.Log(str(tmp_path / "l"), segment_bytes=4096) as log:
+        log.append(b"value", key=b"key", metadata=b"meta", timestamp=5)
+        log.append_batch([b"x" * 100] * 100, timestamps=[7] * 100)
+        log.roll()
+        r = log.read(0)
+        py = Record(0, 5, b"key", b"value", b"meta")
+        assert type(r) is Record and isinstance(r, tuple) and len(r) == 5
+        assert r == py and hash(r) == hash(py) and r._asdict()["metadata"] == b"meta"
+        assert repr(r) == "Record(offset=0, timestamp=5, key=b'key', value=b'value', metadata=b'meta')"
+        assert r._replace(offset=9).offset == 9 and r[3] == b"value" and r.value.readonly
+        assert pickle.loads(pickle.dumps(r._replace(key=None, value=b"v", metadata=None))) == (0, 5, None, b"v", None)
+        batch = log.read_batch(1, max_records=3)
+        assert [type(b) for b in batch] == [Record] * 3 and batch[0] == (1, 7, None, b"x" * 100, None)
+        assert hash(batch[0]) == hash(Record(1, 7, None, b"x" * 100, None))
+
+
+@needs_speedups
+def test_c_views_keep_the_map_alive_and_nothing_leaks(tmp_path):
+    d = str(tmp_path / "l")
+    log = pylog.Log(d, segment_bytes=1 << 16, retention_bytes=0)
+    log.append_batch([b"%05d" % i * 20 for i in range(2000)])
+    log.roll()
+    seg = log._sealed[0]
+    m = seg.maps()
+    mv = m.mv
+    refs = sys.getrefcount(mv)
+    for _ in range(3):
+        for off in range(0, 500):
+            log.read(off)
+        log.read_batch(0, max_records=400)
+        list(log.scan(0, 600))
+    gc.collect()
+    assert sys.getrefcount(mv) == refs  # no reference to the map's view leaked
+    del m, mv
+    it = log.scan(0, 300)  # one chunk, in the first segment
+    first = next(it)
+    one = log.read(1)
+    batch = log.read_batch(2, max_records=10)
+    log.close()
+    log = pylog.Log(d, retention_bytes=0)
+    log.enforce_retention()
+    log.close()
+    assert not os.path.exists(seg.store_path)  # retention deleted the segment
+    rest = list(it)  # the lazy iterator still reads the map of a deleted, closed segment
+    assert len(rest) == 299 and bytes(rest[-1].value) == b"00299" * 20
+    assert bytes(first.value) == b"00000" * 20 and bytes(one.value) == b"00001" * 20
+    assert bytes(batch[-1].value) == b"00011" * 20
+
+
+@needs_speedups
+def test_bad_arguments_are_refused_not_read():
+    data = b"\0" * 64
+    mv, addr, length, keep = _c_map(data)
+    with pytest.raises(ValueError, match="past the map"):
+        speedups.scan(mv, addr, 65, 32, None, 10, 100, False, False)
+    with pytest.raises(TypeError):
+        speedups.read(b"not a view", addr, length, 0, 0, 0, False, 0)
+    with pytest.raises(TypeError):
+        speedups.scan(mv, addr, length)
