@@ -15,7 +15,7 @@ import os
 import warnings
 from typing import Any
 
-__all__ = ["NAME", "impl"]
+__all__ = ["NAME", "impl", "speedups"]
 
 _choice = os.environ.get("PYLOG_BACKEND", "").strip().lower()
 if _choice not in ("", "native", "pure"):

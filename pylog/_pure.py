@@ -57,10 +57,13 @@ _U64_MAX = (1 << 64) - 1
 class Buffer:
     """A read-only byte buffer (``skip`` bytes at the front are not part of it)."""
 
-    __slots__ = ("obj", "size", "mv")
+    __slots__ = ("obj", "size", "mv", "addr")
 
     def __init__(self, obj: ReadableBuffer, skip: int = 0, size: int | None = None) -> None:
         self.obj = obj
+        #: no C pointer here: the native Buffer's address is for pylog._speedups, which the
+        #: pure backend never uses
+        self.addr = 0
         mv = memoryview(obj).cast("B")
         self.size = (len(mv) - skip) if size is None else size
         if self.size < 0 or skip + self.size > len(mv):

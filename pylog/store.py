@@ -43,4 +43,4 @@ class StoreMap:
         self.mv = memoryview(self.mm) if self.mm is not None else memoryview(b"")
         self.buf = impl.Buffer(self.mm if self.mm is not None else b"")
         #: the map's address, for pylog._speedups (0 under the pure backend: no C reads it)
-        self.addr: int = getattr(self.buf, "addr", 0)
+        self.addr: int = self.buf.addr
