@@ -16,10 +16,14 @@ import errno as _errno
 import os
 import random
 import stat
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from pylog import vfs
+
+if TYPE_CHECKING:
+    from pylog.log import Log
+    from pylog.record import Record
 
 __all__ = ["CrashFS", "PowerCut", "simulate_crash"]
 
@@ -113,7 +117,8 @@ class CrashFS:
         if kind == "file":
             return self.path_of[v]
         if kind == "dir":
-            return v
+            path: str = v
+            return path
         return ""
 
     # -- the vfs operations --------------------------------------------------------------
@@ -345,6 +350,11 @@ else:
     __all__.append("LogMachine")
 
     _values = st.binary(max_size=300)
+
+    def _value(rec: Record) -> bytes:
+        """A record's value as bytes (the machine appends no tombstones)."""
+        assert rec.value is not None
+        return bytes(rec.value)
     _keys = st.none() | st.binary(max_size=20)
 
     class LogMachine(RuleBasedStateMachine):
@@ -363,7 +373,7 @@ else:
             self.pylog = pylog
             self.dir = tempfile.mkdtemp(prefix="pylog-machine-")
             self.config: dict[str, Any] = {}
-            self.log = None
+            self.log: Log | None = None
             self.model: list[tuple[bytes | None, bytes]] = []
             self.start = 0
             self.durable = 0  # offsets below this are flushed
@@ -374,6 +384,13 @@ else:
             if self.log is not None:
                 self.log.close()
             shutil.rmtree(self.dir, ignore_errors=True)
+
+        @property
+        def opened(self) -> Log:
+            """The open log (the rules that use it run only while one is open: their
+            preconditions say so)."""
+            assert self.log is not None
+            return self.log
 
         @property
         def next(self) -> int:
@@ -397,7 +414,7 @@ else:
         @rule(value=_values, key=_keys)
         @precondition(lambda self: self.log is not None)
         def append(self, value: bytes, key: bytes | None) -> None:
-            off = self.log.append(value, key=key)
+            off = self.opened.append(value, key=key)
             note(f"append {len(value)} B key={key!r} -> {off}")
             assert off == self.next
             self.model.append((key, value))
@@ -408,12 +425,12 @@ else:
         def append_batch(self, values: list[bytes], with_keys: bool, in_place: bool) -> None:
             import pylog.log as log_mod
 
-            keys = [b"k%d" % i for i in range(len(values))] if with_keys else None
+            keys: list[bytes | None] | None = [b"k%d" % i for i in range(len(values))] if with_keys else None
             # in_place: frame the batch where it lies whatever its size (else only big ones)
             saved = log_mod.IN_PLACE_MIN_BYTES
             log_mod.IN_PLACE_MIN_BYTES = 0 if in_place else saved
             try:
-                first = self.log.append_batch(values, keys=keys)
+                first = self.opened.append_batch(values, keys=keys)
             finally:
                 log_mod.IN_PLACE_MIN_BYTES = saved
             note(f"append_batch {len(values)} in_place={in_place} -> {first}")
@@ -423,7 +440,7 @@ else:
         @rule(chunks=st.lists(st.binary(max_size=100), max_size=5), fail_at=st.none() | st.integers(0, 4))
         @precondition(lambda self: self.log is not None)
         def streaming_append(self, chunks: list[bytes], fail_at: int | None) -> None:
-            def gen():
+            def gen() -> Iterator[bytes]:
                 for i, c in enumerate(chunks):
                     if fail_at is not None and i == fail_at:
                         raise KeyError("source failed")
@@ -433,55 +450,55 @@ else:
             note(f"streaming append {len(chunks)} chunks fail_at={fail_at}")
             if failing:
                 try:
-                    self.log.append(gen())
+                    self.opened.append(gen())
                 except KeyError:
                     pass
                 else:
                     raise AssertionError("the iterator's error was swallowed")
             else:
-                assert self.log.append(gen()) == self.next
+                assert self.opened.append(gen()) == self.next
                 self.model.append((None, b"".join(chunks)))
 
         @rule(data=st.data())
         @precondition(lambda self: self.log is not None and self.model)
         def read(self, data: Any) -> None:
             i = data.draw(st.integers(0, len(self.model) - 1))
-            rec = self.log.read(self.start + i)
+            rec = self.opened.read(self.start + i)
             key, value = self.model[i]
             assert rec.offset == self.start + i
-            assert bytes(rec.value) == value
+            assert _value(rec) == value
             assert (None if rec.key is None else bytes(rec.key)) == key
 
         @rule(data=st.data(), max_bytes=st.integers(0, 5000), max_records=st.none() | st.integers(1, 50))
         @precondition(lambda self: self.log is not None and self.model)
         def read_batch(self, data: Any, max_bytes: int, max_records: int | None) -> None:
             i = data.draw(st.integers(0, len(self.model) - 1))
-            recs = self.log.read_batch(self.start + i, max_bytes=max_bytes, max_records=max_records)
+            recs = self.opened.read_batch(self.start + i, max_bytes=max_bytes, max_records=max_records)
             assert recs, "a fetch below next_offset returns at least one record"
             if max_records is not None:
                 assert len(recs) <= max_records
             for j, rec in enumerate(recs):
                 assert rec.offset == self.start + i + j
-                assert bytes(rec.value) == self.model[i + j][1]
+                assert _value(rec) == self.model[i + j][1]
 
         @rule(data=st.data())
         @precondition(lambda self: self.log is not None)
         def scan(self, data: Any) -> None:
             a = data.draw(st.integers(self.start, self.next))
             b = data.draw(st.integers(a, self.next))
-            got = [(r.offset, bytes(r.value)) for r in self.log.scan(a, b)]
+            got = [(r.offset, _value(r)) for r in self.opened.scan(a, b)]
             assert got == [(a + j, self.model[a - self.start + j][1]) for j in range(b - a)]
 
         @rule()
         @precondition(lambda self: self.log is not None)
         def roll(self) -> None:
-            self.log.roll()
+            self.opened.roll()
             self.durable = self.next if self.model else self.durable
 
         @rule()
         @precondition(lambda self: self.log is not None)
         def flush(self) -> None:
-            self.log.flush()
+            self.opened.flush()
             self.durable = self.next
 
         @rule(data=st.data())
@@ -489,15 +506,15 @@ else:
         def truncate(self, data: Any) -> None:
             off = data.draw(st.integers(self.start, self.next))
             note(f"truncate {off}")
-            self.log.truncate(off)
+            self.opened.truncate(off)
             del self.model[off - self.start:]
             self.durable = min(self.durable, off)
 
         @rule(segment_bytes=st.none() | st.sampled_from([4096, 16384]))
         @precondition(lambda self: self.log is not None)
         def reopen(self, segment_bytes: int | None) -> None:
-            self.log.close()
-            kw = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
+            self.opened.close()
+            kw: dict[str, Any] = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
             note(f"reopen {kw}")
             self.log = self.pylog.Log(self.dir, **kw)
             self.durable = self.next
@@ -505,7 +522,7 @@ else:
         @rule(keep=st.integers(0, 20000))
         @precondition(lambda self: self.log is not None)
         def retention(self, keep: int) -> None:
-            self.log.close()
+            self.opened.close()
             self.log = self.pylog.Log(self.dir, retention_bytes=keep)
             self.log.enforce_retention()
             new_start = self.log.start_offset
@@ -519,7 +536,7 @@ else:
         @rule(mode=st.sampled_from(["cut", "zero", "garbage"]), data=st.data())
         @precondition(lambda self: self.log is not None)
         def crash(self, mode: str, data: Any) -> None:
-            log = self.log
+            log = self.opened
             active = log._active
             active.write_pending()  # what reached the OS may survive; the buffer may not
             written = active.written

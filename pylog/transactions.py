@@ -63,7 +63,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pylog import fileutil, vfs
-from pylog import log as log_mod
 from pylog.errors import (
     ArgumentTypeError,
     CorruptRecordError,
@@ -73,7 +72,8 @@ from pylog.errors import (
     PylogError,
     UnknownTopicError,
 )
-from pylog.log import STABLE_FILE, Log, read_stable_file
+from pylog.loader import STABLE_FILE, STABLE_HOOKS, read_stable_file
+from pylog.log import Log
 
 if TYPE_CHECKING:
     from pylog.topics import LogStore
@@ -139,7 +139,7 @@ def _read_json(path: str) -> Any:
     try:
         return json.loads(data)
     except ValueError as e:
-        raise CorruptRecordError(f"{path}: unreadable ({e})") from None
+        raise CorruptRecordError(path, 0, None, f"unreadable ({e})") from None
 
 
 # ----------------------------------------------------------------------------------------
@@ -324,7 +324,8 @@ class Transaction:
         arr = np.asarray(parts)
         for p in np.unique(arr).tolist():
             idx = np.flatnonzero(arr == p).tolist()
-            sub = (lambda seq, idx=idx: None if seq is None else [seq[j] for j in idx])  # noqa: E731
+            def sub(seq: Any, idx: list[int] = idx) -> list[Any] | None:
+                return None if seq is None else [seq[j] for j in idx]
             self._stager.append_batch(topic, p, [values[j] for j in idx], sub(keys), sub(timestamps),
                                       sub(metadata), t.config.max_record_bytes)
         return parts
@@ -529,7 +530,7 @@ def discard_tagged(root: str, tag: str, keep: Iterable[str] = ()) -> list[str]:
     (a streaming sink's batches run one after another: another undecided one is the
     leftover of an aborted batch). Returns the ids discarded."""
     base = _txn_root(os.fspath(root))
-    out = []
+    out: list[str] = []
     keep = set(keep)
     try:
         names = os.listdir(base)
@@ -608,13 +609,13 @@ def _staged_records(txn_dir: str, staged: list[tuple[str, int]]) -> Iterator[lis
             try:
                 srcs.append((Log(os.path.join(txn_dir, rel), readonly=True), rel, count))
             except FileNotFoundError:
-                raise CorruptRecordError(f"transaction {os.path.basename(txn_dir)}: staged records {rel} "
-                                         "are missing") from None
+                raise CorruptRecordError(os.path.join(txn_dir, rel), 0, None,
+                                         "the staged records of a decided transaction are missing") from None
         for src, rel, count in srcs:
             if src.stable_offset - src.start_offset != count:
-                raise CorruptRecordError(f"transaction {os.path.basename(txn_dir)}: staged records {rel} "
-                                         f"hold {src.stable_offset - src.start_offset} records, the decision "
-                                         f"says {count}")
+                raise CorruptRecordError(os.path.join(txn_dir, rel), 0, None,
+                                         f"transaction {os.path.basename(txn_dir)}: staged records {rel} hold "
+                                         f"{src.stable_offset - src.start_offset} records, the decision says {count}")
         if len(srcs) == 1:
             src = srcs[0][0]
             for a in range(src.start_offset, src.stable_offset, _APPLY_CHUNK):
@@ -642,7 +643,7 @@ def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
             log.truncate(start)  # a torn apply: cut back to the start, apply again
         elif nxt < start:
             raise CorruptRecordError(
-                f"{log.path}: holds records up to {nxt}, but transaction {os.path.basename(txn_dir)} "
+                log.path, 0, None, f"holds records up to {nxt}, but transaction {os.path.basename(txn_dir)} "
                 f"was decided to start at {start}; records before it were lost")
         mx = log._active.app.max_timestamp
         last = -1 if mx is None else int(mx)
@@ -682,7 +683,7 @@ def _roll_forward(log: Log) -> None:
     _drop_marker(log)  # not a partition of this transaction: a stray marker
 
 
-log_mod.STABLE_HOOKS.append(_roll_forward)
+STABLE_HOOKS.append(_roll_forward)
 
 
 def _record_sinks(root: str, sinks: dict[str, int]) -> None:

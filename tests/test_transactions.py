@@ -432,3 +432,57 @@ def test_a_damaged_stable_marker_is_a_corrupt_record_error(tmp_path):
     with pytest.raises(pylog.CorruptRecordError) as ei:
         pylog.Log(part, readonly=True)
     assert ei.value.path == str(part / STABLE_FILE) and "stable-offset marker" in str(ei.value)
+
+
+def _crash_mid_apply(root):
+    """A committer killed in the apply of partition a/1 (after the decision): a/1 holds its
+    marker, and the transaction's directory with its decision and staged records stays."""
+    _setup(root)
+    code = _CHILD.replace("import sys, pylog", "import sys, os, pylog\nfrom pylog import transactions as T\n"
+                          "real = T._apply\n"
+                          "def _apply(log, d, e):\n"
+                          "    if e['topic'] == 'a' and e['partition'] == 1:\n"
+                          "        os._exit(9)\n"
+                          "    real(log, d, e)\n"
+                          "T._apply = _apply")
+    p = run_py(code, str(root))
+    assert p.returncode == 9, p.stderr
+    [txn] = [n for n in os.listdir(root / "~txn") if len(n) == 32]
+    return root / "~txn" / txn
+
+
+@pytest.mark.parametrize("damage", ["staged-missing", "count", "records-lost"])
+def test_a_decided_transaction_that_cannot_be_applied_is_a_corrupt_record_error(tmp_path, damage):
+    """A decided transaction whose apply finds its staged records gone, a different count of
+    them than the decision says, or the partition shorter than the decided start offset:
+    opening the partition's writer raises CorruptRecordError naming what is wrong (it raised
+    TypeError: the error was built with one argument instead of four)."""
+    txn_dir = _crash_mid_apply(tmp_path / "r")
+    decision = json.loads((txn_dir / "decision.json").read_text())
+    [entry] = [e for e in decision["partitions"] if (e["topic"], e["partition"]) == ("a", 1)]
+    [(rel, count)] = entry["staged"]
+    if damage == "staged-missing":
+        shutil.rmtree(txn_dir / rel)
+        path, words = str(txn_dir / rel), "are missing"
+    elif damage == "count":
+        entry["staged"] = [[rel, count + 1]]
+        path, words = str(txn_dir / rel), f"hold {count} records, the decision says {count + 1}"
+    else:
+        entry["start"] = entry["start"] + 5
+        path, words = str(tmp_path / "r" / "a" / "partition-1"), "records before it were lost"
+    (txn_dir / "decision.json").write_text(json.dumps(decision))
+    with pytest.raises(pylog.CorruptRecordError) as ei:
+        pylog.Log(tmp_path / "r" / "a" / "partition-1")
+    assert ei.value.path == path and words in str(ei.value)
+
+
+def test_a_damaged_sinks_file_is_a_corrupt_record_error(tmp_path):
+    """The streaming sinks' batch-id file damaged from outside: last_batch_id raises
+    CorruptRecordError naming the file (it raised TypeError, as above)."""
+    _store(tmp_path / "r", t=1).close()
+    os.makedirs(tmp_path / "r" / "~txn", exist_ok=True)
+    (tmp_path / "r" / "~txn" / transactions.SINKS_FILE).write_bytes(b"{not json")
+    with pytest.raises(pylog.CorruptRecordError) as ei:
+        transactions.last_batch_id(str(tmp_path / "r"), "sink")
+    assert ei.value.path == str(tmp_path / "r" / "~txn" / transactions.SINKS_FILE)
+    assert "unreadable" in str(ei.value)
