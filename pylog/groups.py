@@ -213,7 +213,7 @@ def reset_group(store: LogStore, group: str, topic: str, *, to_earliest: bool = 
         os.makedirs(gdir, exist_ok=True)
     fds = _hold_partitions(gdir, t.partitions, group, topic) if os.path.isdir(gdir) else []
     try:
-        plan = []
+        plan: list[dict[str, Any]] = []
         for p in parts:
             log = t.reader(p)
             if log.readonly:

@@ -589,11 +589,11 @@ class Topic:
     def _check_partition(self, i: Any) -> int:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
             raise ArgumentTypeError(f"partition must be an int, got {type(i).__name__}")
-        i = int(i)
+        n: int = int(i)
         self._check_meta()
-        if not 0 <= i < self._n:
-            raise UnknownPartitionError(f"topic {self.name!r} has no partition {i} (it has {self._n})")
-        return i
+        if not 0 <= n < self._n:
+            raise UnknownPartitionError(f"topic {self.name!r} has no partition {n} (it has {self._n})")
+        return n
 
     def partition(self, i: int) -> Log:
         """The :class:`~pylog.Log` of partition ``i``, open for writing (kept open until the
@@ -727,7 +727,8 @@ class Topic:
                 break
         for p in uniq:
             idx = np.flatnonzero(parts == p).tolist()
-            sub = lambda seq, idx=idx: None if seq is None else [seq[j] for j in idx]  # noqa: E731
+            def sub(seq: Any, idx: list[int] = idx) -> list[Any] | None:
+                return None if seq is None else [seq[j] for j in idx]
             first = logs[p].append_batch(
                 [values[j] for j in idx], sub(keys), sub(timestamps), sub(metadata))
             for r, j in enumerate(idx):

@@ -119,7 +119,8 @@ def _human(n: float) -> str:
 
 def _topics_arg(store: Any, topic: str | None) -> list[str]:
     if topic is None:
-        return store.topics()
+        names: list[str] = store.topics()
+        return names
     store.topic(topic)  # raises InvalidNameError / UnknownTopicError
     return [topic]
 

@@ -201,12 +201,12 @@ def _produce_lines(t: Any, lines: list[bytes], fmt_: str, sep: bytes | None, sep
             values = [None if v == null else v for v in values]
         extra = 0 if meta is None else len(meta)
         big = next((i for i, v in enumerate(values) if v is not None and len(v) + extra
-                    + (len(keys[i]) if keys is not None else 0) > limit), None)  # type: ignore[index]
+                    + (len(keys[i]) if keys is not None else 0) > limit), None)
         if big is not None:
             if big:
                 t.append_batch(values[:big], keys=None if keys is None else keys[:big], partition=partition,
                                metadata=None if meta is None else [meta] * big)
-            size = len(values[big]) + extra + (len(keys[big]) if keys is not None else 0)  # type: ignore[arg-type]
+            size = len(values[big]) + extra + (len(keys[big]) if keys is not None else 0)
             raise _BadLine(big, f"is a record of {size} bytes, larger than max_record_bytes={limit}")
         if values:
             t.append_batch(values, keys=keys, partition=partition,
@@ -405,10 +405,10 @@ def _consume(ctx: click.Context, topic_name: str, from_beginning: bool, offset: 
             log = t.reader(partition)
             if log.readonly:
                 log.refresh()
-            if not log.start_offset <= start <= log.next_offset:  # type: ignore[operator]
+            if not log.start_offset <= start <= log.next_offset:
                 raise CliError(f"offset {start} is out of range: partition {partition} of {topic_name} "
                                f"holds [{log.start_offset}, {log.next_offset})")
-            consumer.seek(partition, start)  # type: ignore[arg-type]
+            consumer.seek(partition, start)
     elif group is None and from_beginning:
         consumer.seek_to_beginning()
     elif group is None:
@@ -550,7 +550,7 @@ def _consume_loop(consumer: Any, out: _Output, done: dict[int, int], topic_name:
                 vals.append(b"")
                 data = b"\n".join(vals)
             elif text:
-                parts = []
+                parts: list[bytes] = []
                 lengths = []
                 for r in recs:
                     k = b"null" if r[2] is None else r[2]
