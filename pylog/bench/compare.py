@@ -16,6 +16,7 @@ Workloads, ``fsync="never"`` (no fsync anywhere) unless named otherwise, page ca
 * append (each): one record per call; append (batch): 1,000 records per call;
 * scan: every record read back in order, touching each value (``len``);
 * random read: latency of single reads at random offsets (p50 / p99);
+* poll (500): ``Consumer.poll(500)`` over a one-partition topic of sealed segments (pylog only);
 * bytes on disk per record after the batch append;
 * durability: ``fsync="always"`` one writer (by default, and with ``preallocate=True``) vs
   ``os.write`` + ``os.fdatasync`` per record,
@@ -26,7 +27,7 @@ Workloads, ``fsync="never"`` (no fsync anywhere) unless named otherwise, page ca
 Every figure is the median of several repetitions, systems interleaved within each
 repetition, and every ratio compares figures of the same run. It prints a table and one
 ``target: <name>: measured <value> (goal <goal>) PASS|FAIL`` line per speed target of
-issues 2, 3 and 6 (``SKIP`` when its peer did not run). The exit status is 0 whatever the
+issues 2, 3, 6 and 16 (``SKIP`` when its peer did not run). The exit status is 0 whatever the
 targets say (speed is reported, not gated: machines are noisy) unless ``--fail-on-miss`` is
 given; a crash exits non-zero.
 """
@@ -163,6 +164,21 @@ class Run:
             p50, p99 = median(p50s), median(p99s)
             self.add(Row(label, "random read", s.name, len(lat[s.name][0]), None, 1e6 / p50 if p50 else None,
                          None, p50, p99, note="warm", samples=p50s))
+        # Consumer.poll(500) from sealed segments (the systems that have a consumer: pylog)
+        pollers = [s for s in systems if hasattr(s, "poll")]
+        poll_t: dict[str, list[float]] = {s.name: [] for s in pollers}
+        for rep in range(reps):
+            for s in pollers:
+                nb = counts[s.name][1]
+                batches = [values[i : i + BATCH] for i in range(0, nb, BATCH)]
+                d = self.path(label, s.name.split()[0], f"poll-{rep}")
+                dt, npoll = s.poll(d, batches)  # type: ignore[attr-defined]
+                poll_t[s.name].append(dt)
+                shutil.rmtree(d, ignore_errors=True)
+        for s in pollers:
+            t = median(poll_t[s.name])
+            self.add(Row(label, "poll (500)", s.name, npoll, t, npoll / t, npoll * size / t / 1e6,
+                         note="Consumer.poll(500), sealed", samples=poll_t[s.name]))
         # bytes on disk per record (after the batch append, or per-record for queuelib)
         for s in systems:
             ne, nb = counts[s.name]

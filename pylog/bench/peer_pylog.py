@@ -52,3 +52,26 @@ class PylogSystem(System):
         out = latencies(read, idx, overhead)
         log.close()
         return out
+
+    def poll(self, path, batches, max_records=500):
+        """``Consumer.poll(max_records)`` over a one-partition topic of sealed segments, from
+        the first offset to the end, touching each value (seconds, records)."""
+        store = pylog.LogStore(path)
+        topic = store.create_topic("bench", 1, fsync="never")
+        for b in batches:
+            topic.append_batch(b)
+        topic.partition(0).roll()  # everything sealed: the zero-copy path
+        c = store.consumer("bench")
+        poll = c.poll
+        n = 0
+        t = time.perf_counter()
+        while True:
+            got = poll(max_records)
+            if not got:
+                break
+            for rec in got:
+                n += 1 if rec.value is not None else 0
+        dt = time.perf_counter() - t
+        c.close()
+        store.close()
+        return dt, n
