@@ -4,8 +4,14 @@ from __future__ import annotations
 import mmap
 import os
 import time
+from typing import TYPE_CHECKING
 
 from pylog.bench.common import LEN, System, latencies
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
 
 
 class FileSystem(System):
@@ -14,7 +20,7 @@ class FileSystem(System):
     name = "file"
     batch_name = "join+write/1000"
 
-    def write_each(self, path, values):
+    def write_each(self, path: str, values: Sequence[bytes]) -> float:
         os.makedirs(path, exist_ok=True)
         pack = LEN.pack
         with open(os.path.join(path, "data"), "wb") as f:
@@ -25,7 +31,7 @@ class FileSystem(System):
             f.flush()
             return time.perf_counter() - t
 
-    def write_batches(self, path, batches):
+    def write_batches(self, path: str, batches: Sequence[Sequence[bytes]]) -> float:
         os.makedirs(path, exist_ok=True)
         pack = LEN.pack
         with open(os.path.join(path, "data"), "wb") as f:
@@ -35,7 +41,7 @@ class FileSystem(System):
             f.flush()
             return time.perf_counter() - t
 
-    def scan(self, path, n):
+    def scan(self, path: str, n: int) -> float:
         """Read the whole file and parse it (values as bytes slices)."""
         t = time.perf_counter()
         with open(os.path.join(path, "data"), "rb") as f:
@@ -49,7 +55,7 @@ class FileSystem(System):
             pos += 4 + k
         return time.perf_counter() - t
 
-    def read_latencies(self, path, idx, overhead):
+    def read_latencies(self, path: str, idx: Sequence[int], overhead: float) -> np.ndarray:
         """Random reads through an in-memory list of positions (built untimed) over an mmap."""
         with open(os.path.join(path, "data"), "rb") as f:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -59,7 +65,7 @@ class FileSystem(System):
             pos_list.append(pos)
             pos += 4 + unpack(mm, pos)[0]
 
-        def get(i, mm=mm, pl=pos_list):
+        def get(i: int, mm: mmap.mmap = mm, pl: list[int] = pos_list) -> bytes:
             p = pl[i]
             return mm[p + 4 : p + 4 + unpack(mm, p)[0]]
 
@@ -75,16 +81,17 @@ class FileMmapScan(FileSystem):
 
     name = "file (mmap)"
 
-    def write_each(self, path, values):  # only the scan differs
+    def write_each(self, path: str, values: Sequence[bytes]) -> float:  # only the scan differs
         raise NotImplementedError
 
-    def scan(self, path, n):
+    def scan(self, path: str, n: int) -> float:
         t = time.perf_counter()
         with open(os.path.join(path, "data"), "rb") as f:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         mv = memoryview(mm)
         unpack = LEN.unpack_from
         pos, end, c = 0, len(mm), 0
+        v: memoryview | None
         while pos < end:
             (k,) = unpack(mm, pos)
             v = mv[pos + 4 : pos + 4 + k]

@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING, Any
 
 from pylog.bench.common import KEY, System, latencies
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
 
 
 class LmdbSystem(System):
@@ -17,25 +23,25 @@ class LmdbSystem(System):
         self.map_size = max(64 << 20, n_max * (size + 64) * 3)
         self.keys: list[bytes] = []
 
-    def available(self):
+    def available(self) -> str | None:
         try:
             import lmdb  # noqa: F401
         except ImportError:
             return "the lmdb package is not installed"
         return None
 
-    def _keys(self, n):
+    def _keys(self, n: int) -> list[bytes]:
         if len(self.keys) < n:
             self.keys = [KEY.pack(i) for i in range(n)]
         return self.keys
 
-    def _env(self, path, **kw):
+    def _env(self, path: str, **kw: Any) -> Any:
         import lmdb
 
         os.makedirs(path, exist_ok=True)
         return lmdb.open(path, map_size=self.map_size, sync=False, metasync=False, **kw)
 
-    def write_each(self, path, values):
+    def write_each(self, path: str, values: Sequence[bytes]) -> float:
         keys = self._keys(len(values))
         env = self._env(path)
         t = time.perf_counter()
@@ -47,7 +53,7 @@ class LmdbSystem(System):
         env.close()
         return dt
 
-    def write_batches(self, path, batches):
+    def write_batches(self, path: str, batches: Sequence[Sequence[bytes]]) -> float:
         keys = self._keys(sum(map(len, batches)))
         env = self._env(path)
         t = time.perf_counter()
@@ -60,7 +66,7 @@ class LmdbSystem(System):
         env.close()
         return dt
 
-    def scan(self, path, n):
+    def scan(self, path: str, n: int) -> float:
         """Zero-copy cursor scan (``buffers=True``: values are memoryviews of the map)."""
         env = self._env(path, readonly=True, lock=False)
         t = time.perf_counter()
@@ -72,7 +78,7 @@ class LmdbSystem(System):
         env.close()
         return dt
 
-    def read_latencies(self, path, idx, overhead):
+    def read_latencies(self, path: str, idx: Sequence[int], overhead: float) -> np.ndarray:
         env = self._env(path, readonly=True, lock=False)
         keys = self._keys(max(idx) + 1)
         ks = [keys[i] for i in idx]

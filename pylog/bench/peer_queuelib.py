@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from pylog.bench.common import System
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class QueuelibSystem(System):
@@ -15,14 +19,14 @@ class QueuelibSystem(System):
     can_batch = False
     can_read = False
 
-    def available(self):
+    def available(self) -> str | None:
         try:
             import queuelib  # noqa: F401
         except ImportError:
             return "the queuelib package is not installed"
         return None
 
-    def write_each(self, path, values):
+    def write_each(self, path: str, values: Sequence[bytes]) -> float:
         from queuelib import FifoDiskQueue
 
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -35,7 +39,7 @@ class QueuelibSystem(System):
         q.close()
         return dt
 
-    def scan(self, path, n):
+    def scan(self, path: str, n: int) -> float:
         from queuelib import FifoDiskQueue
 
         q = FifoDiskQueue(path)

@@ -6,8 +6,14 @@ import shutil
 import subprocess
 import tempfile
 import time
+from typing import TYPE_CHECKING, Any
 
 from pylog.bench.common import System, free_port, latencies
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
 
 
 class RedisSystem(System):
@@ -21,17 +27,17 @@ class RedisSystem(System):
     disk_note = "RAM"
 
     def __init__(self, quick: bool) -> None:
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.tmp: str | None = None
-        self.client = None
+        self.client: Any = None  # a redis.Redis while started
         self.each_cap = 2_000 if quick else 20_000
         self.batch_cap = 10_000 if quick else 200_000
         self.read_cap = 500 if quick else 5_000
-        self.ids: dict[str, list] = {}
+        self.ids: dict[str, list[Any]] = {}
         self.mem: dict[str, float] = {}
         self.counter = 0
 
-    def available(self):
+    def available(self) -> str | None:
         if shutil.which("redis-server") is None:
             return "no redis-server binary"
         try:
@@ -46,8 +52,8 @@ class RedisSystem(System):
         self.tmp = tempfile.mkdtemp(prefix="pylog-redis-")
         port = free_port()
         self.proc = subprocess.Popen(
-            [shutil.which("redis-server"), "--bind", "127.0.0.1", "--port", str(port), "--dir", self.tmp,
-             "--save", "", "--appendonly", "no", "--protected-mode", "yes"],
+            [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(port),
+             "--dir", self.tmp, "--save", "", "--appendonly", "no", "--protected-mode", "yes"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         self.client = redis.Redis(host="127.0.0.1", port=port)
@@ -81,7 +87,7 @@ class RedisSystem(System):
     def _used(self) -> float:
         return float(self.client.info("memory")["used_memory"])
 
-    def write_each(self, path, values):
+    def write_each(self, path: str, values: Sequence[bytes]) -> float:
         r, s = self.client, self._stream(path)
         r.delete(s)
         xadd = r.xadd
@@ -90,11 +96,11 @@ class RedisSystem(System):
             xadd(s, {"v": v})
         return time.perf_counter() - t
 
-    def write_batches(self, path, batches):
+    def write_batches(self, path: str, batches: Sequence[Sequence[bytes]]) -> float:
         r, s = self.client, self._stream(path)
         r.delete(s)
         before = self._used()
-        ids: list = []
+        ids: list[Any] = []
         t = time.perf_counter()
         for b in batches:
             p = r.pipeline(transaction=False)
@@ -106,7 +112,7 @@ class RedisSystem(System):
         self.mem[path] = self._used() - before
         return dt
 
-    def scan(self, path, n):
+    def scan(self, path: str, n: int) -> float:
         r, s = self.client, self._stream(path)
         t = time.perf_counter()
         c = 0
@@ -120,17 +126,17 @@ class RedisSystem(System):
             start = b"(" + page[-1][0]
         return time.perf_counter() - t
 
-    def read_latencies(self, path, idx, overhead):
+    def read_latencies(self, path: str, idx: Sequence[int], overhead: float) -> np.ndarray:
         r, s = self.client, self._stream(path)
         ids = self.ids[path]
         ks = [ids[i] for i in idx if i < len(ids)]
 
-        def get(k):
+        def get(k: Any) -> Any:
             return r.xrange(s, min=k, max=k)
 
         for k in ks[:200]:
             get(k)
         return latencies(get, ks, overhead)
 
-    def disk(self, path):
+    def disk(self, path: str) -> float:
         return self.mem.get(path, float("nan"))

@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING, Any
 
 from pylog.bench.common import KEY, System, latencies
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
 
 
 class RocksdictSystem(System):
@@ -16,25 +22,25 @@ class RocksdictSystem(System):
     def __init__(self) -> None:
         self.keys: list[bytes] = []
 
-    def available(self):
+    def available(self) -> str | None:
         try:
             import rocksdict  # noqa: F401
         except ImportError:
             return "the rocksdict package is not installed"
         return None
 
-    def _keys(self, n):
+    def _keys(self, n: int) -> list[bytes]:
         if len(self.keys) < n:
             self.keys = [KEY.pack(i) for i in range(n)]
         return self.keys
 
-    def _db(self, path):
+    def _db(self, path: str) -> Any:
         from rocksdict import Options, Rdict
 
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return Rdict(path, Options(raw_mode=True))
 
-    def write_each(self, path, values):
+    def write_each(self, path: str, values: Sequence[bytes]) -> float:
         keys = self._keys(len(values))
         db = self._db(path)
         put = db.put
@@ -46,7 +52,7 @@ class RocksdictSystem(System):
         db.close()
         return dt
 
-    def write_batches(self, path, batches):
+    def write_batches(self, path: str, batches: Sequence[Sequence[bytes]]) -> float:
         from rocksdict import WriteBatch
 
         keys = self._keys(sum(map(len, batches)))
@@ -65,7 +71,7 @@ class RocksdictSystem(System):
         db.close()
         return dt
 
-    def scan(self, path, n):
+    def scan(self, path: str, n: int) -> float:
         db = self._db(path)
         t = time.perf_counter()
         c = 0
@@ -75,7 +81,7 @@ class RocksdictSystem(System):
         db.close()
         return dt
 
-    def read_latencies(self, path, idx, overhead):
+    def read_latencies(self, path: str, idx: Sequence[int], overhead: float) -> np.ndarray:
         db = self._db(path)
         keys = self._keys(max(idx) + 1)
         ks = [keys[i] for i in idx]

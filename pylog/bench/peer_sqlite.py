@@ -4,8 +4,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from typing import TYPE_CHECKING, Any
 
 from pylog.bench.common import System, latencies
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
 
 
 class SqliteSystem(System):
@@ -15,7 +21,7 @@ class SqliteSystem(System):
     name = "sqlite3 (WAL)"
     batch_name = "executemany/1000"
 
-    def _open(self, path):
+    def _open(self, path: str) -> sqlite3.Connection:
         os.makedirs(path, exist_ok=True)
         conn = sqlite3.connect(os.path.join(path, "db.sqlite"), isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -23,7 +29,7 @@ class SqliteSystem(System):
         conn.execute("CREATE TABLE IF NOT EXISTS log (offset INTEGER PRIMARY KEY, v BLOB)")
         return conn
 
-    def write_each(self, path, values):
+    def write_each(self, path: str, values: Sequence[bytes]) -> float:
         conn = self._open(path)
         ex = conn.execute
         sql = "INSERT INTO log(v) VALUES (?)"
@@ -36,7 +42,7 @@ class SqliteSystem(System):
         conn.close()
         return dt
 
-    def write_batches(self, path, batches):
+    def write_batches(self, path: str, batches: Sequence[Sequence[bytes]]) -> float:
         conn = self._open(path)
         sql = "INSERT INTO log(v) VALUES (?)"
         t = time.perf_counter()
@@ -49,7 +55,7 @@ class SqliteSystem(System):
         conn.close()
         return dt
 
-    def scan(self, path, n):
+    def scan(self, path: str, n: int) -> float:
         conn = self._open(path)
         t = time.perf_counter()
         c = 0
@@ -59,12 +65,12 @@ class SqliteSystem(System):
         conn.close()
         return dt
 
-    def read_latencies(self, path, idx, overhead):
+    def read_latencies(self, path: str, idx: Sequence[int], overhead: float) -> np.ndarray:
         conn = self._open(path)
         ex = conn.execute
         sql = "SELECT v FROM log WHERE offset = ?"
 
-        def get(i):
+        def get(i: int) -> Any:
             return ex(sql, (i + 1,)).fetchone()
 
         for i in idx:
