@@ -110,6 +110,30 @@ def make_log(log_dir):
             pass
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every Spark test (starting one costs 5-15 s), with the
+    ``pylog`` format registered. The tests using it import pyspark (and skip without it)."""
+    from pyspark.sql import SparkSession
+
+    from pylog import spark as pylog_spark
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pylog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    pylog_spark.register(session)
+    yield session
+    session.stop()
+
+
 def strace_path() -> str | None:
     """strace, where its fault injection (``-e inject=SYSCALL:...``) reaches this interpreter's
     system calls; None when it is not installed, or under qemu-user (the ARM suite sets

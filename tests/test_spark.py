@@ -1,7 +1,7 @@
 """The PySpark data source (pylog.spark) against a real local[2] SparkSession.
 
-One SparkSession serves the whole module (starting one costs 5-15 s). Skipped when pyspark,
-pyarrow or a Java runtime is missing.
+One SparkSession (the ``spark`` fixture of conftest.py) serves every Spark test (starting one
+costs 5-15 s). Skipped when pyspark, pyarrow or a Java runtime is missing.
 """
 from __future__ import annotations
 
@@ -27,28 +27,9 @@ pytest.importorskip("pyarrow")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("no Java runtime on PATH", allow_module_level=True)
 
-from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from pylog import spark as pylog_spark  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("pylog-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    pylog_spark.register(session)
-    yield session
-    session.stop()
 
 
 def make_topic(root, name, partitions=2, records=100, segment_bytes=None, value=lambda p, i: b"v%d-%d" % (p, i),

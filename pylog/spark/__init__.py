@@ -14,6 +14,8 @@ The user guide is docs/spark.md. How it works:
   store file and decodes its frames with one C call per batch (CRC-checked) that writes the
   columns straight into Arrow's layout (:mod:`pylog.arrow`'s scan): no Python object per
   record.
+* **Pushdown** (option ``pushFilters=true``): filters on ``topic``, ``partition``, ``offset``
+  and ``timestamp`` narrow the plan to the slices they select (:mod:`pylog.spark.pushdown`).
 * **Writes** are store transactions (:mod:`pylog.transactions`). The writer, made where
   Spark plans the job, begins a transaction (``ROOT/~txn/ID/``); each task stages its rows,
   grouped by target partition, into it (a staging Log per task and partition); the driver's
@@ -32,6 +34,7 @@ The one place that reaches into pylog's internals is :mod:`pylog.spark.reading`'
 C scan of a mapped store file); everything else goes through the public :class:`pylog.Log` API.
 
 The package: :mod:`pylog.spark.options` (option parsing and checking),
+:mod:`pylog.spark.pushdown` (pushed filters turned into a plan),
 :mod:`pylog.spark.layout` (topics on disk), :mod:`pylog.spark.reading` (planning, batch and
 streaming reads), :mod:`pylog.spark.writing` (batch writer and streaming sink), and this
 module (the data source Spark registers, which hands out those readers and writers).
@@ -47,12 +50,13 @@ require("pyarrow", "pylog.spark", "spark")
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
-from pylog.spark.options import _err, _options_dict  # noqa: E402
+from pylog.spark.options import _bool_opt, _err, _options_dict  # noqa: E402
 
 # Besides SCHEMA, also importable from here as they were from the one-module pylog.spark: the
 # readers and writers, SINK_ID_FILE, StructType, and the helpers tests and benchmarks call.
 from pylog.spark.reading import (  # noqa: E402, F401
     SCHEMA,
+    PylogPushdownReader,
     PylogReader,
     PylogStreamReader,
     _canonical,
@@ -83,8 +87,13 @@ class PylogDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        """A batch reader; its offsets are fixed here (the snapshot)."""
-        return PylogReader(_options_dict(self.options))
+        """A batch reader; its offsets are fixed here (the snapshot). With the option
+        ``pushFilters=true``, one that takes Spark's pushed filters (which needs
+        ``spark.sql.python.filterPushdown.enabled=true`` in Spark)."""
+        options = _options_dict(self.options)
+        if _bool_opt(options, "pushfilters", False):
+            return PylogPushdownReader(options)
+        return PylogReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch reader."""

@@ -19,7 +19,7 @@ _EARLIEST, _LATEST = -2, -1
 _OPTION_NAMES = {n.lower(): n for n in (
     "path", "topic", "topics", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
     "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "createTopic", "partitions", "lateTimestamps",
-    "sinkId")}
+    "sinkId", "pushFilters")}
 
 
 def _err(option: str, msg: str) -> ConfigError:

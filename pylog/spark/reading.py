@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -44,6 +44,7 @@ from pylog.spark.options import (
     _root_opt,
     _topics_opt,
 )
+from pylog.spark.pushdown import ALL, Pushed, intersect, normalize
 
 #: The columns of a read (Spark's Kafka source, plus ``metadata``).
 SCHEMA = (
@@ -243,10 +244,19 @@ def _split(root: str, sl: _Slice) -> tuple[_Slice, _Slice] | None:
 
 def _plan(root: str, starts: dict[str, dict[int, int]], ends: dict[str, dict[int, int]],
           fail: bool, min_partitions: int | None) -> list[_Slice]:
+    ranges = {t: {p: [(starts[t][p], e)] for p, e in parts.items()} for t, parts in ends.items()}
+    return _plan_ranges(root, ranges, fail, min_partitions)
+
+
+def _plan_ranges(root: str, ranges: dict[str, dict[int, list[tuple[int, int]]]], fail: bool,
+                 min_partitions: int | None) -> list[_Slice]:
+    """The slices of the offset ranges ``{topic: {partition: [(start, end), ...]}}``, split
+    until there are ``min_partitions`` of them (if they can be)."""
     slices: list[_Slice] = []
-    for t in sorted(ends):
-        for p in sorted(ends[t]):
-            slices.extend(_plan_partition(root, t, p, starts[t][p], ends[t][p], fail))
+    for t in sorted(ranges):
+        for p in sorted(ranges[t]):
+            for a, b in ranges[t][p]:
+                slices.extend(_plan_partition(root, t, p, a, b, fail))
     if min_partitions and len(slices) < min_partitions:
         while len(slices) < min_partitions:
             i = max(range(len(slices)), key=lambda k: slices[k].end_offset - slices[k].start_offset, default=None)
@@ -331,7 +341,9 @@ def _reason(rc: int) -> str:
 
 
 class PylogReader(DataSourceReader):
-    """Batch reader: the snapshot (offsets per partition) is fixed when it is created."""
+    """Batch reader: the snapshot (offsets per partition) is fixed when it is created; the
+    slices are planned by :meth:`partitions` (after Spark pickled the reader for its tasks,
+    so the plan is not shipped to every task)."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.root = _root_opt(options)
@@ -342,10 +354,11 @@ class PylogReader(DataSourceReader):
         end_spec = _offsets_spec(options, "endingoffsets", "latest", allow_earliest=False)
         ts = _int_opt(options, "startingtimestamp", None, lo=0)
         end_ts = _int_opt(options, "endingtimestamp", None, lo=0)
-        with _planning():  # the whole plan from one read-only open of each partition
-            self.slices = self._plan(start_spec, end_spec, ts, end_ts)
+        self.pushed = Pushed()
+        with _planning():  # the snapshot from one read-only open of each partition
+            self._snapshot(start_spec, end_spec, ts, end_ts)
 
-    def _plan(self, start_spec: Any, end_spec: Any, ts: int | None, end_ts: int | None) -> list[_Slice]:
+    def _snapshot(self, start_spec: Any, end_spec: Any, ts: int | None, end_ts: int | None) -> None:
         bounds = _bounds(self.root, self.topics)
         self.starts = (_by_timestamp(self.root, bounds, ts) if ts is not None
                        else _resolve(start_spec, "startingOffsets", bounds, _EARLIEST))
@@ -366,13 +379,59 @@ class PylogReader(DataSourceReader):
                     if self.fail:
                         raise _data_loss(t, p, s, lo)
                     self.starts[t][p] = lo
-        return _plan(self.root, self.starts, self.ends, self.fail, self.min_partitions)
+
+    def _ranges(self) -> dict[str, dict[int, list[tuple[int, int]]]]:
+        """The offset ranges to read per partition: the snapshot's, narrowed by the pushed
+        filters (a timestamp range through each partition's time index)."""
+        pushed = self.pushed
+        out: dict[str, dict[int, list[tuple[int, int]]]] = {}
+        for t in sorted(self.ends):
+            for p in sorted(self.ends[t]):
+                if (t, p) in pushed.dropped:
+                    continue
+                r = intersect([(self.starts[t][p], self.ends[t][p])], pushed.offsets)
+                if r and pushed.millis != ALL:
+                    r = intersect(r, self._time_ranges(t, p, pushed.millis))
+                if r:
+                    out.setdefault(t, {})[p] = r
+        return out
+
+    def _time_ranges(self, topic: str, p: int, millis: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The offsets of the records whose timestamps (ms) lie in ``millis``: timestamps
+        never decrease in a log, so each time range is one offset range."""
+        with _reader(self.root, topic, p) as log:
+            if log is None:
+                return []
+
+            def first_at(ms: int) -> int:  # the first offset with timestamp >= ms
+                if ms <= 0:
+                    return -(1 << 80)
+                if ms > fmt.MAX_TIMESTAMP_MS:
+                    return 1 << 80
+                off = log.offset_for_time(ms)
+                return (1 << 80) if off is None else off
+
+            return normalize((first_at(a), first_at(b)) for a, b in millis)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return list(self.slices)
+        """One input partition per segment slice of the offsets to read."""
+        with _planning():
+            return list(_plan_ranges(self.root, self._ranges(), self.fail, self.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The records of one slice, as Arrow record batches."""
         return _read_slice(partition)  # type: ignore[arg-type]
+
+
+class PylogPushdownReader(PylogReader):
+    """The batch reader with filter pushdown (option ``pushFilters=true``; Spark must have
+    ``spark.sql.python.filterPushdown.enabled=true``, or it refuses every read by a reader
+    that has :meth:`pushFilters`). See :mod:`pylog.spark.pushdown`."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Keep what the plan applies exactly; return the rest for Spark to evaluate."""
+        parts = {t: sorted(ps) for t, ps in self.ends.items()}
+        return self.pushed.push(list(filters), parts)
 
 
 # ----------------------------------------------------------------------------------------
