@@ -193,3 +193,100 @@ def test_retention_runs_in_the_broker(tmp_path):
         proc.terminate()
         assert proc.wait(30) == 0
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+# -- Fetch size limits (KIP-74): whole batches, at most the limits, as many records as fit --------
+
+def _varint_len(v: int) -> int:
+    z = (v << 1) ^ (v >> 63)  # zigzag, as Kafka's record fields
+    n = 1
+    while z >= 0x80:
+        z >>= 7
+        n += 1
+    return n
+
+
+def _record_len(offset_delta: int, value: bytes) -> int:
+    """Wire size of one record of ``batch()``: no key, no headers, timestamp delta 0."""
+    body = 1 + 1 + _varint_len(offset_delta) + 1 + _varint_len(len(value)) + len(value) + 1
+    return _varint_len(body) + body
+
+
+def _batches(data: bytes) -> list[tuple[int, int]]:
+    """(base offset, record count) of each RecordBatch in ``data``; asserts that they are whole
+    (a trailing partial batch is what a Kafka client throws away and fetches again)."""
+    out, pos = [], 0
+    while pos < len(data):
+        assert len(data) - pos >= 61, f"a partial batch header at {pos} of {len(data)}"
+        length = int.from_bytes(data[pos + 8 : pos + 12], "big")
+        assert pos + 12 + length <= len(data), f"a partial batch at {pos}: {length + 12} bytes claimed"
+        out.append((int.from_bytes(data[pos : pos + 8], "big"), int.from_bytes(data[pos + 57 : pos + 61], "big")))
+        pos += 12 + length
+    return out
+
+
+def _fetch_parts(topic: str, parts: list[tuple[int, int, int]], max_bytes: int) -> bytes:
+    """A Fetch v12 frame of (partition, offset, partition_max_bytes) of ``topic``."""
+    return frame(1, 12, {"max_wait": 0, "min_bytes": 0, "max_bytes": max_bytes, "isolation_level": 0,
+                         "topics": [{"topic": topic, "partitions": [
+                             {"partition": p, "fetch_offset": o, "partition_max_bytes": m} for p, o, m in parts]}]})
+
+
+def test_fetch_returns_whole_batches_within_partition_max_bytes(broker):
+    """A Fetch returns at most partition_max_bytes of whole batches, as many records as fit.
+    The old broker budgeted only the values' bytes, so the encoded batch overran the limit
+    by the records' framing (about 11%: 18.7 MB answered for 16 MiB asked)."""
+    values = [b"%05d" % i + b"v" * 95 for i in range(3000)]
+    with connect(broker) as s:
+        create_topic(s, "fl")
+        for i in range(0, len(values), 500):
+            call(s, produce("fl", batch(values[i : i + 500])), 0, 9)
+        for start, limit in [(0, 300), (0, 1000), (7, 20_000), (100, 65_536), (0, 200_000), (2990, 200_000)]:
+            r = call(s, fetch("fl", start, max_bytes=1 << 24, partition_max_bytes=limit), 1, 12)
+            data = bytes(r.responses[0].partitions[0].records or b"")
+            batches = _batches(data)
+            got = fetched_values(r)
+            assert got == [(start + i, values[start + i]) for i in range(len(got))]
+            assert sum(n for _, n in batches) == len(got)
+            assert len(data) <= limit, (start, limit, len(data))
+            # as many as fit: one batch here, and the next record would not have fitted
+            fit, size = 0, 61
+            while start + fit < len(values) and size + _record_len(fit, values[start + fit]) <= limit:
+                size += _record_len(fit, values[start + fit])
+                fit += 1
+            assert len(got) == fit and len(data) == size, (start, limit, len(got), fit)
+
+
+def test_fetch_max_bytes_over_partitions_and_the_first_batch_rule(broker):
+    """max_bytes bounds the whole response; only the first record of the first non-empty
+    partition may exceed the limits (KIP-74), never a later partition's."""
+    small = [b"s%03d" % i + b"." * 96 for i in range(50)]
+    with connect(broker) as s:
+        create_topic(s, "kp", partitions=2)
+        call(s, produce("kp", batch(small), partition=0), 0, 9)
+        call(s, produce("kp", batch([b"B" * 5000, b"after"]), partition=1), 0, 9)
+        call(s, produce("kp", batch(small), partition=1), 0, 9)
+
+        def sizes(r) -> list[bytes]:  # type: ignore[no-untyped-def]
+            return [bytes(p.records or b"") for p in r.responses[0].partitions]
+
+        # partition 0 has data first; partition 1's first record (5000 B) is over its
+        # partition_max_bytes: nothing of it (it would be returned were it first)
+        r = call(s, _fetch_parts("kp", [(0, 0, 800), (1, 0, 1000)], 10_000), 1, 12)
+        p0, p1 = sizes(r)
+        assert 0 < len(p0) <= 800 and _batches(p0)[0][0] == 0
+        assert p1 == b"", len(p1)
+        # the same record first in the response: returned whole, alone, over both limits
+        r = call(s, _fetch_parts("kp", [(0, 50, 800), (1, 0, 1000)], 1000), 1, 12)
+        p0, p1 = sizes(r)
+        assert p0 == b"" and _batches(p1) == [(0, 1)] and len(p1) > 5000
+        # max_bytes is shared: partition 1 gets only what partition 0 left, and nothing when
+        # that is less than its first record
+        whole = len(sizes(call(s, _fetch_parts("kp", [(0, 0, 1 << 20)], 1 << 20), 1, 12))[0])
+        for max_bytes in (3000, 5400, whole + 150, whole + 400):
+            r = call(s, _fetch_parts("kp", [(0, 0, 1 << 20), (1, 2, 1 << 20)], max_bytes), 1, 12)
+            p0, p1 = sizes(r)
+            assert len(p0) + len(p1) <= max_bytes, (max_bytes, len(p0), len(p1))
+            assert len(p0) == whole or (max_bytes - 120 < len(p0) <= max_bytes and not p1)
+            assert bool(p1) == (max_bytes - whole >= 61 + 110)  # room for one record of partition 1
+            assert not p1 or _batches(p1)[0][0] == 2

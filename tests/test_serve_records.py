@@ -122,3 +122,95 @@ def test_mutated_batches_are_refused_or_decoded_never_crash(codec, values, flips
     except BatchError:
         return
     assert d.count >= 0
+
+
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=60), st.integers(0, 40_000), st.booleans())
+@settings(max_examples=300)
+def test_fit_batch_takes_the_longest_prefix_within_the_limit(sizes, limit, oversize):
+    """fit_batch against a model: the most leading rows whose batch is at most ``limit``
+    bytes; one row over it only when ``oversize``, else None; a bounded number of encodes."""
+    from pylog.serve.records import HEADER_SIZE, fit_batch
+
+    calls = []
+
+    def encode(k: int) -> bytes:
+        calls.append(k)
+        return b"x" * (HEADER_SIZE + sum(sizes[:k]))
+
+    got = fit_batch(encode, len(sizes), limit, oversize)
+    fit = 0
+    while fit < len(sizes) and HEADER_SIZE + sum(sizes[: fit + 1]) <= limit:
+        fit += 1
+    if fit:
+        assert got is not None and len(got) == HEADER_SIZE + sum(sizes[:fit])
+    elif oversize:
+        assert got is not None and len(got) == HEADER_SIZE + sizes[0]
+    else:
+        assert got is None
+    assert len(calls) <= 2 * len(sizes).bit_length() + 4, calls
+
+
+@pytest.mark.parametrize("scan", ["columnar", "read_batch"])
+def test_broker_records_are_whole_batches_within_the_limit(tmp_path, monkeypatch, scan):
+    """Broker._records on both of its paths (the columnar scan; Log.read_batch without
+    pyarrow): whole batches, at most ``limit`` bytes, the first record alone when it is over
+    the limit and ``oversize``, nothing otherwise."""
+    from kafka.record.memory_records import MemoryRecords
+
+    from pylog import Log
+    from pylog.serve import broker as broker_mod
+
+    if scan == "read_batch":
+        monkeypatch.setattr(broker_mod, "_arrow", None)
+    values = [b"%04d" % i + b"y" * (i % 7 * 40) for i in range(400)]
+    with Log(str(tmp_path / "log")) as log:
+        log.append_batch([b"B" * 3000], timestamps=[1])
+        log.append_batch(values, timestamps=[2] * len(values))
+        end = log.next_offset
+        for off, limit in [(1, 100), (1, 1000), (5, 4096), (1, 1 << 20), (0, 1000), (0, 4000)]:
+            data = bytes(broker_mod.Broker._records(log, off, end, limit, True))
+            recs, got = MemoryRecords(data), []
+            while recs.has_next():
+                got += [(r.offset, r.value) for r in recs.next_batch()]
+            assert got == [(off + i, ([b"B" * 3000] + values)[off + i]) for i in range(len(got))]
+            assert got, (off, limit)
+            assert len(data) <= limit or len(got) == 1, (off, limit, len(data))
+            if len(data) > limit:  # only when even one record does not fit: then nothing without oversize
+                assert broker_mod.Broker._records(log, off, end, limit, False) == b""
+
+
+@given(st.lists(st.tuples(blob, st.binary(max_size=300), st.one_of(st.none(), st.binary(max_size=40),
+                                                                 st.lists(header, max_size=3)),
+                          st.integers(0, 10**9)), min_size=1, max_size=30),
+       st.integers(0, 3000), st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_fetch_encoding_takes_the_longest_prefix_that_fits(recs, limit, oversize):
+    """Broker._records (columnar scan, sizes counted before encoding) against a model: the
+    most leading records whose one batch (encode_records, the Record path) is at most
+    ``limit`` bytes; keys, values, timestamps, Kafka headers and other metadata mixed."""
+    import shutil
+    import tempfile
+
+    from pylog import Log
+    from pylog.serve.broker import Broker
+    from pylog.serve.records import encode_records
+
+    d = tempfile.mkdtemp(prefix="pylog-fit-")
+    try:
+        with Log(d + "/l") as log:
+            metas = [encode_headers(m) if isinstance(m, list) else m for _, _, m, _ in recs]
+            log.append_batch([v for _, v, _, _ in recs], keys=[k for k, _, _, _ in recs],
+                             timestamps=sorted(t for *_, t in recs), metadata=metas)
+            stored = log.read_batch(0, max_bytes=1 << 30)
+            got = bytes(Broker._records(log, 0, log.next_offset, limit, oversize))
+        fit = 0
+        while fit < len(stored) and len(encode_records(stored[: fit + 1])) <= limit:
+            fit += 1
+        if fit:
+            assert got == encode_records(stored[:fit])
+        elif oversize:
+            assert got == encode_records(stored[:1])
+        else:
+            assert got == b""
+    finally:
+        shutil.rmtree(d)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from kio.schema.errors import ErrorCode as E
 
+from pylog import _backend
 from pylog.errors import (
     CorruptRecordError,
     InvalidNameError,
@@ -33,7 +34,14 @@ from pylog.errors import (
 )
 from pylog.log import Log, PackedBytes
 from pylog.serve.producers import Producers, batch_producer
-from pylog.serve.records import BatchError, decode_records, encode_columns, encode_records
+from pylog.serve.records import (
+    HEADER_SIZE,
+    BatchError,
+    decode_records,
+    encode_columns_within,
+    encode_records,
+    fit_batch,
+)
 from pylog.topics import LogStore, Topic
 
 try:  # the columnar scan behind fast fetches allocates through pyarrow
@@ -48,6 +56,12 @@ _log = logging.getLogger("pylog.serve")
 #: The file under the root that a broker holds locked (flock) while it serves.
 SERVE_LOCK = ".serve.lock"
 _WANT = ("key", "metadata", "value", "timestamp")
+_MIN_BATCH = HEADER_SIZE + 7  # a batch of one empty record (no key, value or headers)
+
+
+def _batch_rows(batch: Any) -> int:
+    """The record count in a RecordBatch v2's header (its last 4 header bytes)."""
+    return int.from_bytes(memoryview(batch)[HEADER_SIZE - 4 : HEADER_SIZE], "big")
 
 
 class Broker:
@@ -276,9 +290,11 @@ class Broker:
                 if off < log.start_offset or off > log.next_offset:
                     r["error_code"] = E.offset_out_of_range
                 elif off < end and (budget > 0 or total == 0):
-                    limit = max(1, min(p.partition_max_bytes, budget))
+                    # at most partition_max_bytes and what is left of max_bytes; more only for
+                    # the first record of the response's first non-empty partition (KIP-74)
+                    limit = max(0, min(p.partition_max_bytes, budget))
                     try:
-                        data = self._records(log, off, end, limit)
+                        data = self._records(log, off, end, limit, total == 0)
                     except OffsetOutOfRangeError:
                         r["error_code"] = E.offset_out_of_range
                         data = b""
@@ -294,29 +310,51 @@ class Broker:
         return out, total
 
     @staticmethod
-    def _records(log: Log, off: int, end: int, limit: int) -> Any:
-        """RecordBatches of the records in [off, end), about ``limit`` bytes (at least one
-        record): a columnar scan of the segments encoded in C, no Record objects; without
-        pyarrow (whose allocator the scan uses), or when the scan stops at a bad frame,
-        through ``Log.read_batch`` (which raises CorruptRecordError for a bad frame)."""
+    def _records(log: Log, off: int, end: int, limit: int, oversize: bool = True) -> Any:
+        """Whole RecordBatches of the records from ``off`` (below ``end``), at most ``limit``
+        bytes in all, as many records as fit; when not even the first record fits, that
+        record alone if ``oversize`` (the response holds nothing yet: Kafka returns a first
+        batch larger than the limits so that a consumer can make progress), else b"".
+
+        A columnar scan of the segments encoded in C, no Record objects; without pyarrow
+        (whose allocator the scan uses), or when the scan stops at a bad frame before any
+        record, through ``Log.read_batch`` (which raises CorruptRecordError for a bad frame)."""
         if _arrow is not None:
             out: list[Any] = []
             used = 0
+            full = bad = False
             for part in _arrow._parts(log, off, end, 1):
                 left = max(limit - used, 1)
-                for cols in _arrow.scan_buffer(part.map.buf, part.map.length, part.pos, part.off, part.stop,
-                                               part.buffer_next, part.seg.gaps, _WANT, left // 40 + 1,
-                                               lambda c: c, batch_bytes=left):
-                    data = encode_columns(cols)
-                    out.append(data)
-                    used += len(data)
-                    break
-                if used >= limit or not out:
+                scan = _arrow.scan_buffer(part.map.buf, part.map.length, part.pos, part.off, part.stop,
+                                          part.buffer_next, part.seg.gaps, _WANT, left // 40 + 1,
+                                          lambda c: c, batch_bytes=left)
+                try:
+                    while not full:
+                        cols = next(scan)
+                        n = cols.rows
+                        data = encode_columns_within(cols, limit - used, oversize and not out)
+                        if data is None:
+                            full = True
+                            break
+                        out.append(data)
+                        used += len(data)
+                        # a cut batch, or no room for another: the response is full
+                        full = _batch_rows(data) < n or limit - used < _MIN_BATCH
+                except StopIteration as stop:
+                    if stop.value[0] != _backend.impl.OK:
+                        full = bad = True  # a bad frame: what came before it, else read_batch raises
+                scan.close()
+                if full:
                     break
             if out:
                 return out[0] if len(out) == 1 else b"".join(out)
-        recs = [x for x in log.read_batch(off, max_bytes=limit) if x.offset < end]
-        return encode_records(recs) if recs else b""
+            if full and not bad:  # not even one record fits
+                return b""
+        recs = [x for x in log.read_batch(off, max_bytes=max(limit, 1)) if x.offset < end]
+        if not recs:
+            return b""
+        data = fit_batch(lambda k: encode_records(recs[:k]), len(recs), limit, oversize)
+        return b"" if data is None else data
 
     async def fetch(self, req: Any, version: int) -> dict[str, Any]:
         """Fetch: up to max_bytes; waits up to max_wait for min_bytes (a long poll)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,8 @@ import numpy as np
 from pylog import _backend, crc32c
 from pylog import format as fmt
 
-__all__ = ["BatchError", "Decoded", "decode_records", "encode_records", "encode_columns"]
+__all__ = ["BatchError", "Decoded", "decode_records", "encode_records", "encode_columns", "encode_columns_within",
+           "fit_batch"]
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = _HEADER.size  # 61
@@ -210,10 +212,10 @@ def _column(c: Any, n: int) -> tuple[Any, np.ndarray]:
     return c.data[: int(offs[n])], lens
 
 
-def encode_columns(cols: Any) -> Any:
+def encode_columns(cols: Any, rows: int | None = None) -> Any:
     """One RecordBatch v2 of the rows of a :class:`pylog._columns.Columns` (a columnar scan:
-    no Record objects), in one C call."""
-    n = cols.rows
+    no Record objects), in one C call; ``rows``: only the first ``rows`` of them."""
+    n = cols.rows if rows is None else min(rows, cols.rows)
     k, kl = _column(cols.key, n)
     v, vl = _column(cols.value, n)
     m, ml = _column(cols.metadata, n)
@@ -221,3 +223,86 @@ def encode_columns(cols: Any) -> Any:
     if rc != 0:
         raise RuntimeError(f"kafka_encode failed with status {rc}")
     return out  # a buffer, not copied again
+
+
+_VARINT_STEPS = np.array([1 << (7 * i) for i in range(1, 10)], np.uint64)
+
+
+def _varint_sizes(x: np.ndarray) -> np.ndarray:
+    """Bytes of each zigzag varint of the int64s ``x`` (Kafka's record fields)."""
+    x = x.astype(np.int64)
+    zz = ((x << 1) ^ (x >> 63)).view(np.uint64)
+    return 1 + np.searchsorted(_VARINT_STEPS, zz, side="right")
+
+
+def _record_sizes(offsets: np.ndarray, stamps: np.ndarray, kl: np.ndarray, vl: np.ndarray,
+                  ml: np.ndarray) -> np.ndarray:
+    """Each record's wire size in a batch that starts at its first row, as kafka_encode
+    builds it, taking metadata to be Kafka headers already (a library's other metadata goes
+    in one wrapping header, a few bytes more: these are then lower bounds)."""
+    null = fmt.NULL_LEN
+
+    def field(lens: np.ndarray) -> np.ndarray:
+        n = np.where(lens == null, -1, lens.astype(np.int64))
+        return _varint_sizes(n) + np.maximum(n, 0)
+
+    heads = np.where(ml == null, 1, ml.astype(np.int64))
+    body = (1 + _varint_sizes(stamps - stamps[0]) + _varint_sizes(offsets - offsets[0]) + field(kl) + field(vl)
+            + heads)
+    return _varint_sizes(body) + body
+
+
+def encode_columns_within(cols: Any, limit: int, oversize: bool) -> Any:
+    """:func:`encode_columns` of the most leading rows of ``cols`` whose batch is at most
+    ``limit`` bytes (:func:`fit_batch`'s rule for a first row over it): the rows are counted
+    from their sizes computed beforehand, so it usually takes one encode."""
+    n = cols.rows
+    k, kl = _column(cols.key, n)
+    v, vl = _column(cols.value, n)
+    m, ml = _column(cols.metadata, n)
+    offsets, stamps = cols.offsets[:n], cols.timestamps[:n]
+
+    def encode(r: int) -> Any:
+        rc, out = _impl.kafka_encode(offsets[:r], stamps[:r], k, kl[:r], v, vl[:r], m, ml[:r])
+        if rc != 0:
+            raise RuntimeError(f"kafka_encode failed with status {rc}")
+        return out
+
+    ends = HEADER_SIZE + np.cumsum(_record_sizes(offsets, stamps, kl, vl, ml))
+    fit = int(np.searchsorted(ends, limit, side="right"))  # rows whose batch is <= limit (at least)
+    if fit == 0:
+        return encode(1) if oversize else None
+    data = encode(fit)
+    if len(data) <= limit:
+        return data  # and the next row does not fit: its size is at least its bound
+    return fit_batch(encode, fit, limit, oversize)
+
+
+def fit_batch(encode: Callable[[int], Any], rows: int, limit: int, oversize: bool) -> Any:
+    """The batch ``encode(k)`` of the most leading rows ``k <= rows`` that is at most
+    ``limit`` bytes; when even one row is larger, that one-row batch if ``oversize`` (a
+    Fetch's first batch: Kafka returns it whole so that the consumer can make progress),
+    else None. A search between a row count known to fit and one known not to: encoded
+    sizes grow nearly in proportion to rows, so it interpolates (uniform records take three
+    encodes), and bisects after two tries (at most about log2(rows) more)."""
+    data = encode(rows)
+    if len(data) <= limit:
+        return data
+    lo, lo_data, lo_len = 0, None, HEADER_SIZE  # rows known to fit (0: none yet)
+    hi, hi_data = rows, data  # rows known not to fit
+    tries = 0
+    while hi - lo > 1:
+        tries += 1
+        if tries <= 2:
+            k = lo + (hi - lo) * (limit - lo_len) // max(len(hi_data) - lo_len, 1)
+        else:
+            k = (lo + hi) // 2
+        k = min(max(k, lo + 1), hi - 1)
+        d = encode(k)
+        if len(d) <= limit:
+            lo, lo_data, lo_len = k, d, len(d)
+        else:
+            hi, hi_data = k, d
+    if lo_data is not None:
+        return lo_data
+    return hi_data if oversize else None  # hi == 1: the first row alone is over the limit
