@@ -290,3 +290,22 @@ def test_fetch_max_bytes_over_partitions_and_the_first_batch_rule(broker):
             assert len(p0) == whole or (max_bytes - 120 < len(p0) <= max_bytes and not p1)
             assert bool(p1) == (max_bytes - whole >= 61 + 110)  # room for one record of partition 1
             assert not p1 or _batches(p1)[0][0] == 2
+
+
+def test_fetches_over_many_segments_skip_no_record(broker):
+    """Small records over many segments, read by Fetches of a few KB each as a consumer
+    does (each from the offset after the last one it got): every offset, none skipped. The
+    old broker took one chunk of rows per segment (about partition_max_bytes / 40 of them)
+    and went on to the next segment when that chunk was smaller than the limit, skipping
+    the rest of the segment's records."""
+    with connect(broker) as s:
+        create_topic(s, "sg", segment_bytes="16384")
+        for i in range(30):
+            call(s, produce("sg", batch([b"%04d" % (i * 100 + j) for j in range(100)])), 0, 9)
+        seen, off = [], 0
+        while off < 3000 and len(seen) < 3000:
+            got = fetched_values(call(s, fetch("sg", off, partition_max_bytes=4000), 1, 12))
+            assert got, off
+            seen += got
+            off = got[-1][0] + 1
+        assert seen == [(i, b"%04d" % i) for i in range(3000)]
