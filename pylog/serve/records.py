@@ -232,7 +232,8 @@ def _varint_sizes(x: np.ndarray) -> np.ndarray:
     """Bytes of each zigzag varint of the int64s ``x`` (Kafka's record fields)."""
     x = x.astype(np.int64)
     zz = ((x << 1) ^ (x >> 63)).view(np.uint64)
-    return 1 + np.searchsorted(_VARINT_STEPS, zz, side="right")
+    sizes: np.ndarray = 1 + np.searchsorted(_VARINT_STEPS, zz, side="right")
+    return sizes
 
 
 def _record_sizes(offsets: np.ndarray, stamps: np.ndarray, kl: np.ndarray, vl: np.ndarray,
