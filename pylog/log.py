@@ -130,9 +130,20 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         self.readonly = readonly
         self._lock = threading.RLock()
         self._drains = 0  # odd while a drain of the append queue is under way
-        self._sync_cv = threading.Condition(threading.Lock())
+        sync_lock = threading.Lock()
+        self._sync_cv = threading.Condition(sync_lock)
         self._syncing = False
         self._durable_next = 0
+        # group commit (see LogAppending._wait_durable): the leader waits on _gc_lead for
+        # _gc_target appenders (the size of the last group) to arrive, at most _gc_wait s
+        self._gc_lead = threading.Condition(sync_lock)
+        self._gc_arrived = 0
+        self._gc_target = 1
+        self._gc_gathering = False
+        self._gc_wait = 0.0
+        self._sync_fd = -1  # the leader's dup of the active store (see _new_sync_fd)
+        self._sync_seg: ActiveSegment | None = None
+        self._sync_orphan = False
         self._fenced: BaseException | None = None
         self._closed = False
         self._lock_fd = -1
@@ -406,6 +417,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                 else:
                     self._active.close_files()
             finally:
+                self._close_sync_fd()
                 self._cache.clear()
                 self._release_lock()
 

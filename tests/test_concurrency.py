@@ -8,7 +8,8 @@
   reader thread races the writer across rolls;
 * threads append concurrently (offsets unique and dense) while others read;
 * group commit with 16 threads under ``fsync="always"``: each append returns only once an
-  fdatasync covered its bytes, and threads share fsyncs;
+  fdatasync covered its bytes, threads share fsyncs, and each fdatasync covers the whole
+  group of threads (counted with a hook on fdatasync);
 * double close and close after a failure are harmless;
 * record views held across truncate, retention, remove() and close stay readable with the
   same bytes: no SIGBUS (run in a subprocess, which must exit 0).
@@ -286,6 +287,61 @@ def test_group_commit_16_threads(tmp_path, monkeypatch):
     n_sync = len([s for s in syncs if s[0] == ino])
     assert n_sync < len(seen), (n_sync, len(seen))  # shared
     print(f"group commit: {len(seen)} appends, {n_sync} fdatasyncs")
+    log.close()
+
+
+def test_group_commit_one_fdatasync_per_round_of_16_threads(tmp_path, monkeypatch):
+    """With every thread's next append arriving while an fdatasync runs, each fdatasync
+    covers the whole group of 16 (one record per thread), not alternately 1 and 15: the
+    leader lets the group form before it writes out. Counted with a hook on fdatasync
+    (a slow one, so every thread arrives during it); no timing is asserted."""
+    from pylog import appender
+
+    path = str(tmp_path / "log")
+    log = pylog.Log(path, fsync="always", segment_bytes=64 << 20)
+    ino = os.stat(log.segments()[-1]["path"]).st_ino
+    real = vfs.fdatasync
+    covered: list[int] = []  # the store's size at each of its fdatasyncs
+    done = [0]
+    slock = threading.Lock()
+
+    def slow(fd: int) -> None:
+        st = os.fstat(fd)
+        time.sleep(0.05)  # all other threads frame their next record meanwhile
+        real(fd)
+        if st.st_ino == ino:
+            with slock:
+                covered.append(st.st_size)
+
+    monkeypatch.setattr(vfs, "fdatasync", slow)
+    monkeypatch.setattr(appender, "_GROUP_WAIT_MAX", 5.0)  # the wait is bounded by one fdatasync (50 ms)
+    threads, per = 16, 6
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(per):
+                log.append(b"v" * 100)
+                with slock:
+                    done[0] += 1
+        except BaseException as e:
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
+    assert done[0] == threads * per
+    frame = fmt.FRAME_HEADER_SIZE + 100
+    sizes = [fmt.FILE_HEADER_SIZE] + covered
+    groups = [(b - a) // frame for a, b in zip(sizes, sizes[1:])]
+    # the first fdatasync covers the first thread alone (there was no group yet), the
+    # second the 15 that arrived during it; from then on every one covers all 16 (the old
+    # code alternated: 1, 15, 1, 15, ..., twice the fdatasyncs)
+    assert sum(groups) == threads * per, groups
+    assert len(covered) <= per + 2, groups
     log.close()
 
 
