@@ -9,6 +9,8 @@ b'hello'
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pylog import _backend
 from pylog.config import LogConfig
 from pylog.consumer import Consumer
@@ -41,6 +43,9 @@ from pylog.log import Log
 from pylog.record import Record
 from pylog.topics import LogStore, Topic
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
 __version__ = "0.1.0"
 
 #: Which implementation of the C core's functions is in use: "native" or "pure".
@@ -54,7 +59,7 @@ backend_features: frozenset[str] = frozenset(
 )
 
 
-def crc32c(data: bytes, value: int = 0) -> int:
+def crc32c(data: ReadableBuffer, value: int = 0) -> int:
     """CRC32C (Castagnoli) of ``data``, continuing from ``value`` (0 to start)."""
     return _backend.impl.crc32c(data, value)
 

@@ -176,6 +176,7 @@ def scan_buffer(buf: Any, length: int, pos: int, expected: int, stop: int, buffe
         while True:
             rc, n, pos = impl.scan_columns(buf, length, pos, expected, stop, cols, gaps)
             if n:
+                assert cols.offsets is not None  # asked for (Columns' default)
                 expected = int(cols.offsets[cols.rows - 1]) + 1
             if rc == impl.E_SPACE and cols.grow_for_space(batch_bytes):
                 continue
@@ -222,8 +223,10 @@ def _record_batch(cols: Columns, names: Sequence[str]) -> pa.RecordBatch:
     arrays = []
     for name in names:
         if name == "offset":
+            assert cols.offsets is not None  # a column asked for is filled
             arrays.append(pa.Array.from_buffers(pa.int64(), n, [None, int64_buffer(cols.offsets, n)]))
         elif name == "timestamp":
+            assert cols.timestamps is not None
             arrays.append(pa.Array.from_buffers(SCHEMA.field("timestamp").type, n,
                                                 [None, int64_buffer(cols.timestamps, n)]))
         else:
@@ -394,7 +397,7 @@ def read_table(log: Any, start: int | None = None, stop: int | None = None,
     else:
         # a bounded window of parts in flight: their maps stay alive only while needed
         with ThreadPoolExecutor(threads) as ex:
-            window: deque = deque()
+            window: deque[Any] = deque()
             for p in parts:
                 window.append(ex.submit(_collect, p, names))
                 if len(window) > threads:

@@ -89,7 +89,8 @@ def decode_offset(data: bytes) -> int | None:
     magic, version, _a, _b, offset, _when = _OFS.unpack(body)
     if magic != OFFSET_MAGIC or version != 1 or offset >= 1 << 63:
         return None
-    return offset
+    found: int = offset
+    return found
 
 
 def _try_lock(path: str) -> int:
@@ -299,11 +300,11 @@ class Consumer:
 
     def _owned(self, p: Any) -> int:
         self._check_open()
-        p = self.topic._check_partition(p)
-        if p not in self._pos:
-            raise NotAssignedError(f"partition {p} of topic {self.topic.name!r} is not assigned to this consumer "
+        i = self.topic._check_partition(p)
+        if i not in self._pos:
+            raise NotAssignedError(f"partition {i} of topic {self.topic.name!r} is not assigned to this consumer "
                                    f"(it owns {sorted(self._pos)})")
-        return p
+        return i
 
     def _reader(self, p: int) -> Log:
         return self.topic.reader(p)
@@ -523,8 +524,8 @@ class Consumer:
         for p, off in sorted(todo.items()):
             if self._committed_cache.get(p) == off:
                 continue
-            fileutil.atomic_write(self._offset_path(p), encode_offset(off, now))  # type: ignore[arg-type]
-            self._committed_cache[p] = off  # type: ignore[assignment]
+            fileutil.atomic_write(self._offset_path(p), encode_offset(off, now))
+            self._committed_cache[p] = off
 
     def committed(self, partition: int | None = None) -> Any:
         """The group's committed offset of ``partition`` (None: nothing committed), or

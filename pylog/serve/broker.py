@@ -144,7 +144,7 @@ class Broker:
         ``cleanup_interval`` seconds, in the append threads."""
         for what, run in (("retention", self.store.enforce_retention), ("compaction", self.store.compact)):
             try:
-                done = run()
+                done: dict[tuple[str, int], Any] = run()
             except (PylogError, OSError) as e:
                 _log.warning("%s failed: %s", what, e)
                 continue
@@ -228,7 +228,7 @@ class Broker:
         code, base, part = self.producers.check(name, i, log, prod)
         if part is None:
             return (0, base, log.start_offset) if not code else (code, -1, -1)
-        result = (E.unknown_server_error, -1, -1)
+        result: tuple[int, int, int] = (E.unknown_server_error, -1, -1)
         try:
             result = self._append(name, i, records)
         finally:

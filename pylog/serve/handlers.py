@@ -29,7 +29,7 @@ def topic_id(name: str) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, "pylog-topic:" + name)
 
 
-def api_versions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
+def api_versions(broker: Broker | None, req: Any, version: int) -> dict[str, Any]:
     """ApiVersions: the keys and versions in :data:`.protocol.SERVED`."""
     keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (_, lo, hi) in sorted(SERVED.items())]
     return {"error_code": 0, "api_keys": keys}
@@ -200,6 +200,7 @@ def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
 
 
 #: API key -> handler (Produce and Fetch are coroutines in :mod:`.broker`).
-HANDLERS = {18: api_versions, 3: metadata, 2: list_offsets, 19: create_topics, 20: delete_topics,
-            37: create_partitions, 32: describe_configs}
+HANDLERS: dict[int, Callable[[Broker, Any, int], dict[str, Any]]] = {
+    18: api_versions, 3: metadata, 2: list_offsets, 19: create_topics, 20: delete_topics,
+    37: create_partitions, 32: describe_configs}
 

@@ -17,6 +17,7 @@ import struct
 import types
 import typing
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kio.index import load_request_schema as _load_request_schema
@@ -56,8 +57,10 @@ NOT_YET: dict[int, tuple[str, int, int]] = {}
 # kio resolves a schema by importing its module on every call: once per (key, version) here
 load_request_schema = functools.lru_cache(maxsize=None)(_load_request_schema)
 load_response_schema = functools.lru_cache(maxsize=None)(_load_response_schema)
-_reader = functools.lru_cache(maxsize=None)(entity_reader)
-_writer = functools.lru_cache(maxsize=None)(entity_writer)
+# typed as plain callables: lru_cache asks for hashable arguments, and mypy does not count an
+# entity class (a dataclass, whose instances are unhashable) as one
+_reader: Callable[[Any], Any] = functools.lru_cache(maxsize=None)(entity_reader)
+_writer: Callable[[Any], Any] = functools.lru_cache(maxsize=None)(entity_writer)
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
@@ -129,7 +132,7 @@ def encode_response(req: Request, payload: Any) -> bytes:
 
 # ----------------------------------------------------------------------------------------
 # The response builder: plain dicts -> the entity of one version
-def _entity_of(tp: Any) -> tuple[type | None, bool]:
+def _entity_of(tp: Any) -> tuple[Any, bool]:
     """(entity class, is a tuple of them) for a field type, or (None, False)."""
     origin = typing.get_origin(tp)
     if origin is tuple:
@@ -140,15 +143,15 @@ def _entity_of(tp: Any) -> tuple[type | None, bool]:
             if a is not type(None):
                 return _entity_of(a)
     if dataclasses.is_dataclass(tp):
-        return tp, False  # type: ignore[return-value]
+        return tp, False
     return None, False
 
 
-def _default(f: dataclasses.Field, error: int) -> Any:
+def _default(f: dataclasses.Field[Any], error: int) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
     cls, many = _entity_of(f.type)
     if many:
         return ()

@@ -87,7 +87,7 @@ def decompress(codec: int, data: bytes, limit: int) -> bytes:
     try:
         if codec == GZIP:
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out = d.decompress(data, limit + 1)
+            out: bytes = d.decompress(data, limit + 1)
             _bounded(len(out), limit)
             return out
         if codec == SNAPPY:
@@ -143,7 +143,7 @@ def decode_records(data: bytes | memoryview, max_decompressed: int) -> Decoded:
     """
     mv = memoryview(data).cast("B")
     pos, n = 0, len(mv)
-    parts = []
+    parts: list[tuple[Any, ...]] = []
     while pos < n:
         if n - pos < HEADER_SIZE:
             raise BatchError(CORRUPT_MESSAGE, f"{n - pos} bytes at {pos} are less than a batch header")

@@ -201,7 +201,7 @@ class Server:
         users = self.users
         if key in (17, 36):  # SASL
             if session is None or users is None:  # no users file: no mechanism offered
-                data = {"error_code": 33 if key == 17 else 34, "mechanisms": []}
+                data: dict[str, Any] = {"error_code": 33 if key == 17 else 34, "mechanisms": []}
             elif key == 17:
                 data = session.handshake(body)
             else:
@@ -215,7 +215,7 @@ class Server:
         if users is not None and user is None and key != 18:
             log.info("closing a connection: API key %d before SASL authentication", key)
             return False
-        denied: list = []  # type: ignore[type-arg]
+        denied: list[Any] = []
         admin_denied: list[str] = []
         if users is not None:
             body, denied = security.filter_request(users, user, key, body)
