@@ -56,7 +56,8 @@ _log = logging.getLogger("pylog.serve")
 #: The file under the root that a broker holds locked (flock) while it serves.
 SERVE_LOCK = ".serve.lock"
 _WANT = ("key", "metadata", "value", "timestamp")
-_MIN_BATCH = HEADER_SIZE + 7  # a batch of one empty record (no key, value or headers)
+_MIN_RECORD = 7  # the wire size of an empty record (no key, value or headers)
+_MIN_BATCH = HEADER_SIZE + _MIN_RECORD
 
 
 def _batch_rows(batch: Any) -> int:
@@ -326,7 +327,7 @@ class Broker:
             for part in _arrow._parts(log, off, end, 1):
                 left = max(limit - used, 1)
                 scan = _arrow.scan_buffer(part.map.buf, part.map.length, part.pos, part.off, part.stop,
-                                          part.buffer_next, part.seg.gaps, _WANT, left // 40 + 1,
+                                          part.buffer_next, part.seg.gaps, _WANT, left // _MIN_RECORD + 1,
                                           lambda c: c, batch_bytes=left)
                 try:
                     while not full:

@@ -248,9 +248,10 @@ def _record_sizes(offsets: np.ndarray, stamps: np.ndarray, kl: np.ndarray, vl: n
         return _varint_sizes(n) + np.maximum(n, 0)
 
     heads = np.where(ml == null, 1, ml.astype(np.int64))
-    body = (1 + _varint_sizes(stamps - stamps[0]) + _varint_sizes(offsets - offsets[0]) + field(kl) + field(vl)
-            + heads)
-    return _varint_sizes(body) + body
+    body: np.ndarray = (1 + _varint_sizes(stamps - stamps[0]) + _varint_sizes(offsets - offsets[0]) + field(kl)
+                        + field(vl) + heads)
+    sizes: np.ndarray = _varint_sizes(body) + body
+    return sizes
 
 
 def encode_columns_within(cols: Any, limit: int, oversize: bool) -> Any:
