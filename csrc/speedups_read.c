@@ -13,6 +13,7 @@
  * in the same call: no bytes that fail their CRC are ever handed out.
  */
 #include "speedups.h"
+#include "endian.h"
 #include "pylog.h"
 
 #include <stdint.h>
@@ -168,6 +169,181 @@ static PyObject *sp_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_RETURN_NONE;
     return frame_record(mv, &f, NULL);
 }
+
+/* ---- a sealed segment's reader ------------------------------------------------------------ */
+
+/* read() with the map's arguments parsed once: a sealed segment's maps never change, so
+ * each read passes one argument (the offset). Holds the map's memoryview (views are sliced
+ * from it) and `keep`, the objects owning the memory C reads (the store and index maps).
+ *
+ * Random reads: the sparse index (an entry per index_interval_bytes) leaves a walk of up to
+ * a few KiB of frame headers per read, most of a random read's time. A Reader remembers the
+ * positions its walks find: the first read in an index block walks the whole block (headers
+ * only, with plog_find's rules: lengths in bounds, offsets consecutive) and keeps each
+ * frame's position; later reads in that block decode their frame directly. The target frame
+ * itself is CRC-checked on every read, as plog_find does. The table is allocated zeroed and
+ * untouched (the OS backs only the pages filled), at most 4 bytes per record of the segment,
+ * freed with the Reader when the segment is unmapped. Compacted segments (gaps) and blocks
+ * whose walk finds anything unusual use plog_find. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *mv;
+    PyObject *keep;
+    const uint8_t *buf;
+    size_t len;
+    const uint8_t *index;
+    size_t n_index;
+    uint64_t base;
+    int gaps;
+    uint64_t count;        /* records in the segment (next_offset - base) */
+    uint8_t *block_state;  /* per index entry: 0 not walked, 1 positions known, 2 use plog_find */
+    uint32_t *positions;   /* per record: its frame's position, where its block is known */
+} Reader;
+
+enum { BLOCK_UNKNOWN = 0, BLOCK_KNOWN = 1, BLOCK_FIND = 2 };
+
+/* Walk index block b and fill in its positions: BLOCK_KNOWN, or BLOCK_FIND when the walk
+ * meets anything plog_find would not step over. */
+static uint8_t fill_block(Reader *r, size_t b) {
+    const uint8_t *e = r->index + b * PLOG_INDEX_ENTRY_SIZE;
+    uint64_t rel = plog_ld32(e), pos = plog_ld32(e + 4);
+    uint64_t end = b + 1 < r->n_index ? plog_ld32(e + PLOG_INDEX_ENTRY_SIZE) : r->count;
+    if (end > r->count || rel >= end) return BLOCK_FIND;
+    for (; rel < end; rel++) {
+        if (pos >= r->len || r->len - pos < PLOG_FRAME_HEADER_SIZE || pos > UINT32_MAX) return BLOCK_FIND;
+        const uint8_t *p = r->buf + pos;
+        uint32_t body = plog_ld32(p);
+        if (body < PLOG_FRAME_HEADER_SIZE - PLOG_FRAME_PREFIX_SIZE || body > 0x7fffffffu) return BLOCK_FIND;
+        if (plog_ld64(p + 8) != r->base + rel) return BLOCK_FIND;
+        r->positions[rel] = (uint32_t)pos;
+        pos += (uint64_t)body + PLOG_FRAME_PREFIX_SIZE;
+    }
+    return BLOCK_KNOWN;
+}
+
+/* The CRC-checked frame of `target` through the block table: 1 found, 0 not (use plog_find). */
+static int reader_locate(Reader *r, uint64_t target, plog_frame *f) {
+    if (r->gaps || r->n_index == 0 || target < r->base || target - r->base >= r->count) return 0;
+    uint64_t rel = target - r->base;
+    size_t slot;
+    if (plog_index_lookup(r->index, r->n_index, (uint32_t)rel, &slot) != PLOG_OK) return 0;
+    if (r->block_state == NULL) {
+        r->block_state = PyMem_Calloc(r->n_index, 1);
+        r->positions = PyMem_Calloc((size_t)r->count, sizeof(uint32_t));
+        if (r->block_state == NULL || r->positions == NULL) { /* no table: plog_find only */
+            PyMem_Free(r->positions);
+            r->positions = NULL;
+            if (r->block_state) memset(r->block_state, BLOCK_FIND, r->n_index);
+            else return 0;
+        }
+    }
+    uint8_t st = r->block_state[slot];
+    if (st == BLOCK_UNKNOWN) st = r->block_state[slot] = fill_block(r, slot);
+    if (st != BLOCK_KNOWN) return 0;
+    size_t n = 0;
+    uint64_t end;
+    return plog_scan(r->buf, r->len, r->positions[rel], target, 0, f, 1, UINT64_MAX, &n, &end) == PLOG_OK &&
+           n == 1;
+}
+
+static PyTypeObject *reader_type = NULL;
+
+static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
+        PyErr_SetString(PyExc_TypeError, "Reader() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyTuple_Check(args) || PyTuple_Size(args) != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Reader(mv, addr, length, index_addr, n_index, base_offset, gaps, keep, count)");
+        return NULL;
+    }
+    PyObject *a[9];
+    for (Py_ssize_t i = 0; i < 9; i++) a[i] = PyTuple_GetItem(args, i);
+    PyObject *mv;
+    const uint8_t *buf;
+    size_t len;
+    if (map_args(a, &mv, &buf, &len) < 0) return NULL;
+    const uint8_t *index = (const uint8_t *)PyLong_AsVoidPtr(a[3]);
+    if (index == NULL && PyErr_Occurred()) return NULL;
+    Py_ssize_t n_index = PyLong_AsSsize_t(a[4]);
+    if (n_index == -1 && PyErr_Occurred()) return NULL;
+    uint64_t base;
+    if (u64_arg(a[5], &base) < 0) return NULL;
+    int gaps = PyObject_IsTrue(a[6]);
+    if (gaps < 0) return NULL;
+    uint64_t count;
+    if (u64_arg(a[8], &count) < 0) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    Reader *r = (Reader *)alloc(type, 0);
+    if (r == NULL) return NULL;
+    Py_INCREF(mv);
+    r->mv = mv;
+    Py_INCREF(a[7]);
+    r->keep = a[7];
+    r->buf = buf;
+    r->len = len;
+    r->index = index;
+    r->n_index = n_index < 0 ? 0 : (size_t)n_index;
+    r->base = base;
+    r->gaps = gaps;
+    r->count = count;
+    r->block_state = NULL;
+    r->positions = NULL;
+    return (PyObject *)r;
+}
+
+static void reader_dealloc(PyObject *o) {
+    Reader *r = (Reader *)o;
+    PyTypeObject *tp = Py_TYPE(o);
+    Py_XDECREF(r->mv);
+    Py_XDECREF(r->keep);
+    PyMem_Free(r->block_state);
+    PyMem_Free(r->positions);
+    freefunc free_ = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    free_(o);
+    Py_DECREF(tp);
+}
+
+static PyObject *reader_read(PyObject *o, PyObject *arg) {
+    Reader *r = (Reader *)o;
+    unsigned long long target = PyLong_AsUnsignedLongLong(arg);
+    if (target == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_record_type was not called");
+        return NULL;
+    }
+    plog_frame f;
+    if (!reader_locate(r, target, &f) &&
+        (plog_find(r->buf, r->len, r->index, r->n_index, r->base, target, r->gaps, &f) != PLOG_OK ||
+         f.offset != target))
+        Py_RETURN_NONE;
+    return frame_record(r->mv, &f, NULL);
+}
+
+static PyMethodDef reader_methods[] = {
+    {"read", reader_read, METH_O,
+     "read(offset) -> Record | None: the Record at offset (index lookup, CRC-checked frame, Record), "
+     "or None when it cannot be read this way (the caller's checked slow path finds out why)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot reader_slots[] = {
+    {Py_tp_new, (void *)reader_new},
+    {Py_tp_dealloc, (void *)reader_dealloc},
+    {Py_tp_methods, (void *)reader_methods},
+    {Py_tp_doc, (void *)"Reader(mv, addr, length, index_addr, n_index, base_offset, gaps, keep, count): "
+                        "reads of one sealed segment's map (count records), its arguments parsed once."},
+    {0, NULL},
+};
+
+static PyType_Spec reader_spec = {
+    "pylog._speedups.Reader",
+    sizeof(Reader),
+    0,
+    Py_TPFLAGS_DEFAULT,
+    reader_slots,
+};
 
 /* ---- the lazy iterator of a scanned chunk ---------------------------------------------- */
 
@@ -352,6 +528,13 @@ int pylog_speedups_read_init(PyObject *module) {
     Py_INCREF(record_iter_type);
     if (PyModule_AddObject(module, "RecordIter", (PyObject *)record_iter_type) < 0) {
         Py_DECREF(record_iter_type);
+        return -1;
+    }
+    reader_type = (PyTypeObject *)PyType_FromSpec(&reader_spec);
+    if (reader_type == NULL) return -1;
+    Py_INCREF(reader_type);
+    if (PyModule_AddObject(module, "Reader", (PyObject *)reader_type) < 0) {
+        Py_DECREF(reader_type);
         return -1;
     }
     /* the runtime's version, not the headers': an abi3 build runs on later CPythons too */

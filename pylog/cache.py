@@ -25,6 +25,9 @@ class SegmentCache:
         self.capacity = capacity
         self._od: OrderedDict[int, _Unmappable] = OrderedDict()
         self._lock = threading.Lock()
+        #: touch_key(base_offset): :meth:`touch` without a Python frame (a hot read's), but
+        #: raising KeyError when that segment is not in the cache
+        self.touch_key = self._od.move_to_end
 
     def __len__(self) -> int:
         return len(self._od)

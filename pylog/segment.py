@@ -17,7 +17,6 @@ import gc
 import os
 import struct
 from collections.abc import Iterable
-from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -344,7 +343,7 @@ class _SealedMaps:
     __slots__ = ("store", "index", "timeindex", "mv", "locate", "fast_read")
 
     def __init__(self, store: store_mod.StoreMap, idx: index.MappedIndex, tidx: index.MappedIndex,
-                 base_offset: int, gaps: bool) -> None:
+                 base_offset: int, gaps: bool, count: int = 0) -> None:
         self.store = store
         self.index = idx
         self.timeindex = tidx
@@ -354,10 +353,9 @@ class _SealedMaps:
         #: fast_read(offset) -> the Record (index lookup, CRC-checked frame and Record in one
         #: C call), or None: the checked slow path finds out why. None without pylog._speedups.
         self.fast_read: Any = None
-        if _sp is not None:
-            f = partial(_sp.read, store.mv, store.addr, store.length, idx.buf.addr, idx.n, base_offset, gaps)
-            f.keep = (store, idx)  # type: ignore[attr-defined]  # the maps C reads
-            self.fast_read = f
+        if _sp is not None:  # keeps the maps C reads (store, idx) as long as the reader
+            self.fast_read = _sp.Reader(store.mv, store.addr, store.length, idx.buf.addr, idx.n, base_offset, gaps,
+                                        (store, idx), count).read
 
 
 class SealedSegment(_Reader):
@@ -444,7 +442,7 @@ class SealedSegment(_Reader):
         if (idx is None or tidx is None or idx.n != tidx.n or (st.length > fmt.FILE_HEADER_SIZE and idx.n == 0)
                 or not index.agree(idx.array, tidx.array, self.next_offset - self.base_offset)):
             idx, tidx = self._rebuild_index(st)
-        m = _SealedMaps(st, idx, tidx, self.base_offset, self.gaps)
+        m = _SealedMaps(st, idx, tidx, self.base_offset, self.gaps, self.next_offset - self.base_offset)
         self._maps = m
         self._cache.add(self)
         return m
