@@ -68,6 +68,16 @@ class LogState:
     _last_flush_ms: int
     _flush_n: int
     _flush_t: int
+    # group commit under fsync="always": the leader waits on _gc_lead for _gc_target
+    # appenders (the last group's size) to arrive, at most _gc_wait seconds
+    _gc_lead: threading.Condition
+    _gc_arrived: int
+    _gc_target: int
+    _gc_gathering: bool
+    _gc_wait: float
+    _sync_fd: int  # the leader's dup of the active store's fd, -1 when none
+    _sync_seg: ActiveSegment | None  # the segment _sync_fd belongs to
+    _sync_orphan: bool
 
     # transactions and truncation
     _cap: int | None  # the last stable offset while a transaction applies

@@ -172,7 +172,7 @@ class Run:
                 nb = counts[s.name][1]
                 batches = [values[i : i + BATCH] for i in range(0, nb, BATCH)]
                 d = self.path(label, s.name.split()[0], f"poll-{rep}")
-                dt, npoll = s.poll(d, batches)  # type: ignore[attr-defined]
+                dt, npoll = s.poll(d, batches)
                 poll_t[s.name].append(dt)
                 shutil.rmtree(d, ignore_errors=True)
         for s in pollers:
@@ -200,11 +200,15 @@ class Run:
         reps = 3
         value = os.urandom(100)
         self.log(f"[durability] fsync='always' one writer vs write+fdatasync, {k} records x {reps} ...", flush=True)
-        pl, pre, plain = [], [], []
+        pl: list[float] = []
+        pre: list[float] = []
+        plain: list[float] = []
         for rep in range(reps):
             # the default (files grow with each write), then preallocate=True (64 MiB segments,
             # allocated up front: an fdatasync that need not record a new file size)
-            for opts, times in (({}, pl), ({"preallocate": True, "segment_bytes": 64 << 20}, pre)):
+            runs: tuple[tuple[dict[str, Any], list[float]], ...] = (
+                ({}, pl), ({"preallocate": True, "segment_bytes": 64 << 20}, pre))
+            for opts, times in runs:
                 d = self.path("dur", f"pylog-{len(opts)}-{rep}")
                 log = pylog.Log(d, fsync="always", **opts)
                 append = log.append
@@ -239,7 +243,7 @@ class Run:
             log = pylog.Log(d, fsync="always")
             barrier = threading.Barrier(threads + 1)
 
-            def work(log=log, barrier=barrier):
+            def work(log: pylog.Log = log, barrier: threading.Barrier = barrier) -> None:
                 barrier.wait()
                 for _ in range(per):
                     log.append(value)
@@ -383,11 +387,11 @@ class Run:
     def compute_targets(self, main: str, kib: str | None) -> None:
         T = self.targets
 
-        def rate(ds, wl, sysname):
+        def rate(ds: str, wl: str, sysname: str) -> float | None:
             r = self.find(ds, wl, sysname)
             return None if r is None else r.rate
 
-        def ratio(a, b):
+        def ratio(a: float | None, b: float | None) -> float | None:
             return None if a is None or b is None else a / b
 
         T.append(Target("append_batch vs file join+write/1000, 100 B",
@@ -416,29 +420,29 @@ class Run:
         lm = self.find(main, "random read", "lmdb")
         T.append(Target("random read p50", None if r is None else r.p50_us, 1.5, "<=", "us", issue=2))
         T.append(Target("random read p50 vs lmdb get p50 (pylog/lmdb)",
-                        None if r is None or lm is None else r.p50_us / lm.p50_us, 1.0, "<=", issue=6))
+                        None if r is None or lm is None else ratio(r.p50_us, lm.p50_us), 1.0, "<=", issue=6))
         v = self.find("verify", "verify() of 1 KiB records", "pylog")
-        T.append(Target("C verify-scan, 1 KiB records", None if v is None else v.mb_s / 1e3, 8.0, ">=", "GB/s",
-                        issue=2))
+        T.append(Target("C verify-scan, 1 KiB records", None if v is None or v.mb_s is None else v.mb_s / 1e3, 8.0,
+                        ">=", "GB/s", issue=2))
         c1 = self.find("crc32c", "crc32c 1 MiB", "pylog")
         c2 = self.find("crc32c", "crc32c 1 MiB", "crc32c package")
-        T.append(Target("CRC32C 1 MiB vs crc32c package", None if c1 is None or c2 is None else c1.rate / c2.rate,
+        T.append(Target("CRC32C 1 MiB vs crc32c package", None if c1 is None or c2 is None else ratio(c1.rate, c2.rate),
                         0.9, ">=", issue=6))
-        d1 = self.find("durable", "append fsync=always, 1 writer", "pylog")
-        d0 = self.find("durable", "append fsync=always, 1 writer", "file write+fdatasync")
-        T.append(Target("fsync=always 1 writer vs write+fdatasync loop", ratio(d1 and d1.rate, d0 and d0.rate), 1.0,
+        d1 = rate("durable", "append fsync=always, 1 writer", "pylog")
+        d0 = rate("durable", "append fsync=always, 1 writer", "file write+fdatasync")
+        T.append(Target("fsync=always 1 writer vs write+fdatasync loop", ratio(d1, d0), 1.0,
                         ">=", issue=3))
-        g = self.find("durable", "append fsync=always, 16 threads", "pylog")
-        T.append(Target("fsync=always 16 threads vs 1 writer (group commit)", ratio(g and g.rate, d1 and d1.rate),
+        g = rate("durable", "append fsync=always, 16 threads", "pylog")
+        T.append(Target("fsync=always 16 threads vs 1 writer (group commit)", ratio(g, d1),
                         10.0, ">=", issue=16))
         r1 = next((r for r in self.rows
                    if r.workload.startswith("reopen clean") and r.workload.endswith("1x data")), None)
         r10 = next((r for r in self.rows if r.workload.startswith("reopen clean") and r.workload.endswith("10x data")),
                    None)
-        T.append(Target("reopen clean 1,000 segments", None if r1 is None else r1.seconds * 1e3, 50.0, "<=", "ms",
-                        issue=3))
-        T.append(Target("reopen 10x data / 1x data", None if r1 is None or r10 is None else r10.seconds / r1.seconds,
-                        1.5, "<=", issue=3))
+        T.append(Target("reopen clean 1,000 segments",
+                        None if r1 is None or r1.seconds is None else r1.seconds * 1e3, 50.0, "<=", "ms", issue=3))
+        T.append(Target("reopen 10x data / 1x data",
+                        None if r1 is None or r10 is None else ratio(r10.seconds, r1.seconds), 1.5, "<=", issue=3))
         # a target against a peer that did not run is skipped, not missed
         needs = {"vs file": "file", "vs lmdb": "lmdb", "columnar/Arrow": "arrow", "vs crc32c package": "crc32c"}
         for t in T:

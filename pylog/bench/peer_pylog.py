@@ -2,16 +2,22 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import pylog
 from pylog.bench.common import System, latencies
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
 
 
 class PylogSystem(System):
     name = "pylog"
     batch_name = "append_batch"
 
-    def write_each(self, path, values):
+    def write_each(self, path: str, values: Sequence[bytes]) -> float:
         log = pylog.Log(path, fsync="never")
         append = log.append
         t = time.perf_counter()
@@ -22,7 +28,7 @@ class PylogSystem(System):
         log.close()
         return dt
 
-    def write_batches(self, path, batches):
+    def write_batches(self, path: str, batches: Sequence[Sequence[bytes]]) -> float:
         log = pylog.Log(path, fsync="never")
         ab = log.append_batch
         t = time.perf_counter()
@@ -33,18 +39,18 @@ class PylogSystem(System):
         log.close()
         return dt
 
-    def scan(self, path, n):
+    def scan(self, path: str, n: int) -> float:
         log = pylog.Log(path, readonly=True)
         t = time.perf_counter()
         c = 0
         for rec in log.scan():
-            c += len(rec.value)
+            c += len(rec.value)  # type: ignore[arg-type]  # the benchmark writes no tombstones
         dt = time.perf_counter() - t
         log.close()
         assert c > 0
         return dt
 
-    def read_latencies(self, path, idx, overhead):
+    def read_latencies(self, path: str, idx: Sequence[int], overhead: float) -> np.ndarray:
         log = pylog.Log(path, readonly=True, cached_segments=None)
         read = log.read
         for i in idx:  # warm: maps made, pages faulted in
@@ -53,7 +59,7 @@ class PylogSystem(System):
         log.close()
         return out
 
-    def poll(self, path, batches, max_records=500):
+    def poll(self, path: str, batches: Sequence[Sequence[bytes]], max_records: int = 500) -> tuple[float, int]:
         """``Consumer.poll(max_records)`` over a one-partition topic of sealed segments, from
         the first offset to the end, touching each value (seconds, records)."""
         store = pylog.LogStore(path)

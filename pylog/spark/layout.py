@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import re
 
-from pylog import topics as topics_mod
+from pylog import topicmeta
 from pylog.errors import UnknownTopicError
 
 _PARTITION_RE = re.compile(r"^partition-(0|[1-9][0-9]*)$")
@@ -23,7 +23,7 @@ def _partitions_of(root: str, topic: str) -> list[int]:
     bare directory of ``partition-N`` logs, those found); UnknownTopicError if none."""
     d = _topic_dir(root, topic)
     try:
-        n, _cfg = topics_mod._read_topic_file(d, topic)  # noqa: SLF001
+        n, _cfg = topicmeta._read_topic_file(d, topic)  # noqa: SLF001
         return list(range(n))
     except UnknownTopicError:
         pass

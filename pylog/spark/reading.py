@@ -285,6 +285,7 @@ def _constant_string(s: str, n: int) -> pa.Array:
 def _batch(cols: Columns, topic: str, partition: int) -> pa.RecordBatch:
     """A batch in Spark's schema from the columns pylog.arrow's scan filled (no copy)."""
     n = cols.rows
+    assert cols.timestamps is not None and cols.offsets is not None  # the scan asked for both
     ts = cols.timestamps[:n]
     ts *= 1000  # ms -> Spark's microseconds, in place
     arrays = [
@@ -442,7 +443,7 @@ def _canonical(offsets: Mapping[str, Mapping[Any, int]]) -> dict[str, dict[str, 
     return {t: {str(p): int(offsets[t][p]) for p in sorted(offsets[t], key=int)} for t in sorted(offsets)}
 
 
-def _split_limit(backlog: dict[tuple[str, int], int], limit: int) -> dict[tuple[str, int], int]:
+def _split_limit(backlog: dict[tuple[str, str], int], limit: int) -> dict[tuple[str, str], int]:
     """Share ``limit`` records among partitions in proportion to their backlog."""
     total = sum(backlog.values())
     if total <= limit:
@@ -473,7 +474,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _partitions_of(self.root, t)  # fail at once on a missing topic
         self.frozen: dict[str, dict[str, int]] | None = None
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         bounds = _bounds(self.root, self.topics)
         if self.start_ts is not None:
             start = _by_timestamp(self.root, bounds, self.start_ts)
@@ -493,7 +494,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.max_per_trigger)
         return ReadAllAvailable()
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._latest()
 
     def _earliest(self, topic: str, p: str) -> int:
@@ -501,14 +502,14 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with _reader(self.root, topic, int(p)) as log:
             return 0 if log is None else log.start_offset
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         with _planning():
             return self._latest_offset(start, limit)
 
-    def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
+    def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         latest = self.frozen if self.frozen is not None else self._latest()
-        begin: dict[tuple[str, int], int] = {}
-        backlog: dict[tuple[str, int], int] = {}
+        begin: dict[tuple[str, str], int] = {}  # (topic, partition as in Spark's JSON offsets)
+        backlog: dict[tuple[str, str], int] = {}
         for t, parts in latest.items():
             for p, hi in parts.items():
                 s = start.get(t, {}).get(p)
@@ -529,11 +530,11 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 e[p] = max(int(e.get(p, s)), int(s))
         return _canonical(end)
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         with _planning():
             return self._partitions(start, end)
 
-    def _partitions(self, start: dict, end: dict) -> list[_Slice]:
+    def _partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[_Slice]:
         starts: dict[str, dict[int, int]] = {}
         ends: dict[str, dict[int, int]] = {}
         for t, parts in end.items():
@@ -551,7 +552,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_slice(partition)  # type: ignore[arg-type]
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         pass  # Spark's checkpoint is the source of truth; nothing to do
 
     def stop(self) -> None:

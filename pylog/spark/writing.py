@@ -38,8 +38,8 @@ from pyspark.sql.types import (
 
 import pylog
 from pylog import format as fmt
+from pylog import topicmeta, transactions
 from pylog import topics as topics_mod
-from pylog import transactions
 from pylog.errors import PylogError, UnknownTopicError
 from pylog.log import PackedBytes
 from pylog.spark.layout import _partitions_of, _topic_dir
@@ -253,7 +253,7 @@ class _Committer:
 
     def partition_count(self) -> int:
         try:
-            n, cfg = topics_mod._read_topic_file(_topic_dir(self.root, self.topic), self.topic)  # noqa: SLF001
+            n, cfg = topicmeta._read_topic_file(_topic_dir(self.root, self.topic), self.topic)  # noqa: SLF001
             self.max_record_bytes = cfg.max_record_bytes
             return n
         except UnknownTopicError:
