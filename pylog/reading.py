@@ -115,7 +115,7 @@ class LogReading(LogState):
                         m = seg._maps
                         if m is not None and m.fast_read is not None:
                             # pylog._speedups: one C call (no frame for seg.read)
-                            r = m.fast_read(offset)
+                            r: Record | None = m.fast_read(offset)
                             if r is not None:
                                 try:
                                     seg._cache.touch_key(seg.base_offset)
@@ -149,15 +149,15 @@ class LogReading(LogState):
                             return act.read(offset) if offset >= act.base_offset else self.read(offset)
                     raise self._out_of_range(offset)
                 return active.read(offset)
-        seg = self._sealed_for(offset)
-        if seg is None or offset < seg.base_offset:
+        sealed = self._sealed_for(offset)
+        if sealed is None or offset < sealed.base_offset:
             raise self._out_of_range(offset)
         try:
-            return seg.read(offset)
+            return sealed.read(offset)
         except FileNotFoundError:
             raise self._out_of_range(offset) from None
         except CorruptRecordError:
-            if _past_last(seg, offset):
+            if _past_last(sealed, offset):
                 raise OffsetRemovedError(offset) from None
             raise
 
@@ -353,8 +353,9 @@ class LogReading(LogState):
         for s in segs[lo:]:
             if s is segs[-1]:
                 with self._lock:
-                    return s.find_time(ts)
-            off = s.find_time(ts)
+                    found: int | None = s.find_time(ts)
+                    return found
+            off: int | None = s.find_time(ts)
             if off is not None:
                 return off
         return None

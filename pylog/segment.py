@@ -31,6 +31,10 @@ from pylog.record import Record, new_record
 
 if TYPE_CHECKING:
     from pylog.cache import SegmentCache
+    from pylog.config import LogConfig
+
+    #: what a segment's _view() gives: (store map, index Buffer, index entries, time index Buffer)
+    _View = tuple[store_mod.StoreMap, impl.Buffer | None, int, impl.Buffer | None]
 
 _REASONS = {
     impl.E_SHORT: "torn frame: the file ends inside it",
@@ -51,7 +55,7 @@ if _sp is not None:
     _sp.set_record_type(Record)
 
 
-def _preallocate(store_path: str, config, end: int) -> None:
+def _preallocate(store_path: str, config: LogConfig, end: int) -> None:
     """With ``preallocate=True``, reserve ``segment_bytes`` for a reopened active store.
     Best effort: a full disk (or a file system without fallocate) must not stop a log from
     opening, if only to read it or free space by retention; appends then grow the file."""
@@ -66,7 +70,7 @@ def _preallocate(store_path: str, config, end: int) -> None:
             vfs.close(fd)
 
 
-def walker(base_offset: int, index_interval: int | None, gaps: bool = False):
+def walker(base_offset: int, index_interval: int | None, gaps: bool = False) -> impl.Appender:
     """An appender that only walks an existing store from its first frame (recovery,
     verification, index rebuilds): no write buffer; with ``index_interval`` None it keeps
     no index entries."""
@@ -114,7 +118,7 @@ def damage_error(path: str, d: Damage, offset: int | None = None) -> CorruptReco
                               f"intact again from offset {d.end_offset} at position {d.end}")
 
 
-def walk(app, buf, length: int, base_offset: int, gaps: bool = False,
+def walk(app: impl.Appender, buf: impl.Buffer, length: int, base_offset: int, gaps: bool = False,
          search_end: int | None = None) -> tuple[int, list[Damage]]:
     """``app.recover`` over ``buf[:length]``, stepping over interior damage: at a bad frame,
     the walk goes on at the next whole, CRC-valid frame whose offset can follow it
@@ -168,9 +172,9 @@ def _build_records(mv: memoryview, frames: np.ndarray, lazy: bool) -> Any:
     # (a batch append): then no list of ints is made for them
     offs = frames["offset"]
     first = int(offs[0])
-    offsets: Iterable = range(first, first + n) if int(offs[-1]) - first == n - 1 else offs.tolist()
+    offsets: Iterable[Any] = range(first, first + n) if int(offs[-1]) - first == n - 1 else offs.tolist()
     ts = frames["timestamp"]
-    stamps: Iterable = repeat(int(ts[0]), n) if ts.min() == ts.max() else ts.tolist()
+    stamps: Iterable[Any] = repeat(int(ts[0]), n) if ts.min() == ts.max() else ts.tolist()
     attrs = frames["attributes"]
     start = frames["position"] + fmt.FRAME_HEADER_SIZE
     klen = frames["key_length"].astype(np.uint64)
@@ -184,18 +188,18 @@ def _build_records(mv: memoryview, frames: np.ndarray, lazy: bool) -> Any:
     null_v = (attrs & fmt.ATTR_NULL_VALUE) != 0
     plain = not null_v.any()
     # A comprehension slices about twice as fast as map(getitem, map(slice, ...)).
-    values: Iterable = [mv[a:b] for a, b in zip(vstart.tolist(), vend.tolist())]
+    values: Iterable[Any] = [mv[a:b] for a, b in zip(vstart.tolist(), vend.tolist())]
     if not plain:
         for i in np.flatnonzero(null_v).tolist():
             values[i] = None  # type: ignore[index]
     if null_k.all():
-        keys: Iterable = repeat(None)
+        keys: Iterable[Any] = repeat(None)
     else:
         keys = list(map(getitem, map(slice, start.tolist(), mstart.tolist())))
         for i in np.flatnonzero(null_k).tolist():
             keys[i] = None
     if null_m.all():
-        metas: Iterable = repeat(None)
+        metas: Iterable[Any] = repeat(None)
     else:
         metas = list(map(getitem, map(slice, mstart.tolist(), vstart.tolist())))
         for i in np.flatnonzero(null_m).tolist():
@@ -230,10 +234,10 @@ class _Reader:
     gaps: bool = False  # a compacted segment: offsets may skip
 
     # subclasses provide _view(): (StoreMap, index Buffer, n_index, timeindex Buffer)
-    def _view(self, upto: int | None = None):  # pragma: no cover - abstract
+    def _view(self, upto: int | None = None) -> _View:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _locate_slow(self, m, target: int) -> tuple:
+    def _locate_slow(self, m: store_mod.StoreMap, target: int) -> tuple[Any, ...]:
         """Find ``target`` by a CRC-checked walk: the index was no help, or a frame on the
         way is bad. Damage before ``target`` is stepped over (:func:`impl.resync`); when
         ``target`` lies in damage, the CorruptRecordError names it and where the damage is."""
@@ -259,7 +263,7 @@ class _Reader:
                 raise damage_error(self.store_path, d, target if target >= expected else None)
             pos, expected = g[0], g[1]
 
-    def _slow_start(self, m, target: int) -> tuple[int, int]:
+    def _slow_start(self, m: store_mod.StoreMap, target: int) -> tuple[int, int]:
         """(position, offset) of a CRC-valid frame at or before ``target`` to walk from: the
         nearest index entry's when its frame is valid and holds the offset the entry names,
         else the first frame."""
@@ -273,7 +277,7 @@ class _Reader:
                     return ipos, self.base_offset + rel
         return fmt.FILE_HEADER_SIZE, self.base_offset
 
-    def find(self, target: int) -> tuple[object, tuple]:
+    def find(self, target: int) -> tuple[store_mod.StoreMap, tuple[Any, ...]]:
         """(map, frame tuple) of the record at ``target`` (which must lie in this segment;
         in a compacted segment, the first record at or after it)."""
         m, ibuf, n, _ = self._view(target)
@@ -305,7 +309,8 @@ class _Reader:
             return None
         if rc:
             raise corrupt_error(self.store_path, fmt.FILE_HEADER_SIZE, None, rc)
-        return f[1]
+        off: int = f[1]
+        return off
 
     def damage(self) -> list[Damage]:
         """The bad regions of the store, the last one a torn tail (``end`` = the store's
@@ -404,7 +409,7 @@ class SealedSegment(_Reader):
         self._cache.touch(self)
         return m
 
-    def _view(self, upto: int | None = None):
+    def _view(self, upto: int | None = None) -> _View:
         m = self._maps
         if m is None:
             m = self._open()
@@ -420,7 +425,7 @@ class SealedSegment(_Reader):
             self._cache.touch(self)
         fast = m.fast_read
         if fast is not None:
-            r = fast(target)
+            r: Record | None = fast(target)
             if r is not None:
                 return r
         pos = m.locate(target)
@@ -480,7 +485,8 @@ class SealedSegment(_Reader):
         if self.next_offset == self.base_offset:
             return None
         _m, f = self.find(self.next_offset - 1)
-        return f[2]
+        ts: int = f[2]
+        return ts
 
     def index_array(self) -> np.ndarray:
         """The offset index as a read-only numpy structured array (a view of the map)."""
@@ -503,7 +509,7 @@ class ActiveSegment(_Reader):
                  "store_fd", "index_fd", "timeindex_fd", "written", "written_next",
                  "index_written", "_map", "preallocated", "broken")
 
-    def __init__(self, dirpath: str, base_offset: int, app, written: int, index_written: int,
+    def __init__(self, dirpath: str, base_offset: int, app: impl.Appender, written: int, index_written: int,
                  preallocated: bool = False) -> None:
         self.dir = dirpath
         self.base_offset = base_offset
@@ -530,8 +536,8 @@ class ActiveSegment(_Reader):
 
     # -- construction ----------------------------------------------------------------------
     @staticmethod
-    def _appender(base: int, config, *, next_offset: int, position: int, max_ts: int | None,
-                  bytes_since: int):
+    def _appender(base: int, config: LogConfig, *, next_offset: int, position: int, max_ts: int | None,
+                  bytes_since: int) -> impl.Appender:
         return impl.Appender(
             base, next_offset=next_offset, position=position, max_position=config.segment_bytes,
             max_timestamp=max_ts, index_interval=config.index_interval_bytes,
@@ -540,7 +546,7 @@ class ActiveSegment(_Reader):
         )
 
     @classmethod
-    def create(cls, dirpath: str, base: int, config) -> ActiveSegment:
+    def create(cls, dirpath: str, base: int, config: LogConfig) -> ActiveSegment:
         """New, empty segment files (the caller fsyncs the directory)."""
         sp, ip, tp = paths(dirpath, base)
         for p, suffix in ((ip, fmt.INDEX_SUFFIX), (tp, fmt.TIMEINDEX_SUFFIX)):
@@ -555,7 +561,7 @@ class ActiveSegment(_Reader):
         return cls(dirpath, base, app, fmt.FILE_HEADER_SIZE, 0, preallocated=config.preallocate)
 
     @classmethod
-    def open_clean(cls, dirpath: str, base: int, config, *, next_offset: int, size: int,
+    def open_clean(cls, dirpath: str, base: int, config: LogConfig, *, next_offset: int, size: int,
                    max_timestamp: int | None) -> ActiveSegment | None:
         """Reopen after a clean shutdown from the index files alone (no record data read).
         None when the index files do not fit the recorded state (the caller recovers)."""
@@ -595,7 +601,7 @@ class ActiveSegment(_Reader):
         return cls(dirpath, base, app, size, n, preallocated=config.preallocate)
 
     @classmethod
-    def recover(cls, dirpath: str, base: int, config, *,
+    def recover(cls, dirpath: str, base: int, config: LogConfig, *,
                 save_broken: bool = True) -> tuple[ActiveSegment, int, list[Damage]]:
         """Reopen by walking every frame (CRC-checked) and rebuild both indexes. Damage with
         a whole, valid frame of a following offset after it is stepped over and kept (the
@@ -664,7 +670,8 @@ class ActiveSegment(_Reader):
     def first_timestamp(self) -> int | None:
         if self.app.index_count == 0:
             return None
-        return _TIX_TS.unpack(self.app.timeindex_bytes(0, 1)[:8])[0]
+        ts: int = _TIX_TS.unpack(self.app.timeindex_bytes(0, 1)[:8])[0]
+        return ts
 
     # -- writing --------------------------------------------------------------------------
     def write_pending(self) -> None:
@@ -688,7 +695,7 @@ class ActiveSegment(_Reader):
                                 h + self.index_written * fmt.TIMEINDEX_ENTRY_SIZE)
             self.index_written = c
 
-    def write_direct(self, data, at: int) -> None:
+    def write_direct(self, data: bytes | bytearray | memoryview, at: int) -> None:
         """Write frames made outside the write buffer (framed in place, the write buffer
         empty) at store position ``at``, where the appender put the first of them. Their
         index entries go out with the next ``write_pending``. Safe to call again."""
@@ -703,7 +710,7 @@ class ActiveSegment(_Reader):
             vfs.fdatasync(self.index_fd)
             vfs.fdatasync(self.timeindex_fd)
 
-    def seal(self, config, cache: SegmentCache) -> SealedSegment:
+    def seal(self, config: LogConfig, cache: SegmentCache) -> SealedSegment:
         """Write out, fsync and close: the segment becomes a SealedSegment."""
         self.write_pending()
         if self.preallocated and os.fstat(self.store_fd).st_size != self.written:
@@ -723,7 +730,7 @@ class ActiveSegment(_Reader):
         self._map = None
 
     # -- reading ---------------------------------------------------------------------------
-    def _view(self, upto: int | None = None):
+    def _view(self, upto: int | None = None) -> tuple[store_mod.StoreMap, impl.Buffer, int, impl.Buffer]:
         if not self.broken and (upto is None or upto >= self.written_next):
             self.write_pending()
         m = self._map
@@ -749,7 +756,7 @@ class ActiveSegment(_Reader):
             app = self.app
             ibuf, n = app.index_view(), app.index_count
         if _sp is not None:
-            r = _sp.read(m.mv, m.addr, m.length, ibuf.addr, n, self.base_offset, False, target)
+            r: Record | None = _sp.read(m.mv, m.addr, m.length, ibuf.addr, n, self.base_offset, False, target)
             if r is not None:
                 return r
         rc, f = _find(m.buf, m.length, ibuf, n, self.base_offset, target, False)
