@@ -9,6 +9,8 @@ tool, reading them again, where it is installed: the read without Python per rec
 redis-server (no persistence) fed the same records by pipelined XADD (1,000 per pipeline)
 and read back by XREAD (pages of 10,000). Prints the median records/s of each and the
 targets of issue 18 (producer >= 300k/s, consumer >= 1M/s, both >= 3x Redis).
+The consumers set librdkafka's ``queued.min.messages`` to 10,000,000 (``--queued-min N``; 100,000,
+librdkafka's default, pauses every fetch for a second: see run_kafka).
 ``--profile FILE``: the broker runs under cProfile and its stats go to FILE (the top
 entries are printed). ``--quick``: 100,000 records, one run (benchmarks/ci.sh).
 """
@@ -29,6 +31,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: the consumers' queued.min.messages (librdkafka's upper bound; see run_kafka)
+QUEUED_MIN = 10_000_000
 ROOT = os.path.dirname(HERE)
 
 
@@ -71,9 +75,15 @@ def run_kafka(n: int, size: int, profile: str | None) -> tuple[float, float, flo
         left = p.flush(600)
         produce_s = time.perf_counter() - t0
         assert left == 0, f"{left} records not delivered"
+        # queued.min.messages: librdkafka stops fetching a partition while its local queue holds
+        # that many records (default 100,000) and fetches again only after fetch.queue.backoff.ms
+        # (1 s), however fast the application drains it; a 16 MiB Fetch brings ~150,000 records
+        # of 100 B, so at the default every Fetch is followed by a 1 s pause (~150k rec/s,
+        # whatever the broker; the same against Kafka: librdkafka #1377, #2879, #4275).
+        # The queue is bounded by queued.max.messages.kbytes instead (1 GiB).
         c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                          "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20,
-                         "queued.max.messages.kbytes": 1 << 20})
+                         "queued.max.messages.kbytes": 1 << 20, "queued.min.messages": QUEUED_MIN})
         c.assign([ck.TopicPartition("bench", 0, 1)])
         got = 0
         t0 = time.perf_counter()
@@ -90,7 +100,8 @@ def run_kafka(n: int, size: int, profile: str | None) -> tuple[float, float, flo
         if shutil.which("kcat"):  # the same read by librdkafka's own C tool, no Python per record
             t0 = time.perf_counter()
             subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", "bench", "-o", "1", "-c", str(n), "-q", "-f", "",
-                            "-X", "fetch.max.bytes=67108864", "-X", "max.partition.fetch.bytes=16777216"],
+                            "-X", "fetch.max.bytes=67108864", "-X", "max.partition.fetch.bytes=16777216",
+                            "-X", f"queued.min.messages={QUEUED_MIN}"],
                            check=True, timeout=600, stdout=subprocess.DEVNULL)
             kcat = n / (time.perf_counter() - t0)
         return n / produce_s, n / consume_s, kcat
@@ -142,7 +153,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--profile", metavar="FILE")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--queued-min", type=int, default=QUEUED_MIN, help="the consumers' queued.min.messages")
     a = ap.parse_args()
+    globals()["QUEUED_MIN"] = a.queued_min
     if a.quick:
         a.records, a.runs = 100_000, 1
     kp, kc, kk, rp, rc = [], [], [], [], []
@@ -170,7 +183,7 @@ def main() -> int:
         pstats.Stats(a.profile).sort_stats("tottime").print_stats(25)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"records": a.records, "size": a.size, "runs": a.runs, "medians": med,
+            json.dump({"records": a.records, "size": a.size, "runs": a.runs, "queued_min": a.queued_min, "medians": med,
                        "all": {"produce": kp, "consume": kc, "consume_kcat": kk, "redis_xadd": rp, "redis_xread": rc}}, f, indent=1)
     return 0
 

@@ -225,14 +225,20 @@ def encode_columns(cols: Any, rows: int | None = None) -> Any:
     return out  # a buffer, not copied again
 
 
-_VARINT_STEPS = np.array([1 << (7 * i) for i in range(1, 10)], np.uint64)
+_VARINT_STEPS = [1 << (7 * i) for i in range(1, 10)]
 
 
 def _varint_sizes(x: np.ndarray) -> np.ndarray:
-    """Bytes of each zigzag varint of the int64s ``x`` (Kafka's record fields)."""
-    x = x.astype(np.int64)
+    """Bytes of each zigzag varint of the int64s ``x`` (Kafka's record fields): one pass
+    per 7 bits that some value needs (most fields need one to three)."""
+    x = x.astype(np.int64, copy=False)
     zz = ((x << 1) ^ (x >> 63)).view(np.uint64)
-    sizes: np.ndarray = 1 + np.searchsorted(_VARINT_STEPS, zz, side="right")
+    top = int(zz.max()) if len(zz) else 0
+    sizes = np.ones(len(zz), np.int64)
+    for step in _VARINT_STEPS:
+        if top < step:
+            break
+        sizes += zz >= np.uint64(step)
     return sizes
 
 
@@ -241,17 +247,27 @@ def _record_sizes(offsets: np.ndarray, stamps: np.ndarray, kl: np.ndarray, vl: n
     """Each record's wire size in a batch that starts at its first row, as kafka_encode
     builds it, taking metadata to be Kafka headers already (a library's other metadata goes
     in one wrapping header, a few bytes more: these are then lower bounds)."""
-    null = fmt.NULL_LEN
+    null = np.uint32(fmt.NULL_LEN)
 
-    def field(lens: np.ndarray) -> np.ndarray:
-        n = np.where(lens == null, -1, lens.astype(np.int64))
-        return _varint_sizes(n) + np.maximum(n, 0)
+    def field(lens: np.ndarray) -> np.ndarray | int:
+        nulls = lens == null
+        if nulls.all():
+            return 1  # varint -1
+        n = lens.astype(np.int64)
+        if nulls.any():
+            n[nulls] = -1
+            return _varint_sizes(n) + np.maximum(n, 0)
+        return _varint_sizes(n) + n
 
-    heads = np.where(ml == null, 1, ml.astype(np.int64))
-    body: np.ndarray = (1 + _varint_sizes(stamps - stamps[0]) + _varint_sizes(offsets - offsets[0]) + field(kl)
-                        + field(vl) + heads)
-    sizes: np.ndarray = _varint_sizes(body) + body
-    return sizes
+    heads = ml.astype(np.int64)
+    heads[ml == null] = 1  # varint 0: no headers
+    body = heads + field(kl)
+    body += field(vl)
+    body += _varint_sizes(stamps - stamps[0])
+    body += _varint_sizes(offsets - offsets[0])
+    body += 1  # attributes
+    body += _varint_sizes(body)
+    return body
 
 
 def encode_columns_within(cols: Any, limit: int, oversize: bool) -> Any:
