@@ -59,10 +59,10 @@ def _as_bytes(x: Any, what: str) -> Any:
 def _check_timestamp(ts: Any) -> int:
     if isinstance(ts, bool) or not isinstance(ts, (int, np.integer)):
         raise ArgumentTypeError(f"timestamp must be an int (milliseconds since the epoch), got {type(ts).__name__}")
-    ts = int(ts)
-    if not 0 <= ts <= fmt.MAX_TIMESTAMP_MS:
-        raise InvalidTimestampError(f"timestamp {ts} is outside [0, {fmt.MAX_TIMESTAMP_MS}] (ms since the epoch)")
-    return ts
+    t = int(ts)
+    if not 0 <= t <= fmt.MAX_TIMESTAMP_MS:
+        raise InvalidTimestampError(f"timestamp {t} is outside [0, {fmt.MAX_TIMESTAMP_MS}] (ms since the epoch)")
+    return t
 
 
 def _now_ms() -> int:
@@ -430,7 +430,7 @@ class LogAppending(LogState):
 
     @staticmethod
     def _join(items: Any, what: str, n: int, nullable: bool,
-              lens: np.ndarray | None = None) -> tuple[bytes, np.ndarray]:
+              lens: np.ndarray | None = None) -> tuple[bytes | memoryview, np.ndarray]:
         """The items joined, and their lengths (NULL_LEN for a None); ``lens``: the lengths
         already taken by :func:`_batch_lengths`."""
         if isinstance(items, (bytes, bytearray, memoryview, str)):
@@ -465,6 +465,7 @@ class LogAppending(LogState):
             # bytes-likes with itemsize > 1 must be counted in bytes
             lens = np.fromiter((fmt.NULL_LEN if x is None else memoryview(x).nbytes for x in items),
                                dtype=np.uint32, count=n)
+        assert lens is not None  # every way here counted them
         return joined, lens
 
     def _after_append(self, seg: ActiveSegment, count: int) -> None:
