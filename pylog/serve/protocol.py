@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import io
 import struct
 import types
 import typing
@@ -116,18 +115,48 @@ def decode_request(frame: bytes | memoryview) -> Request:
                    load_response_schema(key, version))
 
 
-def encode_response(req: Request, payload: Any) -> bytes:
-    """The response frame (size, header, payload) of ``payload`` (a kio entity)."""
+#: Writes of at least this many bytes (a Fetch's records) are kept as the caller's buffer.
+BIG_WRITE = 1 << 16
+
+
+class _Frame:
+    """A response frame being written by kio: small writes gathered in a bytearray, large
+    ones (record batches) kept as they are, not copied (a copy of 16 MiB, with its page
+    faults, cost as much as building the batch)."""
+
+    __slots__ = ("parts", "small", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.small = bytearray(4)  # the size, filled in at the end
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        if n >= BIG_WRITE:
+            self.parts.append(self.small)
+            self.parts.append(data)
+            self.small = bytearray()
+        else:
+            self.small += data
+        self.size += n
+        return n
+
+
+def encode_response(req: Request, payload: Any) -> bytes | list[Any]:
+    """The response frame (size, header, payload) of ``payload`` (a kio entity): bytes, or
+    for a payload holding large byte fields (a Fetch's records), the frame's buffers in
+    order (the large ones not copied), for the caller to write one after another."""
     cls = type(payload)
     header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
+    buf = _Frame()
     _writer(header_cls)(buf, header_cls(correlation_id=req.correlation_id))
     _writer(cls)(buf, payload)
-    out = buf.getbuffer()
-    _SIZE.pack_into(out, 0, len(out) - 4)
-    del out
-    return buf.getvalue()
+    first = buf.parts[0] if buf.parts else buf.small
+    _SIZE.pack_into(first, 0, buf.size)
+    if not buf.parts:
+        return bytes(buf.small)
+    return [*buf.parts, buf.small] if buf.small else buf.parts
 
 
 # ----------------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ __all__ = ["Server", "serve"]
 log = logging.getLogger("pylog.serve")
 _SIZE = struct.Struct(">i")
 UNSUPPORTED_VERSION = 35
+#: Bytes per write of a large response (see Server._write_large).
+WRITE_SLICE = 1 << 20
 
 
 class Server:
@@ -163,7 +165,9 @@ class Server:
                     out = await self._handle(frame)
                     if out is False:
                         break
-                    if out is not None:
+                    if isinstance(out, list):  # a large response's buffers
+                        await self._write_large(writer, out)
+                    elif out is not None:
                         writer.write(out)
                         await asyncio.wait_for(writer.drain(), self.request_timeout)
                     if session.close_after:  # a failed authentication: answered, then closed
@@ -177,6 +181,18 @@ class Server:
         finally:
             self._conns.discard(task)
             writer.close()
+
+    async def _write_large(self, writer: asyncio.StreamWriter, parts: list[Any]) -> None:
+        """Write a response's buffers in slices of :data:`WRITE_SLICE`, each after the last
+        has (nearly) gone: the transport sends a slice straight from the buffer when it
+        can and copies only what the socket did not take, where one write of the whole
+        would copy all that the first send left (most of 16 MiB) and shift it per send.
+        Each drain has ``request_timeout``, as a whole response has."""
+        for part in parts:
+            mv = memoryview(part).cast("B")
+            for i in range(0, len(mv), WRITE_SLICE):
+                writer.write(mv[i : i + WRITE_SLICE])
+                await asyncio.wait_for(writer.drain(), self.request_timeout)
 
     async def _handle(self, frame: bytes) -> Any:
         """The response frame of one request, None (acks=0) or False (close the connection)."""
