@@ -1,0 +1,137 @@
+"""The read paths of pylog._speedups (issue 16) against the Python paths they replace.
+
+Each benchmark runs twice: ``path="c"`` (the extension: Records made in C, a sealed
+segment's read in one C call) and ``path="python"`` (the same operation with the extension
+switched off in this process: Records built in Python over the cffi scan). The log is the
+same: 200,000 records of 100 B in sealed segments of 4 MiB, warm (pages faulted in).
+
+* read: 1,000 random ``Log.read(offset)``;
+* scan: every record, touching each value;
+* poll: ``Consumer.poll(500)`` from the first offset to the end of a one-partition topic.
+
+Without the extension (pure backend, or not built) only ``path="python"`` runs.
+"""
+from __future__ import annotations
+
+import os
+
+import pylog
+import pylog.reading
+import pylog.segment
+from pylog._backend import speedups
+
+from .common import build_log, random_offsets, setup  # noqa: F401
+
+N = 200_000
+SIZE = 100
+READS_PER_CALL = 1000
+
+
+def _use(path: str) -> None:
+    """Switch the extension on (``c``) or off (``python``) for maps opened from now on."""
+    if path == "c" and speedups is None:
+        raise NotImplementedError("pylog._speedups is not in use")  # asv: skipped
+    sp = speedups if path == "c" else None
+    pylog.segment._sp = sp
+    pylog.reading._sp = sp
+
+
+def _restore() -> None:
+    pylog.segment._sp = speedups
+    pylog.reading._sp = speedups
+
+
+class SpeedupsRead:
+    """1,000 random ``Log.read(offset)`` on a warm log."""
+
+    params = ["c", "python"]
+    param_names = ["path"]
+
+    def setup_cache(self) -> str:
+        return build_log(os.path.abspath("speedups-log"), N, SIZE, segment_bytes=4 << 20)
+
+    setup_cache.timeout = 300
+
+    def setup(self, path_: str, path: str) -> None:
+        _use(path)
+        self.log = pylog.Log(path_, readonly=True, cached_segments=None)
+        for rec in self.log.scan():
+            rec.value[-1]
+        self.offsets = random_offsets(READS_PER_CALL, 0, N)
+        for o in self.offsets:
+            self.log.read(o)
+
+    def teardown(self, path_: str, path: str) -> None:
+        if getattr(self, "log", None) is not None:
+            self.log.close()
+        _restore()
+
+    def time_read(self, path_: str, path: str) -> None:
+        read = self.log.read
+        for o in self.offsets:
+            read(o)
+
+
+class SpeedupsScan:
+    """``Log.scan()`` of every record, touching each value."""
+
+    params = ["c", "python"]
+    param_names = ["path"]
+
+    def setup_cache(self) -> str:
+        return build_log(os.path.abspath("speedups-log"), N, SIZE, segment_bytes=4 << 20)
+
+    setup_cache.timeout = 300
+
+    def setup(self, path_: str, path: str) -> None:
+        _use(path)
+        self.log = pylog.Log(path_, readonly=True, cached_segments=None)
+        for rec in self.log.scan():
+            rec.value[-1]
+
+    def teardown(self, path_: str, path: str) -> None:
+        if getattr(self, "log", None) is not None:
+            self.log.close()
+        _restore()
+
+    def time_scan(self, path_: str, path: str) -> None:
+        n = 0
+        for rec in self.log.scan():
+            n += len(rec.value)
+
+
+class SpeedupsPoll:
+    """``Consumer.poll(500)`` over a one-partition topic of sealed segments, start to end."""
+
+    params = ["c", "python"]
+    param_names = ["path"]
+    number = 1
+
+    def setup_cache(self) -> str:
+        root = os.path.abspath("speedups-store")
+        store = pylog.LogStore(root)
+        topic = store.create_topic("t", 1, fsync="never", segment_bytes=4 << 20)
+        values = [os.urandom(SIZE) for _ in range(256)]
+        for i in range(0, N, 1000):
+            topic.append_batch([values[j & 255] for j in range(i, i + 1000)])
+        topic.partition(0).roll()
+        store.close()
+        return root
+
+    setup_cache.timeout = 300
+
+    def setup(self, root: str, path: str) -> None:
+        _use(path)
+        self.store = pylog.LogStore(root, readonly=True)
+
+    def teardown(self, root: str, path: str) -> None:
+        if getattr(self, "store", None) is not None:
+            self.store.close()
+        _restore()
+
+    def time_poll(self, root: str, path: str) -> None:
+        c = self.store.consumer("t")
+        poll = c.poll
+        while poll(500):
+            pass
+        c.close()
