@@ -514,7 +514,19 @@ static PyObject *sp_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                          first_size);
 }
 
+static PyObject *set_direct_alloc(PyObject *self, PyObject *flag) {
+    (void)self;
+    int on = PyObject_IsTrue(flag);
+    if (on < 0) return NULL;
+    int was = direct_alloc;
+    direct_alloc = on;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef read_methods[] = {
+    {"_set_direct_alloc", set_direct_alloc, METH_O,
+     "Tests only: make Records with tp_alloc (True) or through tuple.__new__ (False, what CPython >= 3.14 "
+     "gets); returns the previous setting."},
     {"set_record_type", set_record_type, METH_O, "Register pylog.record.Record, the type of the Records made here."},
     {"read", (PyCFunction)(void (*)(void))sp_read, METH_FASTCALL, read_doc},
     {"scan", (PyCFunction)(void (*)(void))sp_scan, METH_FASTCALL, scan_doc},

@@ -235,8 +235,17 @@ def test_reader_reads_every_record_and_no_corrupt_one(recs, gaps, interval, orde
 
 # ---- the Records' behaviour ----------------------------------------------------------------
 
+@pytest.fixture(params=["tp_alloc", "tuple.__new__"])
+def record_alloc(request):
+    """Both ways the extension makes a Record: tp_alloc (CPython < 3.14) and tuple.__new__
+    (3.14 on, whose tuples cache their hash), each on this interpreter."""
+    was = speedups._set_direct_alloc(request.param == "tp_alloc")
+    yield request.param
+    speedups._set_direct_alloc(was)
+
+
 @needs_speedups
-def test_c_records_behave_like_the_namedtuple(tmp_path):
+def test_c_records_behave_like_the_namedtuple(tmp_path, record_alloc):
     with pylog.Log(str(tmp_path / "l"), segment_bytes=4096) as log:
         log.append(b"value", key=b"key", metadata=b"meta", timestamp=5)
         log.append_batch([b"x" * 100] * 100, timestamps=[7] * 100)
