@@ -296,3 +296,40 @@ def test_spark_pushdown_option_needs_spark_conf(spark, store):
     assert spark_read(spark, root, ["b"], pushdown=False).count() == 2 * 60
     with pytest.raises(Exception, match="filterPushdown"):
         spark_read(spark, root, ["b"], pushdown=True).count()
+
+
+def test_planning_opens_each_partition_once(store, monkeypatch):
+    """Opening a read-only log walks its active segment (the dominant cost of planning a read
+    of a big topic): a plan, with pushed filters and a timestamp range, opens each once."""
+    import pylog.spark.reading as reading
+
+    opened = []
+    real = reading._open_reader
+
+    def counting(root, topic, p):
+        opened.append((topic, p))
+        return real(root, topic, p)
+
+    monkeypatch.setattr(reading, "_open_reader", counting)
+    lo = _ts(ts_ms(0, 30), 0)
+    reader = PylogPushdownReader({"path": store[0], "topic": "a,b", "minpartitions": "12"})
+    reader.pushFilters([GreaterThanOrEqual(("timestamp",), lo), LessThan(("offset",), 300)])
+    assert reader.partitions()
+    assert sorted(opened) == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
+
+
+def test_partitions_a_filter_drops_are_not_opened(store, monkeypatch):
+    """partition = 1 plans without opening the other partitions' logs (opening walks the
+    active segment); the offset options still name partitions that exist."""
+    import pylog.spark.reading as reading
+
+    opened = []
+    real = reading._open_reader
+    monkeypatch.setattr(reading, "_open_reader", lambda root, t, p: opened.append((t, p)) or real(root, t, p))
+    read_rows, _after, _slices, _back = plan_and_read(
+        store[0], ["a", "b"], [EqualTo(("partition",), 1), StringStartsWith(("topic",), "a")],
+        startingOffsets='{"a": {"0": 100, "1": 390}}')
+    assert read_rows == [("a", 1, o) for o in range(390, 400)]
+    assert opened == [("a", 1)]
+    with pytest.raises(pylog.errors.ConfigError, match="has no partition 5"):
+        plan_and_read(store[0], ["a"], [EqualTo(("partition",), 1)], startingOffsets='{"a": {"5": 1}}')

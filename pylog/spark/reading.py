@@ -138,12 +138,14 @@ def _reader(root: str, topic: str, p: int) -> Iterator[pylog.Log | None]:
             log.close()
 
 
-def _bounds(root: str, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
-    """{topic: {partition: (start_offset, committed next_offset)}}, one consistent snapshot."""
+def _bounds(root: str, topics: list[str],
+            parts: Mapping[str, list[int]] | None = None) -> dict[str, dict[int, tuple[int, int]]]:
+    """{topic: {partition: (start_offset, committed next_offset)}}, one consistent snapshot
+    (of the partitions ``parts`` names, else of those the topics have now)."""
     out: dict[str, dict[int, tuple[int, int]]] = {}
     for t in topics:
         m: dict[int, tuple[int, int]] = {}
-        for p in _partitions_of(root, t):
+        for p in (parts[t] if parts is not None else _partitions_of(root, t)):
             with _reader(root, t, p) as log:
                 # a transaction's apply in flight: its records are not there yet
                 m[p] = (0, 0) if log is None else (log.start_offset, log.stable_offset)
@@ -172,6 +174,20 @@ def _resolve(spec: Any, name: str, bounds: dict[str, dict[int, tuple[int, int]]]
                 v = spec[t][p]
             m[p] = lo if v == _EARLIEST else hi if v == _LATEST else v
     return out
+
+
+def _without(spec: Any, name: str, parts: Mapping[str, list[int]], dropped: set[tuple[str, int]]) -> Any:
+    """An offsets spec without the partitions in ``dropped``, once its topic and partition
+    names are checked against every partition read (``parts``)."""
+    if not isinstance(spec, dict):
+        return spec
+    for t in spec:
+        if t not in parts:
+            raise _err(name, f"topic {t!r} is not one of the topics read ({', '.join(parts)})")
+        for p in spec[t]:
+            if p not in parts[t]:
+                raise _err(name, f"topic {t!r} has no partition {p}")
+    return {t: {p: off for p, off in ps.items() if (t, p) not in dropped} for t, ps in spec.items()}
 
 
 def _by_timestamp(root: str, bounds: dict[str, dict[int, tuple[int, int]]], ts: int) -> dict[str, dict[int, int]]:
@@ -342,25 +358,33 @@ def _reason(rc: int) -> str:
 
 
 class PylogReader(DataSourceReader):
-    """Batch reader: the snapshot (offsets per partition) is fixed when it is created; the
-    slices are planned by :meth:`partitions` (after Spark pickled the reader for its tasks,
-    so the plan is not shipped to every task)."""
+    """Batch reader. Its options are checked when it is made; the snapshot (offsets per
+    partition) and the slices are fixed by :meth:`partitions`, which Spark calls once when it
+    plans the query, in the same worker, after :meth:`PylogPushdownReader.pushFilters` and
+    after it pickled the reader for its tasks (so the plan is not shipped to every task).
+    Each partition's log is opened once for the whole plan."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.root = _root_opt(options)
         self.topics = _topics_opt(options)
         self.fail = _bool_opt(options, "failondataloss", True)
         self.min_partitions = _int_opt(options, "minpartitions", None, lo=1)
-        start_spec = _offsets_spec(options, "startingoffsets", "earliest", allow_latest=True)
-        end_spec = _offsets_spec(options, "endingoffsets", "latest", allow_earliest=False)
-        ts = _int_opt(options, "startingtimestamp", None, lo=0)
-        end_ts = _int_opt(options, "endingtimestamp", None, lo=0)
+        self.start_spec = _offsets_spec(options, "startingoffsets", "earliest", allow_latest=True)
+        self.end_spec = _offsets_spec(options, "endingoffsets", "latest", allow_earliest=False)
+        self.start_ts = _int_opt(options, "startingtimestamp", None, lo=0)
+        self.end_ts = _int_opt(options, "endingtimestamp", None, lo=0)
+        self.parts = {t: _partitions_of(self.root, t) for t in self.topics}  # a missing topic fails here
         self.pushed = Pushed()
-        with _planning():  # the snapshot from one read-only open of each partition
-            self._snapshot(start_spec, end_spec, ts, end_ts)
 
     def _snapshot(self, start_spec: Any, end_spec: Any, ts: int | None, end_ts: int | None) -> None:
-        bounds = _bounds(self.root, self.topics)
+        """Fix ``self.starts`` and ``self.ends`` (absolute offsets per partition), checked.
+        Partitions the pushed filters dropped are not opened (nor checked against the
+        offset options beyond their names)."""
+        dropped = self.pushed.dropped
+        start_spec = _without(start_spec, "startingOffsets", self.parts, dropped)
+        end_spec = _without(end_spec, "endingOffsets", self.parts, dropped)
+        kept = {t: [p for p in ps if (t, p) not in dropped] for t, ps in self.parts.items()}
+        bounds = _bounds(self.root, self.topics, kept)  # the partitions pushFilters saw
         self.starts = (_by_timestamp(self.root, bounds, ts) if ts is not None
                        else _resolve(start_spec, "startingOffsets", bounds, _EARLIEST))
         self.ends = _resolve(end_spec, "endingOffsets", bounds, _LATEST)
@@ -416,7 +440,8 @@ class PylogReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         """One input partition per segment slice of the offsets to read."""
-        with _planning():
+        with _planning():  # the snapshot and the plan from one read-only open of each partition
+            self._snapshot(self.start_spec, self.end_spec, self.start_ts, self.end_ts)
             return list(_plan_ranges(self.root, self._ranges(), self.fail, self.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -431,8 +456,7 @@ class PylogPushdownReader(PylogReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         """Keep what the plan applies exactly; return the rest for Spark to evaluate."""
-        parts = {t: sorted(ps) for t, ps in self.ends.items()}
-        return self.pushed.push(list(filters), parts)
+        return self.pushed.push(list(filters), self.parts)
 
 
 # ----------------------------------------------------------------------------------------
