@@ -409,19 +409,41 @@ class Appender:
         body = _BODY_FIXED + len(k) + len(m) + len(v)
         rest = struct.pack("<QqIII", self.next_offset, ts, attributes, len(k), len(m)) + k + m + v
         frame = struct.pack("<II", body, crc32c(rest)) + rest
-        self._wbuf += frame
-        self.used += len(frame)
-        return self._advance(len(frame), ts, need_index)
+        return self._advance(len(frame), ts, need_index, frame)
 
-    def _advance(self, size: int, ts: int, need_index: bool) -> int:
-        """Account for a frame of ``size`` bytes just made; its offset."""
+    def _advance(self, size: int, ts: int, need_index: bool, frame: bytes | None = None) -> int:
+        """Account for a frame of ``size`` bytes just made (with ``frame``: add it to the
+        write buffer); its offset.
+
+        All or nothing, as the C core's one call is: everything is computed first, and the
+        changes after that make no call. Python runs a signal handler (whose exception can
+        interrupt an append anywhere: Ctrl-C) only at a call or a loop's jump, so an
+        interrupted frame is either wholly counted or not at all; a frame half counted (its
+        bytes buffered, the offset not advanced) was framed again with the same offset."""
+        pos = self.position
+        off = self.next_offset
         if need_index:
-            self._add_index(self.position, ts)
-        self.bytes_since_index = min(self.bytes_since_index + size, 0xFFFFFFFF)
-        self.position += size
-        self.next_offset += 1
+            rel = off - self.base_offset
+            ientry = _IDX.pack(rel, pos)
+            tentry = _TIX.pack(ts, rel, pos)
+            since = size
+        else:
+            ientry = tentry = b""
+            since = self.bytes_since_index + size
+        if since > 0xFFFFFFFF:
+            since = 0xFFFFFFFF
+        # -- no calls from here on --
+        if frame is not None:
+            self._wbuf += frame
+            self.used += size
+        if need_index:
+            self._index += ientry
+            self._tindex += tentry
+        self.bytes_since_index = since
+        self.position = pos + size
+        self.next_offset = off + 1
         self._max_ts = ts
-        return self.next_offset - 1
+        return off
 
     def frame_value(self, value: _Bytes, timestamp: int) -> int:
         return self.frame(value, None, None, 3, timestamp, True)
