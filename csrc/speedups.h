@@ -23,10 +23,9 @@
 /* speedups_read.c: Record construction, sealed/active segment reads and scans. */
 int pylog_speedups_read_init(PyObject *module);
 
-/* Another part's hook goes here, e.g.
- *     int pylog_speedups_append_init(PyObject *module);   (speedups_append.c)
- * and is named in SPEEDUPS_PARTS below. */
+/* speedups_append.c: the per-record append fast path (Framer) and append_batch's lengths. */
+int pylog_speedups_append_init(PyObject *module);
 
-#define SPEEDUPS_PARTS pylog_speedups_read_init
+#define SPEEDUPS_PARTS pylog_speedups_read_init, pylog_speedups_append_init
 
 #endif

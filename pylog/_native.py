@@ -303,7 +303,7 @@ class Appender:
     """Writing state of an active segment: where the next frame goes, the write buffer of
     framed bytes not yet handed to the OS, and the sparse index entries made so far."""
 
-    __slots__ = ("_st", "_wbuf", "_wcap", "_ibuf", "_tbuf", "_frame_one", "_views", "__weakref__")
+    __slots__ = ("_st", "_wbuf", "_wcap", "_ibuf", "_tbuf", "_frame_one", "_views", "_framer", "__weakref__")
 
     def __init__(self, base_offset: int, *, next_offset: int, position: int, max_position: int,
                  max_timestamp: int | None, index_interval: int, bytes_since_index: int,
@@ -321,6 +321,7 @@ class Appender:
         self._wcap = buffer_bytes
         self._wbuf = _raw_alloc("uint8_t[]", buffer_bytes)
         self._frame_one = lib.plog_frame_one
+        self._framer = None
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -442,6 +443,20 @@ class Appender:
         if nbytes > self._wcap:
             self._wbuf = _raw_alloc("uint8_t[]", nbytes)
             self._wcap = nbytes
+            if self._framer is not None:  # it frames into the new buffer from now on
+                self._framer.set_buffer(int(ffi.cast("uintptr_t", self._wbuf)), nbytes, self._wbuf)
+
+    def framer(self, factory):
+        """This appender's pylog._speedups Framer (made with ``factory``, the Framer type,
+        the first time): ``framer(...).frame_value(value, timestamp)`` is :meth:`frame_value`
+        in one C call. It keeps the appender state and the write buffer it frames into
+        alive; :meth:`reserve` hands it a new buffer."""
+        f = self._framer
+        if f is None:
+            f = factory(int(ffi.cast("uintptr_t", self._st)), self._st)
+            f.set_buffer(int(ffi.cast("uintptr_t", self._wbuf)), self._wcap, self._wbuf)
+            self._framer = f
+        return f
 
     @property
     def buffer_capacity(self) -> int:

@@ -26,6 +26,7 @@ import numpy as np
 
 from pylog import checkpoint, flusher, vfs
 from pylog import format as fmt
+from pylog._backend import speedups
 from pylog.appender import (  # noqa: F401  (re-exported: see __all__'s comment)
     _ALWAYS,
     _FRAME_HEADER,
@@ -177,6 +178,9 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             self._segment_ms = self.config.segment_ms
             self._writable: ActiveSegment | None = None
             self._queueing = False
+            self._framer: Any = None  # the append target's pylog._speedups Framer (see _set_framer)
+            self._frame_fast: Any = None
+            self._fast_append: Any = None
             self._q: list[bytes] = []
             self._q_ts: list[int] = []
             self._q_bytes = 0
@@ -216,10 +220,17 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         return self._active
 
     def _update_writable(self) -> None:
-        """``_writable`` is the active segment while appends may go to it, else None."""
+        """``_writable`` is the active segment while appends may go to it, else None.
+
+        Also chooses how ``append`` takes the common record: with pylog._speedups, framed
+        at once into the write buffer by the active segment's Framer (see ``_set_framer``);
+        else, under "interval" and "never", queued and framed in one C call per write
+        buffer (``_queueing``)."""
         ok = not (self._closed or self.readonly or self._fenced is not None)
         self._writable = self._active if ok else None
-        self._queueing = (ok and self._policy != _ALWAYS and self._segment_ms is None
+        direct = ok and speedups is not None and self._segment_ms is None
+        self._set_framer(self._active.app.framer(speedups.Framer) if direct else None)
+        self._queueing = (ok and not direct and self._policy != _ALWAYS and self._segment_ms is None
                           and self.config.write_buffer_bytes > 0)
 
     @property
@@ -399,6 +410,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                     pass  # fenced: the queued appends were never acknowledged
             self._closed = True
             self._writable = None
+            self._set_framer(None)
             self._queueing = False
             flusher.unregister(self)
             try:

@@ -320,6 +320,7 @@ def simulate_crash(log: Any) -> None:
             log._q_ts = []
         log._closed = True
         log._writable = None
+        log._set_framer(None)
         log._queueing = False
         active.close_files()
         log._cache.clear()

@@ -441,9 +441,12 @@ def test_next_offset_is_consistent_while_another_thread_drains(tmp_path):
     import threading
 
     log = pylog.Log(str(tmp_path / "log"), fsync="interval", flush_messages=None, flush_ms=None)
+    with log._lock:  # the queue: the path without pylog._speedups (whose Framer frames at once)
+        log._set_framer(None)
+        log._queueing = True
     for _ in range(5):
         log.append(b"x")
-    assert log.next_offset == 5
+    assert log._q and log.next_offset == 5
     orig = log._frame_locked
     entered, release = threading.Event(), threading.Event()
 

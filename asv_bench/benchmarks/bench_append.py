@@ -32,6 +32,34 @@ class AppendRecord(BaseIO):
             append(v)
 
 
+class AppendRecordPath(BaseIO):
+    """``Log.append`` of 1,000 records of 100 B by the two ways it takes the common record:
+    ``framer``, framed at once into the write buffer by pylog._speedups' ``Framer`` (one C
+    call takes the lock, frames, releases it: the native backend's path since issue 16), or
+    ``queue``, queued and framed in one C call per write buffer (the path without the
+    extension, and the pure backend's)."""
+
+    params = (["framer", "queue"], ["never", "interval"])
+    param_names = ["path", "fsync"]
+
+    def setup(self, path: str, fsync: str) -> None:
+        self.values = make_values(1000, 100)
+        log = self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync=fsync, segment_bytes=256 << 20))
+        if path == "framer":
+            if getattr(log, "_framer", None) is None:
+                raise NotImplementedError("no pylog._speedups Framer in this build or commit")
+        else:
+            if hasattr(log, "_set_framer"):
+                with log._lock:
+                    log._set_framer(None)
+                    log._queueing = True
+
+    def time_append(self, path: str, fsync: str) -> None:
+        append = self.log.append
+        for v in self.values:
+            append(v)
+
+
 class AppendRecordKeyed(BaseIO):
     """``Log.append`` with a key and an explicit timestamp (what a producer passes)."""
 
@@ -141,11 +169,14 @@ class AppendGroupCommit(BaseIO):
         self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync="always"))
 
     def time_group_commit(self, threads: int) -> None:
-        log = self.log
-        value = self.value
+        self._run(self.log, threads, 10)
+
+    @staticmethod
+    def _run(log: pylog.Log, threads: int, per: int) -> None:
+        value = make_values(1, 100)[0]
 
         def work() -> None:
-            for _ in range(10):
+            for _ in range(per):
                 log.append(value)
 
         ts = [threading.Thread(target=work) for _ in range(threads)]
@@ -153,6 +184,29 @@ class AppendGroupCommit(BaseIO):
             t.start()
         for t in ts:
             t.join()
+
+    def track_records_per_fdatasync(self, threads: int) -> float:
+        """Records each fdatasync of the store covered, ``threads`` x 20 appends (the
+        ceiling is ``threads``: one record per waiting thread)."""
+        from pylog import vfs
+
+        log = pylog.Log(self.tmpdir(), fsync="always", segment_bytes=256 << 20)
+        real = vfs.fdatasync
+        count = [0]
+
+        def counted(fd: int) -> None:
+            count[0] += 1
+            real(fd)
+
+        vfs.fdatasync = counted
+        try:
+            self._run(log, threads, 20)
+        finally:
+            vfs.fdatasync = real
+            log.close()
+        return threads * 20 / max(count[0], 1)
+
+    track_records_per_fdatasync.unit = "records"  # type: ignore[attr-defined]
 
 
 class AppendPeakMemory(BaseIO):

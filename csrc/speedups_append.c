@@ -1,0 +1,369 @@
+/*
+ * The append side of pylog._speedups: the per-record append fast path.
+ *
+ * A Framer frames one record (a bytes value, no key, no metadata, a clamped timestamp) into
+ * one active segment's write buffer with the C core's plog_frame_one: frame_value() is
+ * pylog._native.Appender.frame_value without cffi's argument conversion (the caller holds
+ * the log's lock), and append() is Log.append's whole common case in one call: it takes the
+ * log's lock (a threading.RLock, through its acquire and release), frames with the time now
+ * and releases the lock. Taking the lock in C leaves no point where a signal handler's
+ * exception could leave it held: Python runs handlers only between bytecodes (and inside a
+ * blocking acquire, which then fails and holds nothing).
+ *
+ * The appender state (plog_appender) and the write buffer are the ones pylog._native
+ * allocated with cffi; their addresses come in as integers, each together with the Python
+ * object that owns the memory, which the Framer keeps a reference to, so the memory it
+ * writes to outlives it. The write buffer is replaced when it grows (Appender.reserve),
+ * which hands the Framer the new one (set_buffer). The log turns a Framer off (enable) under
+ * its lock when its segment stops being the append target (a roll, a fence, a close), and
+ * append() checks that once it holds the lock: it then frames nothing and says so
+ * (FRAMER_OFF), and Log.append takes its general path.
+ *
+ * lengths() is append_batch's len() of every item, as uint32s, in one C loop.
+ */
+#include "speedups.h"
+#include "pylog.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    PyObject_HEAD
+    plog_appender *st;
+    uint8_t *buf;
+    Py_ssize_t cap;
+    PyObject *st_owner;  /* keeps *st alive */
+    PyObject *buf_owner; /* keeps buf[0..cap) alive */
+    PyObject *acquire;   /* the log lock's acquire and release (bound methods), for append() */
+    PyObject *release;
+    int enabled;         /* append() frames only while this is the log's append target */
+} Framer;
+
+/* What append() returns when it did not frame (not enabled): below every core status. */
+#define FRAMER_OFF (-1000)
+
+/* A clock for tests (a callable returning ms since the epoch), or NULL: CLOCK_REALTIME. */
+static PyObject *test_clock = NULL;
+
+static const uint8_t empty[1] = {0};
+
+static void *addr_of(PyObject *o) {
+    unsigned long long a = PyLong_AsUnsignedLongLong(o);
+    if (a == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (a == 0) {
+        PyErr_SetString(PyExc_ValueError, "Framer: a NULL address");
+        return NULL;
+    }
+    return (void *)(uintptr_t)a;
+}
+
+static PyObject *framer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *addr, *owner;
+    static char *kwlist[] = {"st_addr", "owner", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:Framer", kwlist, &addr, &owner)) return NULL;
+    void *st = addr_of(addr);
+    if (st == NULL) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    Framer *self = (Framer *)alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->st = (plog_appender *)st;
+    self->buf = NULL;
+    self->cap = 0;
+    Py_INCREF(owner);
+    self->st_owner = owner;
+    self->buf_owner = NULL;
+    self->acquire = self->release = NULL;
+    self->enabled = 0;
+    return (PyObject *)self;
+}
+
+static void framer_dealloc(PyObject *o) {
+    Framer *self = (Framer *)o;
+    PyTypeObject *tp = Py_TYPE(o);
+    Py_XDECREF(self->st_owner);
+    Py_XDECREF(self->buf_owner);
+    Py_XDECREF(self->acquire);
+    Py_XDECREF(self->release);
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    tp_free(o);
+    Py_DECREF(tp);
+}
+
+PyDoc_STRVAR(set_buffer_doc,
+"set_buffer(addr, cap, owner)\n\n"
+"Frame into the write buffer at ``addr`` of ``cap`` bytes from now on; ``owner`` owns that\n"
+"memory (kept alive by the Framer).");
+
+static PyObject *framer_set_buffer(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
+    Framer *self = (Framer *)o;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "set_buffer(addr, cap, owner) takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t cap = PyLong_AsSsize_t(args[1]);
+    if (cap == -1 && PyErr_Occurred()) return NULL;
+    if (cap < 0) {
+        PyErr_SetString(PyExc_ValueError, "set_buffer: a negative capacity");
+        return NULL;
+    }
+    uint8_t *buf = NULL;
+    if (cap > 0) {
+        buf = (uint8_t *)addr_of(args[0]);
+        if (buf == NULL) return NULL;
+    }
+    PyObject *old = self->buf_owner;
+    Py_INCREF(args[2]);
+    self->buf_owner = args[2];
+    self->buf = buf;
+    self->cap = cap;
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(frame_value_doc,
+"frame_value(value, timestamp) -> int\n\n"
+"Frame one record (``value`` bytes, no key, no metadata, ``timestamp`` in ms, raised to the\n"
+"newest timestamp if below it) into the write buffer: its offset, or a negative status\n"
+"(PLOG_E_SPACE, PLOG_E_SEGMENT_FULL, PLOG_E_INDEX_FULL, ...), exactly as\n"
+"pylog._native.Appender.frame_value.");
+
+static PyObject *framer_frame_value(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
+    Framer *self = (Framer *)o;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "frame_value(value, timestamp) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *value = args[0];
+    if (!PyBytes_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "frame_value: value must be bytes");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(args[1]);
+    if (ts == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyBytes_Size(value);
+    if (n > (Py_ssize_t)UINT32_MAX - 1) {
+        PyErr_SetString(PyExc_OverflowError, "frame_value: value too large");
+        return NULL;
+    }
+    const uint8_t *data = (const uint8_t *)PyBytes_AsString(value);
+    if (data == NULL) return NULL;
+    if (self->buf == NULL) /* no buffer yet: "no space", as with a zero-capacity one */
+        return PyLong_FromLong(PLOG_E_SPACE);
+    int64_t off = plog_frame_one(self->st, self->buf, (size_t)self->cap, empty, 0, empty, 0,
+                                 n ? data : empty, (uint32_t)n, 3, (int64_t)ts, 1);
+    return PyLong_FromLongLong((long long)off);
+}
+
+PyDoc_STRVAR(set_lock_doc,
+"set_lock(lock)\n\n"
+"The log's lock (a threading.RLock), which append() holds while it frames.");
+
+static PyObject *framer_set_lock(PyObject *o, PyObject *lock) {
+    Framer *self = (Framer *)o;
+    PyObject *acq = PyObject_GetAttrString(lock, "acquire");
+    if (acq == NULL) return NULL;
+    PyObject *rel = PyObject_GetAttrString(lock, "release");
+    if (rel == NULL) {
+        Py_DECREF(acq);
+        return NULL;
+    }
+    PyObject *old_a = self->acquire, *old_r = self->release;
+    self->acquire = acq;
+    self->release = rel;
+    Py_XDECREF(old_a);
+    Py_XDECREF(old_r);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(enable_doc,
+"enable(flag)\n\n"
+"Whether append() may frame: true only while this appender's segment is the log's append\n"
+"target. The log turns it off (under its lock) when the segment stops being that: a roll,\n"
+"a fence, a close.");
+
+static PyObject *framer_enable(PyObject *o, PyObject *flag) {
+    Framer *self = (Framer *)o;
+    int on = PyObject_IsTrue(flag);
+    if (on < 0) return NULL;
+    if (on && self->acquire == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "enable: set_lock first");
+        return NULL;
+    }
+    self->enabled = on;
+    Py_RETURN_NONE;
+}
+
+static int now_ms(int64_t *out) {
+    if (test_clock != NULL) {
+        PyObject *r = PyObject_CallNoArgs(test_clock);
+        if (r == NULL) return -1;
+        long long v = PyLong_AsLongLong(r);
+        Py_DECREF(r);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        *out = (int64_t)v;
+        return 0;
+    }
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    /* time.time_ns() // 1_000_000 */
+    *out = (int64_t)t.tv_sec * 1000 + (int64_t)(t.tv_nsec / 1000000);
+    return 0;
+}
+
+PyDoc_STRVAR(append_doc,
+"append(value) -> int\n\n"
+"Log.append's common record in one C call: take the log's lock, frame ``value`` (bytes, no\n"
+"key, no metadata, the time now in ms, raised to the newest timestamp if below it) into the\n"
+"write buffer, release the lock. Its offset; or a negative status when it did not frame: a\n"
+"core status (no room, segment full, index full: the caller's general path makes room) or\n"
+"FRAMER_OFF (not enabled: the segment stopped being the append target). Taking the lock in\n"
+"C leaves no point where a signal handler's exception could leave it held.");
+
+static PyObject *framer_append(PyObject *o, PyObject *value) {
+    Framer *self = (Framer *)o;
+    if (!PyBytes_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "append: value must be bytes");
+        return NULL;
+    }
+    Py_ssize_t n = PyBytes_Size(value);
+    if (n > (Py_ssize_t)UINT32_MAX - 1) {
+        PyErr_SetString(PyExc_OverflowError, "append: value too large");
+        return NULL;
+    }
+    const uint8_t *data = (const uint8_t *)PyBytes_AsString(value);
+    if (data == NULL) return NULL;
+    if (!self->enabled) return PyLong_FromLong(FRAMER_OFF);
+    PyObject *r = PyObject_CallNoArgs(self->acquire);
+    if (r == NULL) return NULL; /* interrupted while waiting: not held */
+    Py_DECREF(r);
+    int64_t off = FRAMER_OFF;
+    int failed = 0;
+    if (self->enabled && self->buf != NULL) { /* checked again under the lock */
+        int64_t ts;
+        if (now_ms(&ts) < 0)
+            failed = 1;
+        else
+            off = plog_frame_one(self->st, self->buf, (size_t)self->cap, empty, 0, empty, 0,
+                                 n ? data : empty, (uint32_t)n, 3, ts, 1);
+    }
+    PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
+    if (failed) PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    r = PyObject_CallNoArgs(self->release);
+    if (failed) {
+        Py_XDECREF(r);
+        PyErr_Restore(exc_type, exc_value, exc_tb);
+        return NULL;
+    }
+    if (r == NULL) return NULL;
+    Py_DECREF(r);
+    return PyLong_FromLongLong((long long)off);
+}
+
+static PyMethodDef framer_methods[] = {
+    {"set_buffer", (PyCFunction)(void (*)(void))framer_set_buffer, METH_FASTCALL, set_buffer_doc},
+    {"frame_value", (PyCFunction)(void (*)(void))framer_frame_value, METH_FASTCALL, frame_value_doc},
+    {"set_lock", framer_set_lock, METH_O, set_lock_doc},
+    {"enable", framer_enable, METH_O, enable_doc},
+    {"append", framer_append, METH_O, append_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot framer_slots[] = {
+    {Py_tp_new, (void *)framer_new},
+    {Py_tp_dealloc, (void *)framer_dealloc},
+    {Py_tp_methods, (void *)framer_methods},
+    {Py_tp_doc, (void *)"Framer(st_addr, owner): frames one record into an active segment's write buffer "
+                        "(the per-record append fast path; see csrc/speedups_append.c)."},
+    {0, NULL},
+};
+
+static PyType_Spec framer_spec = {
+    "pylog._speedups.Framer",
+    sizeof(Framer),
+    0,
+    Py_TPFLAGS_DEFAULT,
+    framer_slots,
+};
+
+/* ---- lengths --------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(lengths_doc,
+"lengths(items) -> bytearray\n\n"
+"``len()`` of every item of a list or tuple, as native uint32s (4 bytes each). TypeError for\n"
+"an item without a length, OverflowError for one of 4 GiB or more: what\n"
+"``array('I', map(len, items))`` gives, in one C loop.");
+
+static PyObject *lengths(PyObject *self, PyObject *items) {
+    (void)self;
+    int is_list = PyList_Check(items);
+    if (!is_list && !PyTuple_Check(items)) {
+        PyErr_SetString(PyExc_TypeError, "lengths: expected a list or tuple");
+        return NULL;
+    }
+    Py_ssize_t n = is_list ? PyList_Size(items) : PyTuple_Size(items);
+    if (n < 0) return NULL;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * 4);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* borrowed; an item's __len__ may change the list, so it is held while asked */
+        PyObject *it = is_list ? PyList_GetItem(items, i) : PyTuple_GetItem(items, i);
+        if (it == NULL) goto fail;
+        Py_ssize_t len;
+        if (PyBytes_CheckExact(it)) {
+            len = PyBytes_Size(it);
+        } else {
+            Py_INCREF(it);
+            len = PyObject_Size(it);
+            Py_DECREF(it);
+        }
+        if (len < 0) goto fail;
+        if ((unsigned long long)len > UINT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "unsigned int is greater than maximum");
+            goto fail;
+        }
+        uint32_t v = (uint32_t)len;
+        /* the bytearray's buffer is fetched each time: nothing here can resize it, but it
+         * costs nothing to not rely on that */
+        memcpy(PyByteArray_AsString(out) + 4 * i, &v, 4);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+PyDoc_STRVAR(set_test_clock_doc,
+"set_test_clock(clock)\n\n"
+"For tests: Framer.append takes its timestamps from ``clock()`` (ms since the epoch) instead\n"
+"of the system clock; None goes back to the system clock.");
+
+static PyObject *set_test_clock(PyObject *self, PyObject *clock) {
+    (void)self;
+    PyObject *old = test_clock;
+    if (clock == Py_None) {
+        test_clock = NULL;
+    } else {
+        Py_INCREF(clock);
+        test_clock = clock;
+    }
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef append_methods[] = {
+    {"lengths", lengths, METH_O, lengths_doc},
+    {"set_test_clock", set_test_clock, METH_O, set_test_clock_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int pylog_speedups_append_init(PyObject *module) {
+    if (PyModule_AddFunctions(module, append_methods) < 0) return -1;
+    PyObject *t = PyType_FromSpec(&framer_spec);
+    if (t == NULL) return -1;
+    if (PyModule_AddObject(module, "Framer", t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    return PyModule_AddIntConstant(module, "FRAMER_OFF", FRAMER_OFF);
+}
