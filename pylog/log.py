@@ -229,7 +229,8 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         ok = not (self._closed or self.readonly or self._fenced is not None)
         self._writable = self._active if ok else None
         direct = ok and speedups is not None and self._segment_ms is None
-        self._set_framer(self._active.app.framer(speedups.Framer) if direct else None)
+        app: Any = self._active.app  # the native Appender when speedups is not None (it has framer())
+        self._set_framer(app.framer(speedups.Framer) if direct else None)
         self._queueing = (ok and not direct and self._policy != _ALWAYS and self._segment_ms is None
                           and self.config.write_buffer_bytes > 0)
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import threading
+    from collections.abc import Callable
+    from typing import Any
 
     from pylog.cache import SegmentCache
     from pylog.config import LogConfig
@@ -59,6 +61,11 @@ class LogState:
     _q_start: int
     _q_limit: int
     _drains: int  # odd while a drain of the append queue is under way
+    # pylog._speedups' per-record path (see LogAppending._set_framer): the append target's
+    # Framer, and the calls append frames the common record with (None without it)
+    _framer: Any
+    _frame_fast: Callable[[bytes, int], int] | None  # "interval": under append's lock
+    _fast_append: Callable[[bytes], int] | None  # "never", "always": takes the lock itself
 
     # durability: group commit and the flush policy
     _sync_cv: threading.Condition
