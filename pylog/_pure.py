@@ -412,33 +412,20 @@ class Appender:
         return self._advance(len(frame), ts, need_index, frame)
 
     def _advance(self, size: int, ts: int, need_index: bool, frame: bytes | None = None) -> int:
-        """Account for a frame of ``size`` bytes just made (with ``frame``: add it to the
-        write buffer); its offset.
-
-        All or nothing, as the C core's one call is: everything is computed first, and the
-        changes after that make no call. Python runs a signal handler (whose exception can
-        interrupt an append anywhere: Ctrl-C) only at a call or a loop's jump, so an
-        interrupted frame is either wholly counted or not at all; a frame half counted (its
-        bytes buffered, the offset not advanced) was framed again with the same offset."""
+        """Count a frame of ``size`` bytes just made (``frame``: also buffer it); its offset.
+        All or nothing, like the C core's one call: no call once the changes begin, and
+        Python runs a signal handler (Ctrl-C) only at a call or a loop's jump."""
         pos = self.position
         off = self.next_offset
-        if need_index:
-            rel = off - self.base_offset
-            ientry = _IDX.pack(rel, pos)
-            tentry = _TIX.pack(ts, rel, pos)
-            since = size
-        else:
-            ientry = tentry = b""
-            since = self.bytes_since_index + size
-        if since > 0xFFFFFFFF:
-            since = 0xFFFFFFFF
+        rel = off - self.base_offset
+        ientry, tentry = (_IDX.pack(rel, pos), _TIX.pack(ts, rel, pos)) if need_index else (b"", b"")
+        since = min(size if need_index else self.bytes_since_index + size, 0xFFFFFFFF)
         # -- no calls from here on --
         if frame is not None:
             self._wbuf += frame
             self.used += size
-        if need_index:
-            self._index += ientry
-            self._tindex += tentry
+        self._index += ientry
+        self._tindex += tentry
         self.bytes_since_index = since
         self.position = pos + size
         self.next_offset = off + 1
