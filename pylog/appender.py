@@ -36,6 +36,10 @@ _FRAME_HEADER = fmt.FRAME_HEADER_SIZE
 _BATCH_BUFFER = 1 << 20    # write buffer a batch append grows to: 1 MiB keeps the framed bytes in
                            # L2 for the kernel copy (4 MiB measured 2x slower per record)
 _time_ns = time.time_ns
+# pylog._speedups' append part, None without it (or with a build older than it: then the
+# Python paths, as without the extension)
+_Framer = getattr(speedups, "Framer", None)
+_c_lengths = getattr(speedups, "lengths", None)
 _perf_counter = time.perf_counter
 _GROUP_WAIT_MAX = 0.002  # seconds a group commit leader waits at most for its group to form
 
@@ -97,8 +101,8 @@ def _lengths(items: Any) -> np.ndarray:
     with pylog._speedups). TypeError for an item without a length, OverflowError for one of
     4 GiB or more; a view of wider items counts items, not bytes (callers compare the sum
     with what a join made)."""
-    if speedups is not None and type(items) in (list, tuple):
-        return np.frombuffer(speedups.lengths(items), dtype=np.uint32)
+    if _c_lengths is not None and type(items) in (list, tuple):
+        return np.frombuffer(_c_lengths(items), dtype=np.uint32)
     return np.frombuffer(array("I", map(len, items)), dtype=np.uint32)
 
 

@@ -26,13 +26,13 @@ import numpy as np
 
 from pylog import checkpoint, flusher, vfs
 from pylog import format as fmt
-from pylog._backend import speedups
 from pylog.appender import (  # noqa: F401  (re-exported: see __all__'s comment)
     _ALWAYS,
     _FRAME_HEADER,
     _POLICIES,
     LogAppending,
     PackedBytes,
+    _Framer,
     _largest,
     _lengths,
     _now_ms,
@@ -228,9 +228,9 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         buffer (``_queueing``)."""
         ok = not (self._closed or self.readonly or self._fenced is not None)
         self._writable = self._active if ok else None
-        direct = ok and speedups is not None and self._segment_ms is None
-        app: Any = self._active.app  # the native Appender when speedups is not None (it has framer())
-        self._set_framer(app.framer(speedups.Framer) if direct else None)
+        direct = ok and _Framer is not None and self._segment_ms is None
+        app: Any = self._active.app  # the native Appender when _Framer is not None (it has framer())
+        self._set_framer(app.framer(_Framer) if direct else None)
         self._queueing = (ok and not direct and self._policy != _ALWAYS and self._segment_ms is None
                           and self.config.write_buffer_bytes > 0)
 
