@@ -7,6 +7,8 @@ hypothesis; the Spark tests run the same kind of queries through a real session.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import shutil
 
 import pytest
 from hypothesis import given
@@ -303,6 +305,7 @@ def test_planning_opens_each_partition_once(store, monkeypatch):
     of a big topic): a plan, with pushed filters and a timestamp range, opens each once."""
     import pylog.spark.reading as reading
 
+    reading._close_kept()  # no log kept from an earlier plan in this process
     opened = []
     real = reading._open_reader
 
@@ -323,6 +326,7 @@ def test_partitions_a_filter_drops_are_not_opened(store, monkeypatch):
     active segment); the offset options still name partitions that exist."""
     import pylog.spark.reading as reading
 
+    reading._close_kept()  # no log kept from an earlier plan in this process
     opened = []
     real = reading._open_reader
     monkeypatch.setattr(reading, "_open_reader", lambda root, t, p: opened.append((t, p)) or real(root, t, p))
@@ -333,3 +337,80 @@ def test_partitions_a_filter_drops_are_not_opened(store, monkeypatch):
     assert opened == [("a", 1)]
     with pytest.raises(pylog.errors.ConfigError, match="has no partition 5"):
         plan_and_read(store[0], ["a"], [EqualTo(("partition",), 1)], startingOffsets='{"a": {"5": 1}}')
+
+
+def test_logs_kept_between_plans_follow_every_change(tmp_path, monkeypatch):
+    """A planning process keeps its read-only logs between plans (refreshed: only new frames
+    are walked) while the segment files stay the same, and opens them again when they do not:
+    each plan still reads exactly what the partitions hold."""
+    import pylog.spark.reading as reading
+
+    reading._close_kept()
+    root = str(tmp_path)
+    opened = []
+    real = pylog.Log
+    monkeypatch.setattr(reading.pylog, "Log", lambda *a, **k: opened.append(a[0]) or real(*a, **k))
+
+    def contents():
+        reader = PylogReader({"path": root, "topic": "k"})
+        out = []
+        for sl in reader.partitions():
+            for batch in reader.read(sl):
+                d = batch.to_pydict()
+                out += list(zip(d["partition"], d["offset"], d["value"]))
+        return sorted(out)
+
+    with real(os.path.join(root, "k", "partition-0"), segment_bytes=1 << 20, retention_bytes=1) as log:
+        log.append_batch([b"a%d" % i for i in range(100)])
+        log.flush()
+        assert contents() == [(0, i, b"a%d" % i) for i in range(100)]
+        assert len(opened) == 1
+        log.append_batch([b"b%d" % i for i in range(10)])  # the tail grew: refreshed, not opened
+        log.flush()
+        want = [(0, i, b"a%d" % i) for i in range(100)] + [(0, 100 + i, b"b%d" % i) for i in range(10)]
+        assert contents() == want and len(opened) == 1
+        assert contents() == want and len(opened) == 1
+        log.truncate(105)  # a truncation
+        assert contents() == want[:105]
+        log.roll()
+        log.append(b"c")
+        log.flush()
+        assert contents() == want[:105] + [(0, 105, b"c")]
+        assert log.enforce_retention() > 0  # retention
+        start = log.start_offset
+        assert contents() == [r for r in want[:105] + [(0, 105, b"c")] if r[1] >= start]
+    shutil.rmtree(os.path.join(root, "k"))  # the topic made again, other records
+    with real(os.path.join(root, "k", "partition-0")) as log:
+        log.append_batch([b"new%d" % i for i in range(3)])
+        log.flush()
+        assert contents() == [(0, i, b"new%d" % i) for i in range(3)]
+    reading._close_kept()
+
+
+def test_kept_logs_see_a_compaction(tmp_path):
+    """Compaction rewrites a sealed segment under the same name: a kept log is opened again
+    (a refresh alone would keep the old segment's view)."""
+    import pylog.spark.reading as reading
+
+    reading._close_kept()
+    root = str(tmp_path)
+
+    def contents():
+        reader = PylogReader({"path": root, "topic": "c"})
+        return sorted((o, v) for sl in reader.partitions() for b in reader.read(sl)
+                      for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist()))
+
+    with pylog.Log(os.path.join(root, "c", "partition-0"), cleanup_policy="compact") as log:
+        for i in range(60):
+            log.append(b"v%d" % i, key=b"k%d" % (i % 3))
+        log.roll()
+        log.append(b"last", key=b"z")
+        log.flush()
+        assert len(contents()) == 61
+        log.compact()
+        log.flush()
+        with pylog.Log(os.path.join(root, "c", "partition-0"), readonly=True) as fresh:
+            want = sorted((r.offset, bytes(r.value)) for r in fresh.scan())
+        assert len(want) < 61
+        assert contents() == want
+    reading._close_kept()

@@ -13,6 +13,9 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,16 +95,89 @@ class _Slice(InputPartition):
         self.fail_on_data_loss = fail_on_data_loss
 
 
-def _open_reader(root: str, topic: str, p: int) -> pylog.Log | None:
+_SEGMENT_FILE = re.compile(r"^[0-9]{20}\.(log|index|timeindex)$")
+#: read-only logs a process keeps between plans (a Spark planner worker is reused)
+_KEEP = 64
+_KEPT: OrderedDict[str, tuple[tuple[Any, ...], pylog.Log]] = OrderedDict()
+_KEPT_LOCK = threading.Lock()
+
+
+def _segment_files(d: str) -> tuple[Any, ...] | None:
+    """What must not have changed for a kept read-only Log of ``d`` to be refreshed instead
+    of opened again: each segment file's name and identity, and for all but the last
+    segment (the only one a writer extends) its size and modification time too. Retention,
+    compaction, a roll, a truncation (a new file) or a topic made again all change it.
+    None if there is no segment."""
     try:
-        return pylog.Log(_partition_dir(root, topic, p), readonly=True)
+        with os.scandir(d) as it:
+            found = sorted((e.name, e) for e in it if _SEGMENT_FILE.match(e.name))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not found:
+        return None
+    last = max(name[:20] for name, _e in found)
+    out: list[tuple[Any, ...]] = []
+    for name, e in found:
+        try:
+            st = e.stat()
+        except FileNotFoundError:
+            return ("changing", len(out))  # matches nothing kept: open afresh
+        if name[:20] == last:
+            out.append((name, st.st_dev, st.st_ino))
+        else:
+            out.append((name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _open_reader(root: str, topic: str, p: int) -> tuple[tuple[Any, ...] | None, pylog.Log | None]:
+    """(the segment files it was opened on, a read-only Log of the partition or None if it
+    has no segment yet). A Log kept from an earlier plan is refreshed (a walk of only the
+    frames added since) when its segment files are the same; else it is opened again
+    (opening walks the whole active segment)."""
+    d = _partition_dir(root, topic, p)
+    files = _segment_files(d)  # before the open or refresh: a change after it is seen next time
+    with _KEPT_LOCK:
+        kept = _KEPT.pop(d, None)
+    if kept is not None:
+        old_files, log = kept
+        if files is not None and files == old_files:
+            try:
+                log.refresh()
+                return files, log
+            except (OSError, PylogError):
+                pass
+        log.close()
+    try:
+        return files, pylog.Log(d, readonly=True)
     except FileNotFoundError:
-        return None  # a partition directory with no segment yet: empty
+        return files, None  # a partition directory with no segment yet: empty
 
 
-# Read-only logs opened while one query is planned, shared by every step of the planning
+def _keep(d: str, files: tuple[Any, ...] | None, log: pylog.Log) -> None:
+    """Keep an open read-only Log for the next plan (the oldest beyond :data:`_KEEP` closed)."""
+    if files is None:
+        log.close()
+        return
+    with _KEPT_LOCK:
+        _KEPT[d] = (files, log)
+        _KEPT.move_to_end(d)
+        old = [_KEPT.popitem(last=False)[1][1] for _ in range(len(_KEPT) - _KEEP)]
+    for o in old:
+        o.close()
+
+
+def _close_kept() -> None:
+    """Close every read-only Log kept between plans."""
+    with _KEPT_LOCK:
+        logs = [log for _files, log in _KEPT.values()]
+        _KEPT.clear()
+    for log in logs:
+        log.close()
+
+
+# Read-only logs in use while one query is planned, shared by every step of the planning
 # (opening one walks its active segment). Planning runs in one thread per process.
-_PLAN_LOGS: dict[tuple[str, str, int], pylog.Log | None] | None = None
+_PLAN_LOGS: dict[tuple[str, str, int], tuple[tuple[Any, ...] | None, pylog.Log | None]] | None = None
 
 
 @contextlib.contextmanager
@@ -115,9 +191,9 @@ def _planning() -> Iterator[None]:
         yield
     finally:
         logs, _PLAN_LOGS = _PLAN_LOGS, None
-        for log in logs.values():
+        for (root, topic, p), (files, log) in logs.items():
             if log is not None:
-                log.close()
+                _keep(_partition_dir(root, topic, p), files, log)
 
 
 @contextlib.contextmanager
@@ -128,14 +204,14 @@ def _reader(root: str, topic: str, p: int) -> Iterator[pylog.Log | None]:
         key = (root, topic, p)
         if key not in cache:
             cache[key] = _open_reader(root, topic, p)
-        yield cache[key]
+        yield cache[key][1]
         return
-    log = _open_reader(root, topic, p)
+    files, log = _open_reader(root, topic, p)
     try:
         yield log
     finally:
         if log is not None:
-            log.close()
+            _keep(_partition_dir(root, topic, p), files, log)
 
 
 def _bounds(root: str, topics: list[str],
