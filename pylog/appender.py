@@ -574,10 +574,11 @@ class LogAppending(LogState):
         record and N - 1. One writer (a group of one) never waits.
         """
         cv = self._sync_cv
+        lk = self._sync_lock  # cv's lock: entered directly where nothing waits or wakes (no Python frames)
         lead = ok = False
         goal = group = 0
         try:
-            with cv:
+            with lk:
                 self._gc_arrived += 1
                 if self._gc_gathering and self._gc_arrived >= self._gc_target:
                     self._gc_lead.notify()
@@ -587,7 +588,11 @@ class LogAppending(LogState):
                     if not self._syncing:
                         self._syncing = lead = True
                         break
-                    cv.wait()
+                    self._gc_waiting += 1
+                    try:
+                        cv.wait()
+                    finally:
+                        self._gc_waiting -= 1
                 else:
                     return
                 if self._gc_arrived < self._gc_target:  # let the group form
@@ -601,7 +606,7 @@ class LogAppending(LogState):
                 seg = self._active  # after the write-out: it may have rolled (see _flush_locked)
                 goal = seg.written_next
                 fd = self._sync_fd if self._sync_seg is seg else self._new_sync_fd(seg)
-                with cv:
+                with lk:
                     group, self._gc_arrived = self._gc_arrived, 0
             t = _perf_counter()
             try:
@@ -614,7 +619,7 @@ class LogAppending(LogState):
             ok = True
         finally:
             if lead:
-                with cv:
+                with lk:
                     self._syncing = False
                     if self._sync_orphan:  # the log closed during the fdatasync: the leader closes its fd
                         self._drop_sync_fd()
@@ -622,7 +627,8 @@ class LogAppending(LogState):
                         self._gc_target = group if group > 1 else 1
                         if goal > self._durable_next:
                             self._durable_next = goal
-                    cv.notify_all()
+                    if self._gc_waiting:  # one writer: no one to wake
+                        cv.notify_all()
 
     def _gc_formed(self) -> bool:
         return self._gc_arrived >= self._gc_target or self._fenced is not None

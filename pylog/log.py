@@ -131,8 +131,9 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         self.readonly = readonly
         self._lock = threading.RLock()
         self._drains = 0  # odd while a drain of the append queue is under way
-        sync_lock = threading.Lock()
+        sync_lock = self._sync_lock = threading.Lock()
         self._sync_cv = threading.Condition(sync_lock)
+        self._gc_waiting = 0  # threads in _sync_cv.wait() (the group commit's followers)
         self._syncing = False
         self._durable_next = 0
         # group commit (see LogAppending._wait_durable): the leader waits on _gc_lead for

@@ -69,6 +69,8 @@ class LogState:
 
     # durability: group commit and the flush policy
     _sync_cv: threading.Condition
+    _sync_lock: threading.Lock  # _sync_cv's lock
+    _gc_waiting: int  # threads waiting on _sync_cv in _wait_durable
     _syncing: bool
     _durable_next: int
     _unflushed: int
