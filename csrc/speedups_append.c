@@ -142,7 +142,7 @@ static PyObject *framer_frame_value(PyObject *o, PyObject *const *args, Py_ssize
     long long ts = PyLong_AsLongLong(args[1]);
     if (ts == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t n = PyBytes_Size(value);
-    if (n > (Py_ssize_t)UINT32_MAX - 1) {
+    if ((unsigned long long)n >= UINT32_MAX) { /* PLOG_NULL_LEN and above; (Py_ssize_t)UINT32_MAX is -1 on 32-bit */
         PyErr_SetString(PyExc_OverflowError, "frame_value: value too large");
         return NULL;
     }
@@ -227,7 +227,7 @@ static PyObject *framer_append(PyObject *o, PyObject *value) {
         return NULL;
     }
     Py_ssize_t n = PyBytes_Size(value);
-    if (n > (Py_ssize_t)UINT32_MAX - 1) {
+    if ((unsigned long long)n >= UINT32_MAX) { /* PLOG_NULL_LEN and above; (Py_ssize_t)UINT32_MAX is -1 on 32-bit */
         PyErr_SetString(PyExc_OverflowError, "append: value too large");
         return NULL;
     }
