@@ -41,8 +41,8 @@ def _restore() -> None:
     pylog.reading._sp = speedups
 
 
-class SpeedupsRead:
-    """1,000 random ``Log.read(offset)`` on a warm log."""
+class _WarmLog:
+    """A warm read-only log of N records, with the extension on or off (``path``)."""
 
     params = ["c", "python"]
     param_names = ["path"]
@@ -57,14 +57,21 @@ class SpeedupsRead:
         self.log = pylog.Log(path_, readonly=True, cached_segments=None)
         for rec in self.log.scan():
             rec.value[-1]
-        self.offsets = random_offsets(READS_PER_CALL, 0, N)
-        for o in self.offsets:
-            self.log.read(o)
 
     def teardown(self, path_: str, path: str) -> None:
         if getattr(self, "log", None) is not None:
             self.log.close()
         _restore()
+
+
+class SpeedupsRead(_WarmLog):
+    """1,000 random ``Log.read(offset)`` on a warm log."""
+
+    def setup(self, path_: str, path: str) -> None:
+        super().setup(path_, path)
+        self.offsets = random_offsets(READS_PER_CALL, 0, N)
+        for o in self.offsets:
+            self.log.read(o)
 
     def time_read(self, path_: str, path: str) -> None:
         read = self.log.read
@@ -72,27 +79,8 @@ class SpeedupsRead:
             read(o)
 
 
-class SpeedupsScan:
+class SpeedupsScan(_WarmLog):
     """``Log.scan()`` of every record, touching each value."""
-
-    params = ["c", "python"]
-    param_names = ["path"]
-
-    def setup_cache(self) -> str:
-        return build_log(os.path.abspath("speedups-log"), N, SIZE, segment_bytes=4 << 20)
-
-    setup_cache.timeout = 300
-
-    def setup(self, path_: str, path: str) -> None:
-        _use(path)
-        self.log = pylog.Log(path_, readonly=True, cached_segments=None)
-        for rec in self.log.scan():
-            rec.value[-1]
-
-    def teardown(self, path_: str, path: str) -> None:
-        if getattr(self, "log", None) is not None:
-            self.log.close()
-        _restore()
 
     def time_scan(self, path_: str, path: str) -> None:
         n = 0

@@ -16,7 +16,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,17 +229,23 @@ def _bounds(root: str, topics: list[str],
     return out
 
 
+def _check_spec(spec: Any, name: str, known: Mapping[str, Container[int]]) -> None:
+    """Every topic and partition an offsets spec names is one of those read (``known``)."""
+    if not isinstance(spec, dict):
+        return
+    for t in spec:
+        if t not in known:
+            raise _err(name, f"topic {t!r} is not one of the topics read ({', '.join(known)})")
+        for p in spec[t]:
+            if p not in known[t]:
+                raise _err(name, f"topic {t!r} has no partition {p}")
+
+
 def _resolve(spec: Any, name: str, bounds: dict[str, dict[int, tuple[int, int]]],
              default: int) -> dict[str, dict[int, int]]:
     """Absolute offsets per partition from an offsets spec (-2/-1 resolved)."""
     out: dict[str, dict[int, int]] = {}
-    if isinstance(spec, dict):
-        for t in spec:
-            if t not in bounds:
-                raise _err(name, f"topic {t!r} is not one of the topics read ({', '.join(bounds)})")
-            for p in spec[t]:
-                if p not in bounds[t]:
-                    raise _err(name, f"topic {t!r} has no partition {p}")
+    _check_spec(spec, name, bounds)
     for t, parts in bounds.items():
         m = out.setdefault(t, {})
         for p, (lo, hi) in parts.items():
@@ -257,12 +263,7 @@ def _without(spec: Any, name: str, parts: Mapping[str, list[int]], dropped: set[
     names are checked against every partition read (``parts``)."""
     if not isinstance(spec, dict):
         return spec
-    for t in spec:
-        if t not in parts:
-            raise _err(name, f"topic {t!r} is not one of the topics read ({', '.join(parts)})")
-        for p in spec[t]:
-            if p not in parts[t]:
-                raise _err(name, f"topic {t!r} has no partition {p}")
+    _check_spec(spec, name, parts)
     return {t: {p: off for p, off in ps.items() if (t, p) not in dropped} for t, ps in spec.items()}
 
 
