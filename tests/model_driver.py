@@ -341,6 +341,28 @@ def next_offsets(j: Journal, root: str, topic: str) -> dict[int, int]:
     return out
 
 
+def group_committed(root: str, topic: str, group: str) -> dict[str, int | None]:
+    """The offsets ``group`` has committed on ``topic``, per partition with an offset file
+    (None: the file is damaged), read from the files as they are on disk."""
+    from pylog.consumer import decode_offset
+    from pylog.topics import CONSUMERS_DIR
+
+    out: dict[str, int | None] = {}
+    gdir = os.path.join(root, topic, CONSUMERS_DIR, group)
+    try:
+        names = os.listdir(gdir)
+    except OSError:
+        return out
+    for name in names:
+        if name.startswith("partition-") and name.endswith(".offset"):
+            try:
+                with open(os.path.join(gdir, name), "rb") as f:
+                    out[name[len("partition-"):-len(".offset")]] = decode_offset(f.read())
+            except OSError:
+                pass
+    return out
+
+
 def cliconsumer(root: str, j: Journal, rng: random.Random, stop: str, name: str, topic: str,
                 group: str) -> None:
     """Runs ``pylog consume TOPIC -g GROUP --format json`` again and again: to the end of
@@ -411,6 +433,7 @@ def cliconsumer(root: str, j: Journal, rng: random.Random, stop: str, name: str,
             by_part.setdefault(obj["partition"], []).append(
                 [obj["offset"], rid, isinstance(v, str) and value_of(rid or "") == v.encode()])
         j("cli-ran", topic=topic, group=group, mode=mode, rc=pr.returncode, next=next_offsets(j, root, topic),
+          committed=group_committed(root, topic, group),
           from_beginning="--from-beginning" in args, before=before, pipe=pipe, new_group=new_group,
           err=err.decode("utf-8", "replace").strip().splitlines()[-1:] if err.strip() else [],
           traceback=b"Traceback (most recent call last)" in err,
@@ -1027,10 +1050,23 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
             clean = ev["rc"] == 0  # it exited by itself (a 'kill' run may end before its kill)
             if ev["mode"] == "head" and ev["rc"] != 0:
                 clean = False  # a broken pipe: what it printed last may not be whole
+            committed = ev.get("committed")  # the group's offset files after the run (newer journals)
             for p_s, nxt in ev["next"].items():
                 p = int(p_s)
                 key = (ev["group"], ev["topic"], p)
                 recs = ev["reads"].get(p_s)
+                c = None if committed is None else committed.get(p_s)
+                if recs and c is not None and ev["mode"] != "head" and c > recs[-1][0] + 1:
+                    # every line it wrote was read (a head run's reader may have taken more
+                    # than it journaled): its commit, or an older one below where it began
+                    problems.append(f"{jname}: pylog consume -g {ev['group']} {ev['topic']}/{p} committed {c} "
+                                    f"after a {ev['mode']} run that printed up to {recs[-1][0]}")
+                if recs and not clean and committed is not None and p_s not in committed:
+                    # killed before its first commit of p, and no run of the group committed
+                    # p before: the next run starts as a group without an offset does (the log
+                    # end without --from-beginning), not where this one stopped printing
+                    after.pop(key, None)
+                    continue
                 if recs:
                     slack = ev["pipe"] // MIN_JSON_LINE if ev["mode"] == "head" else 0
                     after[key] = (recs[-1][0], clean and not slack, f"a {ev['mode']} run", -1, slack)

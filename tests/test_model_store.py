@@ -109,11 +109,20 @@ def test_checker_finds_violations(tmp_path):
              {**run, "mode": "n", "before": {"0": 2}, "next": {"0": 2}, "reads": {}, "t": 17},
              {**run, "mode": "end", "before": {"0": 2}, "next": {"0": 2}, "t": 18,
               "reads": {"0": [[0, "p:0", True], [1, "p:2", True]]}})
+    kill = {**run, "mode": "kill", "rc": -9, "from_beginning": True, "before": {"0": 2}, "next": {"0": 2}}
+    _journal(jdir / "k.2.jsonl",  # a killed run commits past what it printed
+             {**kill, "group": "k2", "reads": {"0": [[0, "p:0", True]]}, "committed": {"0": 2}, "t": 19})
+    _journal(jdir / "k.3.jsonl",  # killed before its first commit: the next run may start at the end
+             {**kill, "group": "k3", "reads": {"0": [[0, "p:0", True]]}, "committed": {}, "t": 20},
+             {**run, "group": "k3", "new_group": False, "mode": "n", "before": {"0": 2}, "next": {"0": 2},
+              "reads": {"0": [[1, "p:2", True]]}, "committed": {"0": 2}, "t": 21})
     events, problems = check(str(root), str(jdir))
-    assert events == 19
+    assert events == 22
     text = "\n".join(problems)
     for what in ["'p:1' acknowledged at ('t', 0, 1) is lost", "bytes differ from what was appended for 'p:0'",
                  "'ghost:0' was never appended", "'x:0' of transaction x:tx0 which is aborted",
                  "committed 1 after 7", "started at 1, not at the committed offset 0 (skipped [0])",
-                 "resumed from 0, last commit was 1", "-g k t/0 started at 0, before 2"]:
+                 "resumed from 0, last commit was 1", "-g k t/0 started at 0, before 2",
+                 "-g k2 t/0 committed 2 after a kill run that printed up to 0"]:
         assert what in text, (what, problems)
+    assert "-g k3" not in text, problems
