@@ -79,6 +79,7 @@ def test_checker_finds_violations(tmp_path):
         t = s.create_topic("t", 1, fsync="always")
         t.append(value_of("p:0"))  # offset 0
         t.append(value_of("p:2"))  # offset 1: acked below as p:1's place, so p:1 is "lost"
+        t.append(value_of("p:3"))  # offset 2
     cfg = {"fsync": "always"}
     _journal(jdir / "boot.jsonl",
              {"e": "admin-start", "op": "create", "topic": "t", "partitions": 1, "config": cfg, "t": 0},
@@ -114,8 +115,8 @@ def test_checker_finds_violations(tmp_path):
              {**kill, "group": "k2", "reads": {"0": [[0, "p:0", True]]}, "committed": {"0": 2}, "t": 19})
     _journal(jdir / "k.3.jsonl",  # killed before its first commit: the next run may start at the end
              {**kill, "group": "k3", "reads": {"0": [[0, "p:0", True]]}, "committed": {}, "t": 20},
-             {**run, "group": "k3", "new_group": False, "mode": "n", "before": {"0": 2}, "next": {"0": 2},
-              "reads": {"0": [[1, "p:2", True]]}, "committed": {"0": 2}, "t": 21})
+             {**run, "group": "k3", "new_group": False, "mode": "n", "before": {"0": 3}, "next": {"0": 3},
+              "reads": {"0": [[2, "p:3", True]]}, "committed": {"0": 3}, "t": 21})
     events, problems = check(str(root), str(jdir))
     assert events == 22
     text = "\n".join(problems)
