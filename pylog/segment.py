@@ -704,11 +704,18 @@ class ActiveSegment(_Reader):
         self.written_next = self.app.next_offset
 
     def sync(self, *, indexes: bool = False) -> None:
-        """fdatasync the store (and the index files)."""
-        vfs.fdatasync(self.store_fd)
+        """fdatasync the store (and the index files). A failure raises the OSError with the
+        file's path as its ``filename``, so the message says which file failed."""
+        syncs = [(self.store_fd, self.store_path)]
         if indexes:
-            vfs.fdatasync(self.index_fd)
-            vfs.fdatasync(self.timeindex_fd)
+            syncs += [(self.index_fd, self.index_path), (self.timeindex_fd, self.timeindex_path)]
+        for fd, path in syncs:
+            try:
+                vfs.fdatasync(fd)
+            except OSError as e:
+                if e.filename is not None:
+                    raise
+                raise OSError(e.errno, e.strerror, path) from None
 
     def seal(self, config: LogConfig, cache: SegmentCache) -> SealedSegment:
         """Write out, fsync and close: the segment becomes a SealedSegment."""

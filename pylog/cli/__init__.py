@@ -19,7 +19,7 @@ import click
 
 from pylog import __version__
 from pylog.cli import bench, dump, groups, maintenance, records, serve, topics
-from pylog.cli._common import CONTEXT, DEFAULT_ROOT, CliError, _Group, _PipeClosed
+from pylog.cli._common import CONTEXT, DEFAULT_ROOT, CliError, _describe, _Group, _PipeClosed
 from pylog.errors import InvalidNameError, PylogError
 
 __all__ = ["CliError", "cli", "main"]
@@ -59,15 +59,6 @@ def _fail(message: str, code: int) -> int:
     sys.stderr.write(f"pylog: error: {message}\n")
     sys.stderr.flush()
     return code
-
-
-def _describe(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.strerror:
-        where = f": {e.filename}" if e.filename else ""
-        return f"{e.strerror}{where}"
-    if isinstance(e, KeyError) and not isinstance(e, PylogError):
-        return f"missing {e}"
-    return str(e) or type(e).__name__
 
 
 _NO_ARGS: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2

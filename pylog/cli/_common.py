@@ -12,9 +12,21 @@ from typing import Any
 
 import click
 
+from pylog.errors import PylogError
+
 DEFAULT_ROOT = "pylog-data"
 CHUNK = 4 << 20
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _describe(e: BaseException) -> str:
+    """One line for an error the CLI reports: an OSError's text and file, else the message."""
+    if isinstance(e, OSError) and e.strerror:
+        where = f": {e.filename}" if e.filename else ""
+        return f"{e.strerror}{where}"
+    if isinstance(e, KeyError) and not isinstance(e, PylogError):
+        return f"missing {e}"
+    return str(e) or type(e).__name__
 
 
 class CliError(Exception):

@@ -12,18 +12,21 @@ from typing import Any, BinaryIO
 
 import click
 
-from pylog.cli._common import CHUNK, CONTEXT, CliError, _json_field, _parse_duration, _store
+from pylog.cli._common import CHUNK, CONTEXT, CliError, _describe, _json_field, _parse_duration, _store
 from pylog.errors import PylogError
 
 
 def _lines(streams: list[tuple[str, BinaryIO]]) -> Iterator[tuple[str, int, list[bytes]]]:
-    """``(source name, number of the first line, lines)``, a few MiB of lines at a time,
-    without their newline (``\\n`` or ``\\r\\n``)."""
+    """``(source name, number of the first line, lines)``, up to a few MiB of lines at a time,
+    without their newline (``\\n`` or ``\\r\\n``). From a pipe, what has arrived so far
+    (``read1``): ``tail -f app.log | pylog produce logs`` produces each line as it comes, not
+    when 4 MiB have gathered or the pipe closes."""
     for name, f in streams:
         rest = b""
         first = 1
+        read = getattr(f, "read1", f.read)
         while True:
-            data = f.read(CHUNK)
+            data = read(CHUNK)
             if not data:
                 break
             if rest:
@@ -171,7 +174,23 @@ def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_sep
                 where = f"line {first + e.index}" + (f" of {source}" if len(streams) > 1 else "")
                 raise CliError(f"{where} {e.why} ({count} record{'s' if count != 1 else ''} before it "
                                f"{'were' if count != 1 else 'was'} produced and kept)") from None
+            except (OSError, PylogError) as e:  # a failed write or fdatasync: the log is fenced
+                why = _describe(e)
+                last = first + len(lines) - 1
+                where = f"lines {first}-{last}" if last > first else f"line {first}"
+                if len(streams) > 1:
+                    where += f" of {source}"
+                raise CliError(f"writing topic {topic_name!r} failed: {why} (the {count} record"
+                               f"{'s' if count != 1 else ''} before line {first} {'were' if count != 1 else 'was'} "
+                               f"produced; {where} {'were' if last > first else 'was'} not: some may be in "
+                               f"the log, not known to be durable)") from None
         ctx.obj["produced"] = count
+        try:  # close here, not on the context's exit, so a failure can say what was produced
+            store.close()
+        except (OSError, PylogError) as e:
+            why = _describe(e)
+            raise CliError(f"closing topic {topic_name!r} failed after {count} record"
+                           f"{'s' if count != 1 else ''} {'were' if count != 1 else 'was'} produced: {why}") from None
     finally:
         for _name, f in streams:
             if f is not sys.stdin.buffer:
