@@ -27,6 +27,8 @@ static PyObject *record_type = NULL;
 static allocfunc record_alloc = NULL;
 static PyObject *tuple_new = NULL; /* tuple.__new__, for the 3.14+ path */
 static int direct_alloc = 0;
+static int pool_on = 0;
+static void set_pool(int on);
 
 static PyObject *set_record_type(PyObject *self, PyObject *type) {
     (void)self;
@@ -43,6 +45,7 @@ static PyObject *set_record_type(PyObject *self, PyObject *type) {
     Py_INCREF(type);
     record_type = type;
     Py_XDECREF(old);
+    set_pool(pool_on); /* no Record of the old type is reused */
     record_alloc = alloc;
     Py_RETURN_NONE;
 }
@@ -77,6 +80,97 @@ fail:
     return NULL;
 }
 
+/* ---- the Record pool of scans and fetches ------------------------------------------------
+ *
+ * A fetch returns hundreds of Records that its caller drops at the next fetch, and a scan's
+ * Records are dropped one by one: allocating each Record anew costs an allocation and a
+ * deallocation, and, worse, counts as a new container for the collector. A view and a
+ * Record per record is 2 counted allocations, so a poll(500) crosses the young generation's
+ * threshold (700) on every call while the previous batch is still alive: a young collection
+ * per poll promotes live batches, and their promotion sets off full collections, which
+ * traverse the whole heap (half a poll's time in a big heap, measured with gc.callbacks).
+ *
+ * So scans and fetches take their Records from a ring of POOL_SIZE Records: the one at the
+ * cursor is reused when the ring holds its only reference (its last user dropped it; the
+ * same test zip() and enumerate() make to reuse their result tuples), else a new Record
+ * takes its place in the ring. A reused Record is never seen by anyone else: its reference
+ * count says no one else holds it, it is untracked (so gc.get_objects() cannot reach it) and
+ * Records are not weak-referenceable. Its items are replaced in place, which releases the
+ * old ones (a view of a map among them).
+ *
+ * A Record its user dropped must not keep a map alive for long: release_pooled(except) lets
+ * go of the items of every Record no one else holds whose views are of another map than
+ * `except`. Each scan call does it for the maps other than its own (so a scan over many
+ * segments keeps no more of them mapped than before), and Reader dealloc (a sealed segment's
+ * maps let go: evicted from the cache, the log closed, the segment deleted) for all. What
+ * stays: a Record dropped after its segment's maps were let go keeps that map until the next
+ * scan call of another map or until its slot is reused (at most POOL_SIZE Records later).
+ * (Records of the scan's own map are not released at each call: freeing a thousand views at
+ * once and then making a thousand unbalances the collector's count, which the pool avoids.)
+ *
+ * Only where a Record is made with tp_alloc (CPython < 3.14: 3.14's tuples cache their hash)
+ * and where reference counts are exact (not on free-threaded builds). */
+#define POOL_SIZE 1024u /* > 2 x poll(500): the batch the caller still holds, and the new one */
+static PyObject *pool[POOL_SIZE];
+static const PyObject *pool_map[POOL_SIZE]; /* the map view each was sliced from: compared, never read (an
+                                            * address reused by another view only delays a release) */
+static size_t pool_cursor = 0;
+
+static void release_pooled(const PyObject *except) {
+    for (size_t i = 0; i < POOL_SIZE; i++) {
+        PyObject *r = pool[i];
+        if (r == NULL || pool_map[i] == NULL || pool_map[i] == except || Py_REFCNT(r) != 1) continue;
+        pool_map[i] = NULL;
+        for (Py_ssize_t k = 0; k < 5; k++) {
+            Py_INCREF(Py_None);
+            PyTuple_SetItem(r, k, Py_None); /* refcount 1: cannot fail; releases the old item */
+        }
+    }
+}
+
+/* Use the pool or not (on only with tp_alloc); the Records it held are let go either way. */
+static void set_pool(int on) {
+    for (size_t i = 0; i < POOL_SIZE; i++) {
+        pool_map[i] = NULL;
+        Py_CLEAR(pool[i]);
+    }
+#ifdef Py_GIL_DISABLED
+    (void)on;
+    pool_on = 0;
+#else
+    pool_on = on;
+#endif
+}
+
+/* A Record of five new references (stolen, also on failure), from the pool when it can. */
+static PyObject *pooled_record(const PyObject *mv, PyObject *off, PyObject *ts, PyObject *key, PyObject *value,
+                               PyObject *meta) {
+    if (!pool_on) return make_record(off, ts, key, value, meta);
+    PyObject *items[5] = {off, ts, key, value, meta};
+    for (int i = 0; i < 5; i++) {
+        if (items[i] == NULL) {
+            for (int j = 0; j < 5; j++) Py_XDECREF(items[j]);
+            return NULL;
+        }
+    }
+    size_t i = pool_cursor++ & (POOL_SIZE - 1);
+    PyObject *r = pool[i];
+    if (r != NULL && Py_REFCNT(r) == 1) {
+        for (int k = 0; k < 5; k++) PyTuple_SetItem(r, k, items[k]); /* steals; releases the old item */
+        pool_map[i] = mv;
+        Py_INCREF(r);
+        return r;
+    }
+    r = make_record(off, ts, key, value, meta);
+    if (r == NULL) return NULL;
+    Py_INCREF(r);
+    PyObject *old = pool[i];
+    pool[i] = r;
+    pool_map[i] = mv;
+    Py_XDECREF(old); /* held elsewhere too (its count was not 1): not freed here */
+    return r;
+}
+
 /* mv[a:b] (a new view sharing mv's managed buffer), or None when null. */
 static inline PyObject *field(PyObject *mv, int null, uint64_t a, uint64_t b) {
     if (null) {
@@ -87,17 +181,18 @@ static inline PyObject *field(PyObject *mv, int null, uint64_t a, uint64_t b) {
 }
 
 /* The Record of a decoded (CRC-checked) frame; ts, when given, is reused (a new reference
- * is taken). */
-static PyObject *frame_record(PyObject *mv, const plog_frame *f, PyObject *ts) {
+ * is taken). `pooled`: from the Record pool (scans and fetches). */
+static PyObject *frame_record(PyObject *mv, const plog_frame *f, PyObject *ts, int pooled) {
     uint64_t p = f->position + PLOG_FRAME_HEADER_SIZE;
     uint64_t m = p + f->key_length, v = m + f->metadata_length;
     uint32_t a = f->attributes;
     if (ts != NULL) Py_INCREF(ts);
     else ts = PyLong_FromLongLong(f->timestamp);
-    return make_record(PyLong_FromUnsignedLongLong(f->offset), ts,
-                       field(mv, a & PLOG_ATTR_NULL_KEY, p, m),
-                       field(mv, a & PLOG_ATTR_NULL_VALUE, v, v + f->value_length),
-                       field(mv, a & PLOG_ATTR_NULL_METADATA, m, v));
+    PyObject *off = PyLong_FromUnsignedLongLong(f->offset);
+    PyObject *k = field(mv, a & PLOG_ATTR_NULL_KEY, p, m);
+    PyObject *val = field(mv, a & PLOG_ATTR_NULL_VALUE, v, v + f->value_length);
+    PyObject *meta = field(mv, a & PLOG_ATTR_NULL_METADATA, m, v);
+    return pooled ? pooled_record(mv, off, ts, k, val, meta) : make_record(off, ts, k, val, meta);
 }
 
 /* Arguments shared by read and scan: the memoryview of a store map, the address and length
@@ -167,7 +262,7 @@ static PyObject *sp_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (n_index < 0) n_index = 0;
     if (plog_find(buf, len, index, (size_t)n_index, base, target, gaps, &f) != PLOG_OK || f.offset != target)
         Py_RETURN_NONE;
-    return frame_record(mv, &f, NULL);
+    return frame_record(mv, &f, NULL, 0);
 }
 
 /* ---- a sealed segment's reader ------------------------------------------------------------ */
@@ -298,6 +393,7 @@ static void reader_dealloc(PyObject *o) {
     PyTypeObject *tp = Py_TYPE(o);
     Py_XDECREF(r->mv);
     Py_XDECREF(r->keep);
+    release_pooled(NULL); /* the maps go: no Record dropped by its user may keep them alive */
     PyMem_Free(r->block_state);
     PyMem_Free(r->positions);
     freefunc free_ = (freefunc)PyType_GetSlot(tp, Py_tp_free);
@@ -318,7 +414,7 @@ static PyObject *reader_read(PyObject *o, PyObject *arg) {
         (plog_find(r->buf, r->len, r->index, r->n_index, r->base, target, r->gaps, &f) != PLOG_OK ||
          f.offset != target))
         Py_RETURN_NONE;
-    return frame_record(r->mv, &f, NULL);
+    return frame_record(r->mv, &f, NULL, 0);
 }
 
 static PyMethodDef reader_methods[] = {
@@ -394,7 +490,7 @@ static PyObject *record_iter_next(PyObject *o) {
     const plog_frame *f = &it->frames[it->i++];
     PyObject *ts = next_ts(&it->ts, &it->ts_value, f->timestamp);
     if (ts == NULL) return NULL;
-    return frame_record(it->mv, f, ts);
+    return frame_record(it->mv, f, ts, 1);
 }
 
 static PyObject *record_iter_length_hint(PyObject *o, PyObject *unused) {
@@ -457,6 +553,7 @@ static PyObject *sp_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_RuntimeError, "set_record_type was not called");
         return NULL;
     }
+    release_pooled(mv); /* Records dropped since keep no other map alive */
     if (max_out < 0) max_out = 0;
     /* no more frames than the bytes after start could hold */
     size_t room = start < len ? (size_t)((len - start) / PLOG_FRAME_HEADER_SIZE) + 1 : 1;
@@ -498,7 +595,7 @@ static PyObject *sp_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         int64_t ts_value = 0;
         for (size_t i = 0; i < n; i++) {
             PyObject *t = next_ts(&ts, &ts_value, frames[i].timestamp);
-            PyObject *r = t == NULL ? NULL : frame_record(mv, &frames[i], t);
+            PyObject *r = t == NULL ? NULL : frame_record(mv, &frames[i], t, 1);
             if (r == NULL) {
                 Py_CLEAR(records);
                 break;
@@ -520,6 +617,7 @@ static PyObject *set_direct_alloc(PyObject *self, PyObject *flag) {
     if (on < 0) return NULL;
     int was = direct_alloc;
     direct_alloc = on;
+    set_pool(on);
     return PyBool_FromLong(was);
 }
 
@@ -562,6 +660,7 @@ int pylog_speedups_read_init(PyObject *module) {
     Py_DECREF(minor);
     Py_DECREF(major);
     direct_alloc = maj == 3 && min < 14;
+    set_pool(direct_alloc);
     PyObject *tuple_type = (PyObject *)&PyTuple_Type;
     tuple_new = PyObject_GetAttrString(tuple_type, "__new__");
     if (tuple_new == NULL) return -1;

@@ -382,6 +382,13 @@ static inline int unexpected(uint64_t got, uint64_t expected, int gaps) {
     return expected != UINT64_MAX && got != expected && !(gaps && got > expected);
 }
 
+/* plog_scan CRC-checks its frames three at a time (plog_crc32c_3: three CRC instructions in
+ * flight instead of one chain; frames are short). Each frame's header is checked first
+ * (frame_decode without its CRC); the CRCs of up to three such frames are then checked
+ * together, in order, before any of them counts as found. A frame that stops the scan (a
+ * bad header, an unexpected offset, past max_bytes) is decoded again with its CRC, so the
+ * status is exactly the one-frame-at-a-time loop's: the first failing check of the first
+ * frame that fails one. */
 int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_offset, int gaps,
               plog_frame *out, size_t max_out, uint64_t max_bytes, size_t *n_out,
               uint64_t *end_position) {
@@ -389,19 +396,66 @@ int plog_scan(const uint8_t *buf, size_t len, size_t start, uint64_t expected_of
     size_t n = 0;
     *n_out = 0;
     *end_position = start;
-    while (n < max_out && pos < len) {
-        plog_frame *f = &out[n];
-        int rc = frame_decode(buf, len, pos, 1, f);
-        if (rc) return rc;
-        if (unexpected(f->offset, expected_offset, gaps)) return PLOG_E_OFFSET;
-        if (n > 0 && used + f->frame_size > max_bytes) break;
-        used += f->frame_size;
-        pos += f->frame_size;
-        if (expected_offset != UINT64_MAX) expected_offset = f->offset + 1;
-        *n_out = ++n;
+    for (;;) {
+        size_t k = 0; /* frames out[n..n+k) decoded, their CRCs not yet checked */
+        int stop = 0; /* 1: frame out[n+k] stops the scan (check it with its CRC); 2: the end */
+        uint64_t p = pos;
+        while (k < 3) {
+            if (n + k >= max_out || p >= len) {
+                stop = 2;
+                break;
+            }
+            plog_frame *f = &out[n + k];
+            if (frame_decode(buf, len, p, 0, f) || unexpected(f->offset, expected_offset, gaps) ||
+                (n + k > 0 && used + f->frame_size > max_bytes)) {
+                stop = 1;
+                break;
+            }
+            used += f->frame_size;
+            p += f->frame_size;
+            if (expected_offset != UINT64_MAX) expected_offset = f->offset + 1;
+            k++;
+        }
+        if (k == 3) {
+            const uint8_t *bodies[3];
+            size_t lens[3];
+            uint32_t crcs[3];
+            for (int i = 0; i < 3; i++) {
+                const uint8_t *fp = buf + out[n + i].position;
+                bodies[i] = fp + PLOG_FRAME_PREFIX_SIZE;
+                lens[i] = plog_ld32(fp);
+            }
+            plog_crc32c_3(bodies, lens, crcs);
+            for (int i = 0; i < 3; i++) {
+                if (crcs[i] != plog_ld32(buf + out[n + i].position + 4)) {
+                    *n_out = n + (size_t)i;
+                    *end_position = out[n + i].position;
+                    return PLOG_E_CRC;
+                }
+            }
+        } else {
+            for (size_t i = 0; i < k; i++) {
+                const uint8_t *fp = buf + out[n + i].position;
+                if (plog_crc32c(0, fp + PLOG_FRAME_PREFIX_SIZE, plog_ld32(fp)) != plog_ld32(fp + 4)) {
+                    *n_out = n + i;
+                    *end_position = out[n + i].position;
+                    return PLOG_E_CRC;
+                }
+            }
+        }
+        n += k;
+        pos = p;
+        *n_out = n;
         *end_position = pos;
+        if (stop == 2) return PLOG_OK;
+        if (stop == 1) {
+            plog_frame *f = &out[n];
+            int rc = frame_decode(buf, len, pos, 1, f);
+            if (rc) return rc;
+            if (unexpected(f->offset, expected_offset, gaps)) return PLOG_E_OFFSET;
+            return PLOG_OK; /* past max_bytes */
+        }
     }
-    return PLOG_OK;
 }
 
 int plog_find(const uint8_t *buf, size_t len, const uint8_t *index, size_t n_index,

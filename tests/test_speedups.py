@@ -192,6 +192,34 @@ def test_corrupt_bytes_never_become_records(recs, gaps, where, bit, lazy):
         assert r is None if o == hit else (r is None or _plain(r) == by_off[o])
 
 
+@needs_speedups
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=records.filter(bool), gaps=st.booleans(), where=st.one_of(st.none(), st.integers(0)),
+       bit=st.integers(0, 7), start=st.integers(0, 40), expect=st.booleans(), max_out=st.integers(1, 50),
+       max_bytes=st.one_of(st.just((1 << 64) - 1), st.integers(0, 3000)))
+def test_scan_stops_where_the_one_frame_loop_stops(recs, gaps, where, bit, start, expect, max_out, max_bytes):
+    """The C scan checks CRCs three frames at a time: what it returns (the frames, the status,
+    the end position) is the pure backend's frame-by-frame scan's, a bit flipped anywhere."""
+    from pylog import _native
+
+    data, written = _store(recs, gaps)
+    if where is not None:
+        i = fmt.FILE_HEADER_SIZE + where % (len(data) - fmt.FILE_HEADER_SIZE)
+        bad = bytearray(data)
+        bad[i] ^= 1 << bit
+        data = bytes(bad)
+    start = min(start, len(written) - 1)
+    pos, expected = written[start][0], (written[start][1] if expect else None)
+    prc, pframes, pend = _pure.scan(_pure.Buffer(data), len(data), pos, expected, max_out, max_bytes, gaps)
+    nrc, nframes, nend = _native.scan(_native.Buffer(data), len(data), pos, expected, max_out, max_bytes, gaps)
+    assert (int(nrc), int(nend)) == (int(prc), int(pend))
+    assert nframes.tolist() == pframes.tolist()
+    mv, addr, length, keep = _c_map(data)
+    got, n, _last, rc, end, *_ = speedups.scan(mv, addr, length, pos, expected, max_out, max_bytes, gaps, False)
+    assert (rc, end, n) == (prc, int(pend), len(pframes))
+    assert [_plain(r) for r in got] == [_plain(r) for r in _build_records(memoryview(data), pframes, False)]
+
+
 def _reader(data, index, gaps, count):
     """A sealed segment's Reader over ``data`` with ``index`` (bytes of index entries)."""
     from pylog import _native
@@ -307,3 +335,111 @@ def test_bad_arguments_are_refused_not_read():
         speedups.read(b"not a view", addr, length, 0, 0, 0, False, 0)
     with pytest.raises(TypeError):
         speedups.scan(mv, addr, length)
+
+
+# ---- the Record pool (scans and fetches reuse the Records their users dropped) ---------------
+
+needs_pool = pytest.mark.skipif(speedups is None or not speedups.DIRECT_ALLOC,
+                                reason="no Record pool: pure backend, or Records made through tuple.__new__")
+
+
+@needs_pool
+def test_polling_sets_off_no_collection(tmp_path):
+    """poll(500) in a loop: each Record comes from the pool, so a poll makes one counted
+    container per record (its view) and frees one (the view of the Record it reuses). Made
+    anew, two per record crossed the young generation's threshold (700) on every poll with
+    the previous batch alive, and promoting those batches set off full collections."""
+    with pylog.LogStore(str(tmp_path / "s")) as store:
+        topic = store.create_topic("t", 1, fsync="never")
+        for i in range(100):
+            topic.append_batch([b"%06d" % i * 16] * 1000)
+        topic.partition(0).roll()
+        c = store.consumer("t")
+        runs = []
+
+        def counted(phase, info):
+            if phase == "start":
+                runs.append(info["generation"])
+
+        was = gc.get_threshold()
+        gc.set_threshold(700, 10, 10)
+        try:
+            for _ in range(10):  # the pool fills
+                got = c.poll(500)
+            gc.collect()
+            gc.callbacks.append(counted)
+            n = 0
+            for _ in range(150):
+                got = c.poll(500)
+                n += len(got)
+        finally:
+            if counted in gc.callbacks:
+                gc.callbacks.remove(counted)
+            gc.set_threshold(*was)
+        c.close()
+        assert n == 150 * 500 and bytes(got[-1].value) == b"%06d" % 79 * 16
+        assert len(runs) <= 5, f"{len(runs)} collections in 150 polls (generations {runs[:20]})"
+
+
+@needs_pool
+def test_records_held_are_never_reused(tmp_path):
+    """Records a caller still holds keep their contents however many Records are made after
+    them (a Record is reused only when the pool holds its only reference)."""
+    with pylog.Log(str(tmp_path / "l"), segment_bytes=1 << 18) as log:
+        n = 20_000
+        log.append_batch([b"%06d" % i * 8 for i in range(n)], keys=[b"k%d" % i if i % 3 else None for i in range(n)])
+        log.roll()
+
+        def want(o):
+            return (o, None if o % 3 == 0 else b"k%d" % o, b"%06d" % o * 8)
+
+        kept, singles, one_by_one = [], [], []
+        for b, off in enumerate(range(0, n, 500)):
+            batch = log.read_batch(off, max_records=500)
+            if b % 5 == 0:
+                kept.append(batch)
+            singles.append(batch[b % 500])
+        for r in log.scan():
+            if r.offset % 997 == 0:
+                one_by_one.append(r)
+            del r
+        for r in (*[r for b in kept for r in b], *singles, *one_by_one):
+            assert (r.offset, _plain(r)[2], bytes(r.value)) == want(r.offset)
+        assert len(one_by_one) == len(range(0, n, 997)) and len(kept) == 8
+
+
+def _mapped(path):
+    with open("/proc/self/maps") as f:
+        return os.path.basename(path) in f.read()
+
+
+@needs_pool
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps")
+def test_dropped_records_keep_no_map_alive(tmp_path):
+    """A Record its user dropped keeps no map mapped: when the segment's maps are let go
+    (here: retention deletes the segment), the pool lets go of what such Records hold; a
+    Record still held keeps its view (and so the map) valid."""
+    d = str(tmp_path / "l")
+    log = pylog.Log(d, segment_bytes=1 << 16, retention_bytes=0)
+    log.append_batch([b"%05d" % i * 20 for i in range(3000)])
+    log.roll()
+    first = log._sealed[0].store_path
+    held = log.read_batch(0, max_records=5)
+    for off in range(0, 600, 100):
+        log.read_batch(off, max_records=100)  # dropped at once
+    assert sum(1 for _ in log.scan(0, 600)) == 600
+    log.close()
+    log = pylog.Log(d, retention_bytes=0)
+    log.enforce_retention()
+    log.close()
+    gc.collect()
+    assert not os.path.exists(first) and _mapped(first)  # the held Records' views
+    assert bytes(held[4].value) == b"00004" * 20
+    del held
+    gc.collect()
+    d2 = str(tmp_path / "other")  # a fetch from another map lets go of the dropped ones
+    with pylog.Log(d2) as other:
+        other.append_batch([b"x"] * 10)
+        other.roll()
+        assert len(other.read_batch(0)) == 10
+    assert not _mapped(first)
