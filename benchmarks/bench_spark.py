@@ -24,6 +24,43 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+TS0 = 1_700_000_000_000  # record i of a partition has timestamp TS0 + i (ms)
+
+
+def make_topic(root: str, n: int, size: int, nparts: int) -> None:
+    """Topic ``bench`` under ``root`` (made afresh): ``n`` random records of ``size`` bytes
+    spread over ``nparts`` partitions, record i of a partition stamped TS0 + i ms."""
+    import numpy as np
+
+    import pylog
+
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(42)
+    per = n // nparts
+    for p in range(nparts):
+        count = per + (1 if p < n % nparts else 0)
+        blob = rng.integers(0, 256, size=count * size, dtype=np.uint8).tobytes()
+        with pylog.Log(os.path.join(root, "bench", f"partition-{p}")) as log:
+            for a in range(0, count, 100_000):
+                b = min(count, a + 100_000)
+                log.append_batch([blob[i * size:(i + 1) * size] for i in range(a, b)],
+                                 timestamps=list(range(TS0 + a, TS0 + b)))
+
+
+def make_session(name: str) -> Any:
+    """The benchmarks' SparkSession: local[2], no UI, pushdown of Python sources enabled."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName(name)
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g")
+             .config("spark.sql.python.filterPushdown.enabled", "true")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -35,39 +72,19 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="skip the write benchmark")
     args = ap.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    import numpy as np
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    import pylog
     from pylog.spark import register
 
     work = args.dir or tempfile.mkdtemp(prefix="pylog-bench-spark-")
     root = os.path.join(work, "root")
-    shutil.rmtree(root, ignore_errors=True)
     n, size, nparts = args.records, args.value_bytes, args.partitions
-    rng = np.random.default_rng(42)
-    t = time.perf_counter()
     per = n // nparts
-    ts0 = 1_700_000_000_000  # record i of a partition has timestamp ts0 + i (ms)
-    for p in range(nparts):
-        count = per + (1 if p < n % nparts else 0)
-        blob = rng.integers(0, 256, size=count * size, dtype=np.uint8).tobytes()
-        with pylog.Log(os.path.join(root, "bench", f"partition-{p}")) as log:
-            for a in range(0, count, 100_000):
-                b = min(count, a + 100_000)
-                log.append_batch([blob[i * size:(i + 1) * size] for i in range(a, b)],
-                                 timestamps=list(range(ts0 + a, ts0 + b)))
+    t = time.perf_counter()
+    make_topic(root, n, size, nparts)
     print(f"generated {n:,} records of {size} B in {nparts} partitions in {time.perf_counter() - t:.1f} s")
 
-    spark = (SparkSession.builder.master("local[2]").appName("pylog-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g")
-             .config("spark.sql.python.filterPushdown.enabled", "true")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = make_session("pylog-bench")
     try:
         register(spark)
         src = spark.read.format("pylog").option("path", root).option("topic", "bench").load()
@@ -100,8 +117,8 @@ def main() -> int:
             return pushed((F.col("partition") == 1) & (F.col("offset") >= lo) & (F.col("offset") < lo + sel))
 
         def pushed_timestamps() -> int:
-            t_lo = datetime.datetime.fromtimestamp((ts0 + lo) / 1000, tz=datetime.timezone.utc)
-            t_hi = datetime.datetime.fromtimestamp((ts0 + lo + sel) / 1000, tz=datetime.timezone.utc)
+            t_lo = datetime.datetime.fromtimestamp((TS0 + lo) / 1000, tz=datetime.timezone.utc)
+            t_hi = datetime.datetime.fromtimestamp((TS0 + lo + sel) / 1000, tz=datetime.timezone.utc)
             return pushed((F.col("partition") == 1) & (F.col("timestamp") >= F.lit(t_lo))
                           & (F.col("timestamp") < F.lit(t_hi)))
 
