@@ -100,21 +100,23 @@ fail:
  *
  * A Record its user dropped must not keep a map alive for long: release_pooled(except) lets
  * go of the items of every Record no one else holds whose views are of another map than
- * `except`. Each scan call does it for the maps other than its own (so a scan over many
- * segments keeps no more of them mapped than before), and Reader dealloc (a sealed segment's
- * maps let go: evicted from the cache, the log closed, the segment deleted) for all. What
- * stays: a Record dropped after its segment's maps were let go keeps that map until the next
- * scan call of another map or until its slot is reused (at most POOL_SIZE Records later).
+ * `except`. A scan call of another map than the last call's does it for the maps other than
+ * its own (so a scan over many segments keeps no more of them mapped than before; a run of
+ * calls on one map pays nothing), and Reader dealloc (a sealed segment's maps let go: evicted
+ * from the cache, the log closed, the segment deleted) for all. What stays: a Record dropped
+ * after its segment's maps were let go keeps that map until a scan call of another map or
+ * until its slot is reused (at most POOL_SIZE Records later). Maps are told apart by address
+ * only: one reused by a new view at worst delays a release.
  * (Records of the scan's own map are not released at each call: freeing a thousand views at
  * once and then making a thousand unbalances the collector's count, which the pool avoids.)
  *
  * Only where a Record is made with tp_alloc (CPython < 3.14: 3.14's tuples cache their hash)
  * and where reference counts are exact (not on free-threaded builds). */
-#define POOL_SIZE 1024u /* > 2 x poll(500): the batch the caller still holds, and the new one */
+#define POOL_SIZE 2048u /* > 2 x poll(1000): the batch the caller still holds, and the new one */
 static PyObject *pool[POOL_SIZE];
-static const PyObject *pool_map[POOL_SIZE]; /* the map view each was sliced from: compared, never read (an
-                                            * address reused by another view only delays a release) */
+static const PyObject *pool_map[POOL_SIZE]; /* the map view each was sliced from (compared only) */
 static size_t pool_cursor = 0;
+static const PyObject *last_scan_map = NULL; /* the map of the last scan call (compared only) */
 
 static void release_pooled(const PyObject *except) {
     for (size_t i = 0; i < POOL_SIZE; i++) {
@@ -553,7 +555,10 @@ static PyObject *sp_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_RuntimeError, "set_record_type was not called");
         return NULL;
     }
-    release_pooled(mv); /* Records dropped since keep no other map alive */
+    if (mv != last_scan_map) { /* Records dropped since keep no other map alive */
+        release_pooled(mv);
+        last_scan_map = mv;
+    }
     if (max_out < 0) max_out = 0;
     /* no more frames than the bytes after start could hold */
     size_t room = start < len ? (size_t)((len - start) / PLOG_FRAME_HEADER_SIZE) + 1 : 1;

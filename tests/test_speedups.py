@@ -344,14 +344,15 @@ needs_pool = pytest.mark.skipif(speedups is None or not speedups.DIRECT_ALLOC,
 
 
 @needs_pool
-def test_polling_sets_off_no_collection(tmp_path):
+@pytest.mark.parametrize("max_records", [500, 1000])
+def test_polling_sets_off_no_collection(tmp_path, max_records):
     """poll(500) in a loop: each Record comes from the pool, so a poll makes one counted
     container per record (its view) and frees one (the view of the Record it reuses). Made
     anew, two per record crossed the young generation's threshold (700) on every poll with
     the previous batch alive, and promoting those batches set off full collections."""
     with pylog.LogStore(str(tmp_path / "s")) as store:
         topic = store.create_topic("t", 1, fsync="never")
-        for i in range(100):
+        for i in range(160):
             topic.append_batch([b"%06d" % i * 16] * 1000)
         topic.partition(0).roll()
         c = store.consumer("t")
@@ -365,19 +366,19 @@ def test_polling_sets_off_no_collection(tmp_path):
         gc.set_threshold(700, 10, 10)
         try:
             for _ in range(10):  # the pool fills
-                got = c.poll(500)
+                got = c.poll(max_records)
             gc.collect()
             gc.callbacks.append(counted)
             n = 0
             for _ in range(150):
-                got = c.poll(500)
+                got = c.poll(max_records)
                 n += len(got)
         finally:
             if counted in gc.callbacks:
                 gc.callbacks.remove(counted)
             gc.set_threshold(*was)
         c.close()
-        assert n == 150 * 500 and bytes(got[-1].value) == b"%06d" % 79 * 16
+        assert n == 150 * max_records and bytes(got[-1].value) == b"%06d" % (160 * max_records // 1000 - 1) * 16
         assert len(runs) <= 5, f"{len(runs)} collections in 150 polls (generations {runs[:20]})"
 
 
