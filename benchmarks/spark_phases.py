@@ -22,7 +22,8 @@ and end. Per query, the medians of ``--reps`` runs (after one warm-up) of:
    a Python source gets no column pruning), the aggregation, its second stage.
 
 Then the floors, untraced: ``spark.range(1).count()`` (a job and nothing else), a Python data
-source with two partitions and no rows, and one that yields two prebuilt 500,000-row batches
+source with two partitions and no rows (also with the 1% filter, evaluated by Spark or pushed
+to the source, which takes it all), and one that yields two prebuilt 500,000-row batches
 in pylog's schema (no work of its own: what any Python source pays to hand those rows to
 Spark), against Spark's Parquet reader on the same rows.
 """
@@ -127,6 +128,24 @@ class EmptySource(DataSource):
 
     def reader(self, schema: Any) -> EmptyReader:
         return EmptyReader()
+
+
+class EmptyPushdownReader(EmptyReader):
+    """Two partitions, no rows, and every filter taken (as pylog takes its pushed ones)."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        return iter(())
+
+
+class EmptyPushdownSource(EmptySource):
+    """:class:`EmptySource` with pushdown: Spark's floor for a query with pushed filters."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "floor_empty_pushdown"
+
+    def reader(self, schema: Any) -> EmptyPushdownReader:
+        return EmptyPushdownReader()
 
 
 class PrebuiltReader(DataSourceReader):
@@ -246,7 +265,7 @@ def main() -> int:
         # by reference, as benchmarks.spark_phases (not __main__, which is pickled by value)
         from benchmarks import spark_phases as mod
 
-        for s in (mod.TracedSource, mod.EmptySource, mod.PrebuiltSource):
+        for s in (mod.TracedSource, mod.EmptySource, mod.EmptyPushdownSource, mod.PrebuiltSource):
             spark.dataSource.register(s)
         parquet = os.path.join(work, "bench.parquet")
         spark.read.format("pylog").option("path", root).option("topic", "bench").load().write.parquet(parquet)
@@ -263,15 +282,16 @@ def main() -> int:
         def total(df: Any) -> int:
             return df.agg(F.sum(F.length("value"))).first()[0]
 
+        def where(df: Any) -> Any:  # the 1%: a range of partition 1's offsets (its middle)
+            return df.filter((F.col("partition") == 1) & (F.col("offset") >= lo) & (F.col("offset") < lo + sel))
+
         def one(a: int, b: int) -> str:  # an offsets spec: partition 0 at a, partition 1 at b
             return json.dumps({"bench": {"0": a, "1": b}})
 
         traced_q: dict[str, Callable[[], Any]] = {
             "pylog sum(length(value))": lambda: total(pylog_df()),
             "pylog count()": lambda: pylog_df().count(),
-            "pylog 1% pushed (partition, offset)": lambda: total(
-                pylog_df(pushFilters="true").filter((F.col("partition") == 1) & (F.col("offset") >= lo)
-                                                    & (F.col("offset") < lo + sel))),
+            "pylog 1% pushed (partition, offset)": lambda: total(where(pylog_df(pushFilters="true"))),
             "pylog 1% by startingOffsets/endingOffsets": lambda: total(
                 pylog_df(startingOffsets=one(-1, lo), endingOffsets=one(-1, lo + sel))),
         }
@@ -280,6 +300,10 @@ def main() -> int:
             "parquet count()": lambda: spark.read.parquet(parquet).count(),
             "spark.range(1).count()": lambda: spark.range(1).count(),
             "Python source, no rows: count()": lambda: spark.read.format("floor_empty").load().count(),
+            "Python source, no rows: 1% filter, not pushed": lambda: total(
+                where(spark.read.format("floor_empty").load())),
+            "Python source, no rows: 1% filter, pushed": lambda: total(
+                where(spark.read.format("floor_empty_pushdown").load())),
             "Python source, prebuilt batches: count()":
                 lambda: spark.read.format("floor_prebuilt").option("rows", str(per)).load().count(),
             "Python source, prebuilt batches: sum": lambda: total(
