@@ -21,11 +21,11 @@ and end. Per query, the medians of ``--reps`` runs (after one warm-up) of:
 7. the last ``read()`` done -> the result: the JVM turning Arrow into rows (every column:
    a Python source gets no column pruning), the aggregation, its second stage.
 
-Then the floors, untraced: ``spark.range(1).count()`` (a job and nothing else), a Python data
-source with two partitions and no rows (also with the 1% filter, evaluated by Spark or pushed
-to the source, which takes it all), and one that yields two prebuilt 500,000-row batches
-in pylog's schema (no work of its own: what any Python source pays to hand those rows to
-Spark), against Spark's Parquet reader on the same rows.
+Then the floors, untraced: ``spark.range(1).count()`` (a job and nothing else); a Python data
+source with two partitions and no rows (its ``count()``, and the sum without a filter, with
+the 1% filter evaluated by Spark, and with it pushed to the source, which takes it all); one
+that yields two prebuilt 500,000-row batches in pylog's schema (no work of its own: what any
+Python source pays to hand those rows to Spark); Spark's Parquet reader on the same rows.
 """
 from __future__ import annotations
 
@@ -300,6 +300,7 @@ def main() -> int:
             "parquet count()": lambda: spark.read.parquet(parquet).count(),
             "spark.range(1).count()": lambda: spark.range(1).count(),
             "Python source, no rows: count()": lambda: spark.read.format("floor_empty").load().count(),
+            "Python source, no rows: sum, no filter": lambda: total(spark.read.format("floor_empty").load()),
             "Python source, no rows: 1% filter, not pushed": lambda: total(
                 where(spark.read.format("floor_empty").load())),
             "Python source, no rows: 1% filter, pushed": lambda: total(
