@@ -1,11 +1,13 @@
-"""append_batch's two paths against the plain file's batched write, alternating in one process.
+"""append_batch's three paths against the plain file's batched write, alternating in one process.
 
     python -m benchmarks.batch_paths --size 1024 --records 100000 --repeat 9
     python -m benchmarks.batch_paths --size 100 --records 1000000 --repeat 7
 
-Each repetition writes the same records, in batches of 1,000, three ways: the plain file
+Each repetition writes the same records, in batches of 1,000, four ways: the plain file
 (``f.write(b"".join([pack(len(v)) + v for v in batch]))``, as in benchmarks.compare), pylog
-with every batch framed in place (``pylog.log.IN_PLACE_MIN_BYTES = 0``) and pylog with every
+with every batch gathered (pylog._speedups' ``Framer.frame_gather``: what big batches of
+bytes values take with the extension; skipped without it), pylog with every batch framed in
+place (``pylog.log.IN_PLACE_MIN_BYTES = 0``, the gathered write off) and pylog with every
 batch copied into the write buffer (the threshold out of reach), through the same workload
 code and values as benchmarks.compare, the order rotating from one repetition to the next.
 ``fsync="never"``; the time is the appends only, not the close. Prints each system's
@@ -22,14 +24,17 @@ import pylog.log as log_mod
 from benchmarks.compare import FileSystem, PylogSystem, dataset_values
 
 
-def pylog_write(path: str, batches: list[list[bytes]], threshold: int) -> float:
-    """compare's pylog batch workload, with IN_PLACE_MIN_BYTES set to ``threshold``."""
-    saved = log_mod.IN_PLACE_MIN_BYTES
+def pylog_write(path: str, batches: list[list[bytes]], threshold: int, gather: bool = False) -> float:
+    """compare's pylog batch workload, with IN_PLACE_MIN_BYTES set to ``threshold`` and the
+    gathered write on or off."""
+    saved = log_mod.IN_PLACE_MIN_BYTES, log_mod._c_bytes_only
     log_mod.IN_PLACE_MIN_BYTES = threshold
+    if not gather:
+        log_mod._c_bytes_only = None
     try:
         return PylogSystem().write_batches(path, batches)
     finally:
-        log_mod.IN_PLACE_MIN_BYTES = saved
+        log_mod.IN_PLACE_MIN_BYTES, log_mod._c_bytes_only = saved
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,13 +48,16 @@ def main(argv: list[str] | None = None) -> None:
     batches = [values[i : i + 1000] for i in range(0, args.records, 1000)]
     systems = {
         "file join+write": lambda d: FileSystem().write_batches(d, batches),
+        "pylog gathered": lambda d: pylog_write(d, batches, 0, gather=True),
         "pylog in place": lambda d: pylog_write(d, batches, 0),
         "pylog copied": lambda d: pylog_write(d, batches, 1 << 62),
     }
+    if log_mod._c_bytes_only is None:
+        del systems["pylog gathered"]
     times: dict[str, list[float]] = {k: [] for k in systems}
     names = list(systems)
     for rep in range(args.repeat):
-        for name in names[rep % 3:] + names[: rep % 3]:
+        for name in names[rep % len(names):] + names[: rep % len(names)]:
             run = systems[name]
             d = tempfile.mkdtemp(dir=args.tmpdir)
             try:

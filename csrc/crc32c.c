@@ -89,11 +89,12 @@ static inline uint32_t crc_shift(const uint32_t zeros[4][256], uint32_t c) {
     return ~(uint32_t)c0;
 
 typedef uint32_t (*crc_fn)(uint32_t, const uint8_t *, size_t);
-typedef void (*crc3_fn)(const uint8_t *const[3], const size_t[3], uint32_t[3]);
+typedef void (*crc3_fn)(const uint32_t[3], const uint8_t *const[3], const size_t[3], uint32_t[3]);
 
 /* Three CRCs one after the other: the portable path, and crc_hw3 where there is no hardware. */
-static void crc_portable3(const uint8_t *const p[3], const size_t len[3], uint32_t out[3]) {
-    for (int i = 0; i < 3; i++) out[i] = plog_crc32c_portable(0, p[i], len[i]);
+static void crc_portable3(const uint32_t init[3], const uint8_t *const p[3], const size_t len[3],
+                          uint32_t out[3]) {
+    for (int i = 0; i < 3; i++) out[i] = plog_crc32c_portable(init[i], p[i], len[i]);
 }
 
 /* Three independent CRCs at once (three frames' bodies): one interleaved loop over their
@@ -103,7 +104,7 @@ static void crc_portable3(const uint8_t *const p[3], const size_t len[3], uint32
     size_t m = len[0] < len[1] ? len[0] : len[1];                                          \
     if (len[2] < m) m = len[2];                                                            \
     m &= ~(size_t)7;                                                                       \
-    uint64_t a = 0xffffffffu, b = 0xffffffffu, c = 0xffffffffu;                           \
+    uint64_t a = ~init[0], b = ~init[1], c = ~init[2]; /* each from its init CRC */         \
     const uint8_t *pa = p[0], *pb = p[1], *pc = p[2];                                      \
     for (size_t i = 0; i < m; i += 8) {                                                    \
         a = CRC64(a, plog_ld64(pa + i));                                                   \
@@ -124,7 +125,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
 #define X86_CRC64(c, v) _mm_crc32_u64((c), (v))
     PLOG_HW_BODY(X86_CRC8, X86_CRC64)
 }
-__attribute__((target("sse4.2"))) static void crc_hw3(const uint8_t *const p[3],
+__attribute__((target("sse4.2"))) static void crc_hw3(const uint32_t init[3], const uint8_t *const p[3],
                                                       const size_t len[3], uint32_t out[3]) {
     PLOG_HW3_BODY(X86_CRC64, crc_hw)
 }
@@ -249,7 +250,7 @@ __attribute__((target("+crc"))) static uint32_t crc_hw(uint32_t crc, const uint8
 #define A64_CRC64(c, v) __crc32cd((uint32_t)(c), (v))
     PLOG_HW_BODY(A64_CRC8, A64_CRC64)
 }
-__attribute__((target("+crc"))) static void crc_hw3(const uint8_t *const p[3],
+__attribute__((target("+crc"))) static void crc_hw3(const uint32_t init[3], const uint8_t *const p[3],
                                                     const size_t len[3], uint32_t out[3]) {
     PLOG_HW3_BODY(A64_CRC64, crc_hw)
 }
@@ -272,7 +273,8 @@ static uint32_t crc_hw(uint32_t crc, const uint8_t *buf, size_t len) {
 #define A32_CRC64(c, v) __crc32cw(__crc32cw((uint32_t)(c), (uint32_t)(v)), (uint32_t)((v) >> 32))
     PLOG_HW_BODY(A32_CRC8, A32_CRC64)
 }
-static void crc_hw3(const uint8_t *const p[3], const size_t len[3], uint32_t out[3]) {
+static void crc_hw3(const uint32_t init[3], const uint8_t *const p[3], const size_t len[3],
+                    uint32_t out[3]) {
     PLOG_HW3_BODY(A32_CRC64, crc_hw)
 }
 #pragma GCC pop_options
@@ -326,8 +328,15 @@ uint32_t plog_crc32c(uint32_t crc, const uint8_t *buf, size_t len) {
 }
 
 void plog_crc32c_3(const uint8_t *const bufs[3], const size_t lens[3], uint32_t out[3]) {
+    static const uint32_t zero[3] = {0, 0, 0};
     current();
-    __atomic_load_n(&chosen_fn3, __ATOMIC_ACQUIRE)(bufs, lens, out);
+    __atomic_load_n(&chosen_fn3, __ATOMIC_ACQUIRE)(zero, bufs, lens, out);
+}
+
+void plog_crc32c_3_from(const uint32_t init[3], const uint8_t *const bufs[3], const size_t lens[3],
+                        uint32_t out[3]) {
+    current();
+    __atomic_load_n(&chosen_fn3, __ATOMIC_ACQUIRE)(init, bufs, lens, out);
 }
 
 uint32_t plog_crc32c_hw(uint32_t crc, const uint8_t *buf, size_t len) {

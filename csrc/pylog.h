@@ -250,4 +250,44 @@ int plog_kafka_encode(uint8_t *dst, size_t cap, uint32_t n, const int64_t *offse
                       const uint32_t *meta_lens, size_t *written);
 /* CDEF END */
 
+/* ---- not in the cffi API (pylog._speedups only) -------------------------------------------- */
+
+/* plog_crc32c_3 continuing three CRCs: out[i] = plog_crc32c(init[i], bufs[i], lens[i]). */
+void plog_crc32c_3_from(const uint32_t init[3], const uint8_t *const bufs[3], const size_t lens[3],
+                        uint32_t out[3]);
+
+/* Check a whole batch before any of it is framed (what plog_frame_batch checks first):
+ * timestamps never decrease (from st->max_timestamp on; NULL timestamps: all
+ * default_timestamp), no frame body passes the format's limit. PLOG_OK and the frames' total
+ * size in *total, or PLOG_E_TIMESTAMP / PLOG_E_LENGTH and the first bad record in *n_bad. */
+int plog_check_batch(const plog_appender *st, const uint32_t *value_lens,
+                     const uint32_t *key_lens, const uint32_t *meta_lens,
+                     const int64_t *timestamps, int64_t default_timestamp, size_t n,
+                     size_t *n_bad, uint64_t *total);
+
+/* One piece of a gathered write: len bytes at base (what struct iovec holds). */
+typedef struct {
+    const uint8_t *base;
+    size_t len;
+} plog_piece;
+
+/* Frame n records of values only (no key, no metadata, no tombstone: value_lens[i] is never
+ * PLOG_NULL_LEN) without copying the values, for a gathered write (pwritev) of
+ * pieces[0..*n_pieces), which together are the *written bytes of the frames, in order, that
+ * go at the store position the first frame had. Headers, and the values shorter than
+ * copy_below (after their header), are made in scratch[0..scratch_cap); a longer value is
+ * a piece of its own, values[i] itself, its CRC computed where it lies. The bytes are the
+ * ones plog_frame_batch would make. Validates the whole batch first (PLOG_E_TIMESTAMP,
+ * PLOG_E_LENGTH: nothing framed; PLOG_E_ARG, nothing framed, for a tombstone or when
+ * scratch or pieces are too small for the whole batch: 36 bytes a record plus the copied
+ * values, two pieces a record); stops early with PLOG_E_SEGMENT_FULL / PLOG_E_INDEX_FULL
+ * (*n_done records framed, to be written; the caller makes room and frames the rest).
+ * Nothing may be pending in the write buffer (st->used == 0). The pure backend has no
+ * counterpart: it frames such batches in place (plog_frame_in_place), the same bytes. */
+int plog_frame_gather(plog_appender *st, uint8_t *scratch, size_t scratch_cap,
+                      const uint8_t *const *values, const uint32_t *value_lens,
+                      const int64_t *timestamps, int64_t default_timestamp, size_t n,
+                      uint32_t copy_below, plog_piece *pieces, size_t max_pieces,
+                      size_t *n_pieces, size_t *n_done, size_t *written);
+
 #endif

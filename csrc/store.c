@@ -215,17 +215,14 @@ static inline int is_null(const uint32_t *lens, size_t i) {
     return !lens || lens[i] == (uint32_t)PLOG_NULL_LEN;
 }
 
-/* Frame n records into dst[0..cap): copied from the concatenated values / keys / metas, or,
- * with in_place, already laid out there (each record's bytes after a header-sized gap). */
-static int frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *values,
-                       const uint32_t *value_lens, const uint8_t *keys, const uint32_t *key_lens,
-                       const uint8_t *metas, const uint32_t *meta_lens, const int64_t *timestamps,
-                       int64_t default_timestamp, size_t n, int in_place, size_t *n_done,
-                       size_t *written) {
-    *n_done = 0;
-    *written = 0;
-    if (!value_lens) return PLOG_E_ARG;
-    /* Validate everything first, so a bad record leaves nothing half-framed. */
+/* Validate a whole batch before any of it is framed, so a bad record leaves nothing
+ * half-framed: timestamps never decrease (from st->max_timestamp on), no body passes
+ * MAX_BODY. Returns PLOG_OK and the frames' total size, or the status and (*n_done) the
+ * index of the first bad record. */
+int plog_check_batch(const plog_appender *st, const uint32_t *value_lens,
+                     const uint32_t *key_lens, const uint32_t *meta_lens,
+                     const int64_t *timestamps, int64_t default_timestamp, size_t n,
+                     size_t *n_done, uint64_t *total_out) {
     int64_t prev = st->max_timestamp;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
@@ -243,6 +240,24 @@ static int frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_
         }
         total += body + PLOG_FRAME_PREFIX_SIZE;
     }
+    *total_out = total;
+    return PLOG_OK;
+}
+
+/* Frame n records into dst[0..cap): copied from the concatenated values / keys / metas, or,
+ * with in_place, already laid out there (each record's bytes after a header-sized gap). */
+static int frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *values,
+                       const uint32_t *value_lens, const uint8_t *keys, const uint32_t *key_lens,
+                       const uint8_t *metas, const uint32_t *meta_lens, const int64_t *timestamps,
+                       int64_t default_timestamp, size_t n, int in_place, size_t *n_done,
+                       size_t *written) {
+    *n_done = 0;
+    *written = 0;
+    if (!value_lens) return PLOG_E_ARG;
+    uint64_t total;
+    int bad = plog_check_batch(st, value_lens, key_lens, meta_lens, timestamps, default_timestamp, n,
+                               n_done, &total);
+    if (bad) return bad;
     /* in place, the buffer holds exactly the frames the lengths describe */
     if (in_place && total != cap) return PLOG_E_ARG;
     const uint8_t *vp = values, *kp = keys, *mp = metas;
@@ -310,6 +325,115 @@ int plog_frame_in_place(plog_appender *st, uint8_t *buf, size_t len, const uint3
     }
     return frame_batch(st, buf, len, NULL, value_lens, NULL, key_lens, NULL, meta_lens,
                        timestamps, default_timestamp, n, 1, n_done, written);
+}
+
+/* plog_frame_gather's CRCs, three at a time (plog_crc32c_3_from): each continues from init
+ * over len bytes at buf and goes into its frame's crc field. */
+typedef struct {
+    uint32_t init[3];
+    const uint8_t *buf[3];
+    size_t len[3];
+    uint8_t *frame[3];
+    int n;
+} gather_crc;
+
+static inline void gather_crc_flush(gather_crc *q) {
+    if (q->n == 3) {
+        uint32_t out[3];
+        plog_crc32c_3_from(q->init, q->buf, q->len, out);
+        for (int i = 0; i < 3; i++) plog_st32(q->frame[i] + 4, out[i]);
+    } else {
+        for (int i = 0; i < q->n; i++) plog_st32(q->frame[i] + 4, plog_crc32c(q->init[i], q->buf[i], q->len[i]));
+    }
+    q->n = 0;
+}
+
+static inline void gather_crc_push(gather_crc *q, uint8_t *frame, uint32_t init, const uint8_t *buf,
+                                   size_t len) {
+    q->init[q->n] = init;
+    q->buf[q->n] = buf;
+    q->len[q->n] = len;
+    q->frame[q->n] = frame;
+    if (++q->n == 3) gather_crc_flush(q);
+}
+
+/* Frame n records of values only (no key, no metadata) where the values lie, for one
+ * gathered write: see pylog.h. A value shorter than copy_below is copied after its header
+ * into scratch (so small records still go out as one piece); a longer one stays where it
+ * is, its CRC taken there (over the header's 28 bytes, then the value). */
+int plog_frame_gather(plog_appender *st, uint8_t *scratch, size_t scratch_cap,
+                      const uint8_t *const *values, const uint32_t *value_lens,
+                      const int64_t *timestamps, int64_t default_timestamp, size_t n,
+                      uint32_t copy_below, plog_piece *pieces, size_t max_pieces,
+                      size_t *n_pieces, size_t *n_done, size_t *written) {
+    *n_done = *written = *n_pieces = 0;
+    if (!value_lens || !values || st->used) return PLOG_E_ARG;
+    uint64_t total;
+    int bad = plog_check_batch(st, value_lens, NULL, NULL, timestamps, default_timestamp, n, n_done,
+                               &total);
+    if (bad) return bad;
+    /* room for the whole batch, and no tombstone, checked before anything is framed */
+    uint64_t scratch_need = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t vlen = value_lens[i];
+        if (vlen == (uint32_t)PLOG_NULL_LEN) return PLOG_E_ARG;
+        scratch_need += PLOG_FRAME_HEADER_SIZE + (vlen < copy_below ? vlen : 0);
+    }
+    if (scratch_need > scratch_cap || max_pieces / 2 < n) return PLOG_E_ARG;
+    size_t used = 0, np = 0, written_now = 0;
+    gather_crc q = {.n = 0};
+    const uint8_t *run = NULL; /* the scratch piece being extended (pieces[np - 1]), or NULL */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t vlen = value_lens[i];
+        int inline_value = vlen < copy_below;
+        uint64_t size = (uint64_t)PLOG_FRAME_HEADER_SIZE + vlen;
+        uint64_t in_scratch = inline_value ? size : PLOG_FRAME_HEADER_SIZE;
+        int64_t ts = timestamps ? timestamps[i] : default_timestamp;
+        int need_index;
+        int rc = room_for(st, size, &need_index);
+        if (rc) {
+            gather_crc_flush(&q);
+            *n_done = i;
+            *written = written_now;
+            *n_pieces = np;
+            return rc;
+        }
+        uint8_t *d = scratch + used;
+        if (inline_value && vlen) memcpy(d + PLOG_FRAME_HEADER_SIZE, values[i], vlen);
+        uint32_t body = frame_fields(d, st->next_offset, ts,
+                                     PLOG_ATTR_NULL_KEY | PLOG_ATTR_NULL_METADATA, 0, 0, vlen);
+        if (inline_value)
+            gather_crc_push(&q, d, 0, d + PLOG_FRAME_PREFIX_SIZE, body);
+        else /* the header's 28 bytes here, then the value where it lies */
+            gather_crc_push(&q, d, plog_crc32c(0, d + PLOG_FRAME_PREFIX_SIZE, BODY_FIXED), values[i], vlen);
+        if (run != NULL && run + pieces[np - 1].len == d) {
+            pieces[np - 1].len += in_scratch; /* follows the previous scratch piece */
+        } else {
+            pieces[np].base = d;
+            pieces[np].len = in_scratch;
+            np++;
+        }
+        run = pieces[np - 1].base;
+        if (!inline_value) {
+            pieces[np].base = values[i];
+            pieces[np].len = vlen;
+            np++;
+            run = NULL;
+        }
+        used += in_scratch;
+        if (need_index) index_add(st, st->position, ts);
+        st->bytes_since_index += (uint32_t)size;
+        st->position += size;
+        st->next_offset++;
+        st->max_timestamp = ts;
+        written_now += size;
+    }
+    (void)total;
+    gather_crc_flush(&q);
+    *n_done = n;
+    *written = written_now;
+    *n_pieces = np;
+    return PLOG_OK;
 }
 
 /* ---- decoding ---------------------------------------------------------------------------- */

@@ -40,6 +40,7 @@ _time_ns = time.time_ns
 # Python paths, as without the extension)
 _Framer = getattr(speedups, "Framer", None)
 _c_lengths = getattr(speedups, "lengths", None)
+_c_bytes_only = getattr(speedups, "bytes_only", None)
 _perf_counter = time.perf_counter
 _GROUP_WAIT_MAX = 0.002  # seconds a group commit leader waits at most for its group to form
 
@@ -346,9 +347,15 @@ class LogAppending(LogState):
 
     def _frame_locked(self, seg: ActiveSegment, vjoined: Any, vlens: np.ndarray, kjoined: Any,
                       klens: np.ndarray | None, mjoined: Any, mlens: np.ndarray | None,
-                      ts_arr: np.ndarray | None, default_ts: int, laid: bytearray | None = None) -> ActiveSegment:
+                      ts_arr: np.ndarray | None, default_ts: int, laid: bytearray | None = None,
+                      gather: list[bytes] | None = None) -> ActiveSegment:
         """Frame a validated batch into the active segment(s), writing out, rolling and
         growing the index as needed. Returns the active segment after it.
+
+        With ``gather`` (a list of bytes only, that no one else holds: see
+        :func:`pylog.log.gather_batch`) the frames are made and written by pylog._speedups'
+        ``Framer.frame_gather`` (a chunk of frames at a time in a cache-sized scratch, large
+        values written with pwritev from where they lie), past the write buffer.
 
         With ``laid`` (see :func:`_lay_out`) the frames are made where they lie and written
         from there, past the write buffer (one copy fewer); else they are copied from the
@@ -362,7 +369,30 @@ class LogAppending(LogState):
                 seg = self._maybe_roll_by_time(seg, int(ts_arr[done]) if ts_arr is not None else default_ts)
             app = seg.app
             sl = slice(done, None)
-            if laid is not None:
+            if gather is not None:
+                if app.used:  # what is pending goes first: the frames follow it
+                    self._write_out(seg)
+                at = app.position
+                try:
+                    # frames values[done:] and writes them at ``at`` (one C call, pwritev)
+                    got = app.framer(_Framer).frame_gather(
+                        seg.store_fd, gather, done, 0 if ts_arr is None else ts_arr[sl].ctypes.data, default_ts)
+                except OSError as e:
+                    self._fence(e)
+                    raise
+                except BaseException:
+                    # interrupted (a signal handler's exception) once the call had returned:
+                    # what it framed is written, so the segment says so
+                    if app.position > at and self._fenced is None:
+                        seg.wrote_direct(app.position)
+                    raise
+                if got is None:  # cannot happen: append_batch checked the (private) list
+                    raise RuntimeError("append_batch: frame_gather refused a checked batch")
+                rc, k, w = got
+                if k:
+                    seg.wrote_direct(at + w)
+                    done += k
+            elif laid is not None:
                 if app.used:  # what is pending goes first: the frames follow it
                     self._write_out(seg)
                 at = app.position  # the write buffer is empty: the frames go where the store ends

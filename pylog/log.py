@@ -32,6 +32,7 @@ from pylog.appender import (  # noqa: F401  (re-exported: see __all__'s comment)
     _POLICIES,
     LogAppending,
     PackedBytes,
+    _c_bytes_only,
     _Framer,
     _largest,
     _lengths,
@@ -338,8 +339,12 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             raise InvalidArgumentError("append_batch needs at least one value")
         cfg = self.config
         lens = _batch_lengths(values, keys, metadata, n)  # taken once, for either path
-        laid = None if lens is None else _lay_out(values, keys, metadata, n, lens)
-        if laid is not None:  # a big batch of plain bytes-likes: framed where it lies
+        gather = None if lens is None else gather_batch(values, keys, metadata, n, lens[0])
+        laid = None if lens is None or gather is not None else _lay_out(values, keys, metadata, n, lens)
+        if gather is not None:  # a big batch of bytes values: written from where they lie
+            vlens, klens, mlens = lens[0], None, None  # type: ignore[index]
+            vjoined = kjoined = mjoined = None
+        elif laid is not None:  # a big batch of plain bytes-likes: framed where it lies
             vlens, klens, mlens = laid[1:]
             vjoined = kjoined = mjoined = None
         else:
@@ -349,7 +354,8 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             mjoined, mlens = ((None, None) if metadata is None
                               else self._join(metadata, "metadata", n, nullable=True, lens=ml))
         # no record can be larger than the whole batch: most batches need no search
-        small = laid is not None and len(laid[0]) - n * _FRAME_HEADER <= cfg.max_record_bytes
+        small = ((laid is not None and len(laid[0]) - n * _FRAME_HEADER <= cfg.max_record_bytes)
+                 or (gather is not None and int(vlens.sum(dtype=np.uint64)) <= cfg.max_record_bytes))
         big = 0 if small else _largest(vlens, klens, mlens)
         if big > cfg.max_record_bytes:
             raise RecordTooLargeError(big, cfg.max_record_bytes)
@@ -390,7 +396,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                     default_ts = mx
             first: int = seg.app.next_offset
             seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, ts_arr, default_ts,
-                                     laid[0] if laid is not None else None)
+                                     laid[0] if laid is not None else None, gather)
             last = seg.app.next_offset - 1
             self._after_append(seg, n)
         if cfg.fsync == "always":
@@ -496,6 +502,23 @@ def _batch_lengths(values: Any, keys: Any, metadata: Any, n: int) -> tuple[Any, 
             return None
         out.append(lens)
     return out[0], out[1], out[2]
+
+
+def gather_batch(values: Any, keys: Any, metadata: Any, n: int, vlens: np.ndarray) -> list[bytes] | None:
+    """A private copy of ``values`` for a gathered write (``Framer.frame_gather``: the
+    values are framed where they lie and written with pwritev, never copied into one
+    buffer), or None for the other paths: it needs pylog._speedups, values only (no keys,
+    no metadata), a list of exactly bytes, frames of at least IN_PLACE_MIN_BYTES (a smaller
+    batch is copied into the write buffer, where batches coalesce), and the operating
+    system's pwrite (a fault-injection layer installed in :mod:`pylog.vfs` must see every
+    write, so it gets the in-place path). The copy holds the items fixed, whatever the
+    caller's list goes through meanwhile."""
+    if (_c_bytes_only is None or keys is not None or metadata is not None or type(values) is not list
+            or vfs.pwrite is not os.pwrite):
+        return None
+    if n * _FRAME_HEADER + int(vlens.sum(dtype=np.uint64)) < IN_PLACE_MIN_BYTES or not _c_bytes_only(values):
+        return None
+    return values[:]
 
 
 def _lay_out(values: Any, keys: Any, metadata: Any, n: int,

@@ -700,7 +700,12 @@ class ActiveSegment(_Reader):
         empty) at store position ``at``, where the appender put the first of them. Their
         index entries go out with the next ``write_pending``. Safe to call again."""
         fileutil.pwrite_all(self.store_fd, data, at)
-        self.written = at + len(data)
+        self.wrote_direct(at + len(data))
+
+    def wrote_direct(self, end: int) -> None:
+        """Frames made outside the write buffer were written, up to store position ``end``
+        (the appender's position: the write buffer is empty)."""
+        self.written = end
         self.written_next = self.app.next_offset
 
     def sync(self, *, indexes: bool = False) -> None:

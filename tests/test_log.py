@@ -343,6 +343,7 @@ def _batches_in_two_logs(tmp_path, monkeypatch, script, **kw):
     out = []
     lay_out = log_mod._lay_out
     laid = []
+    monkeypatch.setattr(log_mod, "_c_bytes_only", None)  # no gathered writes (tests/test_append_gather.py)
     monkeypatch.setattr(log_mod, "_lay_out", lambda *a: laid.append(lay_out(*a)) or laid[-1])
     for name, threshold in (("in_place", 0), ("copied", 1 << 62)):
         monkeypatch.setattr(log_mod, "IN_PLACE_MIN_BYTES", threshold)
@@ -380,6 +381,7 @@ def test_in_place_batch_leaves_the_log_readable_at_once_and_after_reopen(tmp_pat
     import pylog.log as log_mod
 
     monkeypatch.setattr(log_mod, "IN_PLACE_MIN_BYTES", 0)
+    monkeypatch.setattr(log_mod, "_c_bytes_only", None)  # no gathered writes (tests/test_append_gather.py)
     d = str(tmp_path / "log")
     vals = [os.urandom(200 + i) for i in range(300)]
     with pylog.Log(d, segment_bytes=16384) as log:

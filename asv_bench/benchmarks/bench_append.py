@@ -93,11 +93,13 @@ class AppendBatch(BaseIO):
 
 
 class AppendBatchPath(BaseIO):
-    """``append_batch`` of 1,000 records framed in place (laid out by one join, then
-    written from there: what batches of at least ``pylog.log.IN_PLACE_MIN_BYTES`` do) or
-    copied into the write buffer (what smaller ones do)."""
+    """``append_batch`` of 1,000 records by the path it takes: gathered (framed a chunk at
+    a time in pylog._speedups' scratch and written with pwritev, large values from where
+    they lie: what big batches of bytes values do with the extension), framed in place (laid
+    out by one join, then written from there: big batches otherwise) or copied into the
+    write buffer (what smaller ones do)."""
 
-    params = ([100, 1024], ["in_place", "copied"])
+    params = ([100, 1024, 32768], ["gathered", "in_place", "copied"])
     param_names = ["value_size", "path"]
 
     def setup(self, value_size: int, path: str) -> None:
@@ -105,15 +107,19 @@ class AppendBatchPath(BaseIO):
 
         if not hasattr(pylog.log, "IN_PLACE_MIN_BYTES"):
             raise NotImplementedError("no in-place batch framing in this commit")
-        self.saved = pylog.log.IN_PLACE_MIN_BYTES
-        pylog.log.IN_PLACE_MIN_BYTES = 0 if path == "in_place" else 1 << 62
-        self.values = make_values(1000, value_size)
+        if path == "gathered" and getattr(pylog.log, "_c_bytes_only", None) is None:
+            raise NotImplementedError("no gathered batch writes in this commit (or no pylog._speedups)")
+        self.saved = pylog.log.IN_PLACE_MIN_BYTES, getattr(pylog.log, "_c_bytes_only", None)
+        pylog.log.IN_PLACE_MIN_BYTES = 1 << 62 if path == "copied" else 0
+        if path != "gathered":
+            pylog.log._c_bytes_only = None
+        self.values = make_values(1000 if value_size < 32768 else 100, value_size)
         self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync="never", segment_bytes=256 << 20))
 
     def teardown(self, value_size: int, path: str) -> None:
         import pylog.log
 
-        pylog.log.IN_PLACE_MIN_BYTES = self.saved
+        pylog.log.IN_PLACE_MIN_BYTES, pylog.log._c_bytes_only = self.saved
         super().teardown(value_size, path)
 
     def time_append_batch(self, value_size: int, path: str) -> None:
