@@ -229,3 +229,24 @@ def test_appending_to_earlier_rows_keeps_the_bitmap_bits():
         assert more.value.null_count == 4
         assert np.unpackbits(more.value.validity[:2], bitorder="little")[:11].tolist() == \
             [int(r[2] is not None) for r in recs]
+
+
+def test_bad_frames_are_found_where_the_scan_checks_three_crcs_at_once():
+    """The C scan checks the CRCs of small frames three at a time (bodies up to 4 KiB) and
+    of larger ones one by one: a bad byte in any frame of a mix of both, at any place in a
+    group of three, still stops the scan exactly before that frame."""
+    sizes = [100, 20, 4000, 4060, 4100, 7, 0, 9000, 64, 65, 66, 4068, 4069, 1, 2, 3, 12000, 5]
+    recs = [(None, None, bytes([i]) * s, 0) for i, s in enumerate(sizes)]
+    store, _offsets, positions = _frame_all(recs)
+    ends = positions[1:] + [len(store)]
+    for mod in BACKENDS:
+        cols, calls = _scan_all(mod, store)
+        assert calls[-1][0] == mod.OK and _values(cols, "value") == [r[2] for r in recs]
+    for j in range(len(recs)):
+        for where in (positions[j] + 5, min(positions[j] + 40, ends[j] - 1), ends[j] - 1):  # crc, a value byte, last
+            bad = bytearray(store)
+            bad[where] ^= 0x10
+            for mod in BACKENDS:
+                cols, calls = _scan_all(mod, bytes(bad))
+                assert calls[-1][0] == mod.E_CRC, (j, where)
+                assert cols.rows == j and calls[-1][2] == positions[j], (j, where)
