@@ -22,9 +22,10 @@
  * lengths() is append_batch's len() of every item, as uint32s, in one C loop.
  *
  * Framer.frame_gather() is append_batch's write of a big batch of bytes values without
- * copying them into one buffer first: headers (and small values) are made in the Framer's
- * scratch, each larger value's CRC is taken where it lies, and the frames go out with
- * pwritev straight from the callers' bytes objects (the GIL released). The file peer of the
+ * joining them into one buffer first: a chunk at a time, headers and small values are made
+ * in the (empty) write buffer, each larger value's CRC is taken where it lies, and the
+ * frames go out with pwritev, large values straight from the callers' bytes objects (the
+ * GIL released). The file peer of the
  * comparison benchmark joins, then writes: one user-space copy and one kernel copy; this
  * leaves only the kernel's.
  */
@@ -51,27 +52,28 @@ typedef struct {
     PyObject *acquire;   /* the log lock's acquire and release (bound methods), for append() */
     PyObject *release;
     int enabled;         /* append() frames only while this is the log's append target */
-    /* frame_gather's work space, kept between calls (a fresh one per batch would
-     * page-fault every time): grown as needed, freed with the Framer */
+    /* frame_gather's per-record arrays, kept between calls up to GATHER_KEEP_RECORDS
+     * records (a bigger batch's are freed after it), freed with the Framer */
     size_t g_records;    /* records the arrays below have room for */
     const uint8_t **g_values;
     uint32_t *g_lens;
     plog_piece *g_pieces; /* 2 a record */
     struct iovec *g_iov;  /* 2 a record */
-    uint8_t *g_scratch;
-    size_t g_scratch_cap;
 } Framer;
 
 /* frame_gather frames and writes a batch a chunk at a time: the frames of about
- * GATHER_CHUNK bytes are made in the Framer's scratch (kept in the CPU's cache, copied,
- * CRC'd and handed to the kernel while hot), then written. A value shorter than
- * GATHER_COPY_BELOW is copied there after its header; a longer one is written from where it
- * lies (a piece of its own in the pwritev: the kernel's cost per piece, ~60 ns measured,
- * is below the copy's only for values this large). */
+ * GATHER_CHUNK bytes are made in the (empty) write buffer, used as scratch (reused, so it
+ * stays in the CPU's cache: copied, CRC'd and handed to the kernel while hot), then
+ * written. A value shorter than GATHER_COPY_BELOW is copied there after its header; a
+ * longer one is written from where it lies (a piece of its own in the pwritev: the kernel's
+ * cost per piece, ~60 ns measured, is below the copy's only for values this large). */
 #ifndef GATHER_CHUNK
 #define GATHER_CHUNK (512 * 1024)
 #endif
 #define GATHER_COPY_BELOW (16 * 1024)
+/* the smallest write buffer frame_gather works in (the caller reserves more) */
+#define GATHER_MIN_BUFFER (PLOG_FRAME_HEADER_SIZE + GATHER_COPY_BELOW + 64 * 1024)
+#define GATHER_KEEP_RECORDS 16384
 
 /* What append() returns when it did not frame (not enabled): below every core status. */
 #define FRAMER_OFF (-1000)
@@ -113,8 +115,6 @@ static PyObject *framer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     self->g_lens = NULL;
     self->g_pieces = NULL;
     self->g_iov = NULL;
-    self->g_scratch = NULL;
-    self->g_scratch_cap = 0;
     return (PyObject *)self;
 }
 
@@ -129,7 +129,6 @@ static void framer_dealloc(PyObject *o) {
     free(self->g_lens);
     free(self->g_pieces);
     free(self->g_iov);
-    free(self->g_scratch);
     freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     tp_free(o);
     Py_DECREF(tp);
@@ -308,8 +307,8 @@ static PyObject *framer_append(PyObject *o, PyObject *value) {
 
 /* ---- append_batch's gathered write ------------------------------------------------------- */
 
-/* Room in the Framer's work space for n records and scratch bytes; -1 with MemoryError. */
-static int gather_reserve(Framer *self, size_t n, size_t scratch) {
+/* Room in the Framer's arrays for n records; -1 with MemoryError. */
+static int gather_reserve(Framer *self, size_t n) {
     if (n > self->g_records) {
         size_t cap = n < 1024 ? 1024 : n;
         if (cap > ((size_t)-1) / (2 * sizeof(struct iovec))) {
@@ -330,16 +329,21 @@ static int gather_reserve(Framer *self, size_t n, size_t scratch) {
         }
         self->g_records = cap;
     }
-    if (scratch > self->g_scratch_cap) {
-        uint8_t *b = realloc(self->g_scratch, scratch);
-        if (!b) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->g_scratch = b;
-        self->g_scratch_cap = scratch;
-    }
     return 0;
+}
+
+/* Let go of the arrays of a batch bigger than GATHER_KEEP_RECORDS. */
+static void gather_trim(Framer *self) {
+    if (self->g_records <= GATHER_KEEP_RECORDS) return;
+    free(self->g_values);
+    free(self->g_lens);
+    free(self->g_pieces);
+    free(self->g_iov);
+    self->g_values = NULL;
+    self->g_lens = NULL;
+    self->g_pieces = NULL;
+    self->g_iov = NULL;
+    self->g_records = 0;
 }
 
 /* Write iov[0..niov) at pos, all of it: IOV_MAX pieces a call, again after a short write
@@ -381,16 +385,17 @@ static int write_all_v(int fd, struct iovec *iov, size_t niov, off_t pos) {
 PyDoc_STRVAR(frame_gather_doc,
 "frame_gather(fd, values, start, timestamps_addr, default_timestamp) -> (status, n, written) or None\n\n"
 "append_batch's write of values[start:] (a list of bytes; no keys, no metadata) without\n"
-"copying the values into one buffer: frames them (plog_frame_gather: headers and small\n"
-"values in the Framer's scratch, each larger value's CRC taken where it lies) and writes\n"
-"the frames with pwritev (IOV_MAX pieces a call, the GIL released) to ``fd`` at the store\n"
-"position the first of them had. The write buffer must be empty. ``timestamps_addr``: the\n"
-"address of int64 timestamps for values[start:] (the caller keeps them alive), or 0 for\n"
-"``default_timestamp``. Returns the core status (OK, or PLOG_E_SEGMENT_FULL /\n"
-"PLOG_E_INDEX_FULL after ``n`` records: those are framed and written), the records framed\n"
-"and the bytes written; None, with nothing framed, when an item is not exactly bytes (the\n"
-"caller's general path takes the batch). OSError when the write fails: the records are\n"
-"framed, their bytes maybe partly written (the caller fences the log).");
+"joining the values into one buffer: frames them a chunk of ~512 KiB at a time\n"
+"(plog_frame_gather: headers and values under 16 KiB in the empty write buffer, which must\n"
+"hold at least ~80 KiB; each larger value's CRC taken where it lies) and writes each chunk\n"
+"with pwritev (IOV_MAX pieces a call, the GIL released) to ``fd`` at the store position its\n"
+"first frame had. ``timestamps_addr``: the address of int64 timestamps for values[start:]\n"
+"(the caller keeps them alive), or 0 for ``default_timestamp``. Returns the core status\n"
+"(OK, or PLOG_E_SEGMENT_FULL / PLOG_E_INDEX_FULL after ``n`` records: those are framed and\n"
+"written), the records framed and the bytes written; None, with nothing framed, when an\n"
+"item is not exactly bytes (the caller's general path takes the batch). OSError when a\n"
+"write fails: the records are framed, their bytes maybe partly written (the caller fences\n"
+"the log).");
 
 static PyObject *framer_frame_gather(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
     Framer *self = (Framer *)o;
@@ -419,6 +424,14 @@ static PyObject *framer_frame_gather(PyObject *o, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_RuntimeError, "frame_gather: the write buffer is not empty");
         return NULL;
     }
+    if (self->buf == NULL || self->cap < GATHER_MIN_BUFFER) {
+        PyErr_SetString(PyExc_RuntimeError, "frame_gather: the write buffer is too small (reserve first)");
+        return NULL;
+    }
+    /* the frames are made in the write buffer (empty, and no one else frames into it: the
+     * caller holds the log's lock), at most chunk bytes of them at a time */
+    size_t chunk = (size_t)self->cap - PLOG_FRAME_HEADER_SIZE - GATHER_COPY_BELOW;
+    if (chunk > GATHER_CHUNK) chunk = GATHER_CHUNK;
     /* our own list of the items: holds them while the GIL is released, whatever the
      * caller's list goes through meanwhile */
     PyObject *items = PyList_GetSlice(args[1], start, PY_SSIZE_T_MAX);
@@ -429,8 +442,7 @@ static PyObject *framer_frame_gather(PyObject *o, PyObject *const *args, Py_ssiz
         result = Py_BuildValue("(inn)", PLOG_OK, (Py_ssize_t)0, (Py_ssize_t)0);
         goto done;
     }
-    if (gather_reserve(self, (size_t)n, GATHER_CHUNK + PLOG_FRAME_HEADER_SIZE + GATHER_COPY_BELOW) < 0)
-        goto done;
+    if (gather_reserve(self, (size_t)n) < 0) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *it = PyList_GetItem(items, i);
         if (it == NULL) goto done;
@@ -452,13 +464,13 @@ static PyObject *framer_frame_gather(PyObject *o, PyObject *const *args, Py_ssiz
         size_t i = n_done, j = i, need = 0;
         while (j < (size_t)n) {
             size_t s = PLOG_FRAME_HEADER_SIZE + (self->g_lens[j] < GATHER_COPY_BELOW ? self->g_lens[j] : 0);
-            if (j > i && need + s > GATHER_CHUNK) break;
+            if (j > i && need + s > chunk) break;
             need += s;
             j++;
         }
         uint64_t at = self->st->position;
         size_t n_pieces = 0, k = 0, w = 0;
-        rc = plog_frame_gather(self->st, self->g_scratch, self->g_scratch_cap, self->g_values + i,
+        rc = plog_frame_gather(self->st, self->buf, (size_t)self->cap, self->g_values + i,
                                self->g_lens + i, ts ? ts + i : NULL, (int64_t)default_ts, j - i,
                                GATHER_COPY_BELOW, self->g_pieces, 2 * (j - i), &n_pieces, &k, &w);
         if (rc == PLOG_E_ARG) {
@@ -485,6 +497,7 @@ static PyObject *framer_frame_gather(PyObject *o, PyObject *const *args, Py_ssiz
     }
     result = Py_BuildValue("(inn)", rc, (Py_ssize_t)n_done, (Py_ssize_t)written);
 done:
+    gather_trim(self);
     Py_DECREF(items);
     return result;
 }

@@ -354,8 +354,8 @@ class LogAppending(LogState):
 
         With ``gather`` (a list of bytes only, that no one else holds: see
         :func:`pylog.log.gather_batch`) the frames are made and written by pylog._speedups'
-        ``Framer.frame_gather`` (a chunk of frames at a time in a cache-sized scratch, large
-        values written with pwritev from where they lie), past the write buffer.
+        ``Framer.frame_gather``: a chunk of frames at a time in the empty write buffer (kept
+        in the CPU's cache), written with pwritev, large values from where they lie.
 
         With ``laid`` (see :func:`_lay_out`) the frames are made where they lie and written
         from there, past the write buffer (one copy fewer); else they are copied from the
@@ -372,6 +372,8 @@ class LogAppending(LogState):
             if gather is not None:
                 if app.used:  # what is pending goes first: the frames follow it
                     self._write_out(seg)
+                if app.buffer_capacity < _BATCH_BUFFER:
+                    app.reserve(_BATCH_BUFFER)  # frame_gather frames in it, a chunk at a time
                 at = app.position
                 try:
                     # frames values[done:] and writes them at ``at`` (one C call, pwritev)

@@ -198,3 +198,21 @@ def test_a_write_cut_short_by_the_file_size_limit_loses_nothing_acknowledged(tmp
         assert len(recs) == log.next_offset
         assert all(bytes(r.value) == bytes([(r.offset // 300) % 256, (r.offset % 300) % 256]) * 500 for r in recs)
         assert log.verify() == []
+
+
+@needs_gather
+def test_gathered_batches_after_a_huge_one_and_with_a_small_write_buffer(tmp_path, monkeypatch):
+    """frame_gather frames in the write buffer (grown to 1 MiB first, whatever
+    write_buffer_bytes says) and lets go of its per-record arrays after a batch of more than
+    16,384 records; batches after that, big and small, still write the bytes the other
+    paths write."""
+    def script(log):
+        log.append_batch([b"%06d" % j * 20 for j in range(40_000)], timestamps=[5] * 40_000)
+        for i in range(3):
+            log.append_batch([bytes([i]) * (600 + j) for j in range(300)], timestamps=[6 + i] * 300)
+        log.append_batch([b"x" * 70_000] * 3, timestamps=[10] * 3)
+
+    res = _three_ways(tmp_path, monkeypatch, script, write_buffer_bytes=4096, segment_bytes=4 << 20)
+    assert res["gathered"][2] == 5
+    assert res["gathered"][0] == res["in_place"][0] == res["copied"][0]
+    assert res["gathered"][1] == res["copied"][1] and len(res["gathered"][1]) == 40_000 + 900 + 3
