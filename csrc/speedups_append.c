@@ -28,6 +28,10 @@
  * GIL released). The file peer of the
  * comparison benchmark joins, then writes: one user-space copy and one kernel copy; this
  * leaves only the kernel's.
+ *
+ * Framer.write_out(fd) is the write-out of the write buffer (ActiveSegment.write_pending's
+ * pwrite and drain, for the group commit leader of fsync="always" above all): one pwrite
+ * loop without the GIL, then the buffer forgotten, in one call.
  */
 #include "speedups.h"
 #include "pylog.h"
@@ -502,6 +506,61 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(write_out_doc,
+"write_out(fd) -> bool\n\n"
+"Hand the framed bytes of the write buffer to the OS: pwrite them (all of them, retried\n"
+"after EINTR and short writes, without the GIL) to ``fd`` at the store position the first\n"
+"of them has (position - used), then forget them (used = 0). The caller holds the log's\n"
+"lock. OSError when a pwrite fails: nothing is forgotten then, so a write-out done again\n"
+"writes the same bytes to the same place. False, having done nothing, where a position\n"
+"does not fit this platform's off_t (the caller writes them out in Python); else True.");
+
+static PyObject *framer_write_out(PyObject *o, PyObject *arg) {
+    Framer *self = (Framer *)o;
+    long fdl = PyLong_AsLong(arg);
+    if (fdl == -1 && PyErr_Occurred()) return NULL;
+    if (fdl < 0 || fdl > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "write_out: a bad file descriptor");
+        return NULL;
+    }
+    uint64_t used = self->st->used;
+    if (used == 0) Py_RETURN_TRUE;
+    uint64_t at = self->st->position - used;
+    if (self->buf == NULL || used > (uint64_t)self->cap) {
+        PyErr_SetString(PyExc_RuntimeError, "write_out: more bytes pending than the buffer holds");
+        return NULL;
+    }
+    /* off_t is 32 bits on some 32-bit builds: positions past it go through Python */
+    if (sizeof(off_t) < 8 && at + used > (uint64_t)INT32_MAX) Py_RETURN_FALSE;
+    const uint8_t *p = self->buf;
+    size_t left = (size_t)used;
+    uint64_t pos = at;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (left > 0) {
+        ssize_t n = pwrite((int)fdl, p, left, (off_t)pos);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            err = errno;
+            break;
+        }
+        if (n == 0) {
+            err = EIO;
+            break;
+        }
+        p += n;
+        left -= (size_t)n;
+        pos += (uint64_t)n;
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    self->st->used = 0;
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef framer_methods[] = {
     {"set_buffer", (PyCFunction)(void (*)(void))framer_set_buffer, METH_FASTCALL, set_buffer_doc},
     {"frame_value", (PyCFunction)(void (*)(void))framer_frame_value, METH_FASTCALL, frame_value_doc},
@@ -509,6 +568,7 @@ static PyMethodDef framer_methods[] = {
     {"enable", framer_enable, METH_O, enable_doc},
     {"append", framer_append, METH_O, append_doc},
     {"frame_gather", (PyCFunction)(void (*)(void))framer_frame_gather, METH_FASTCALL, frame_gather_doc},
+    {"write_out", framer_write_out, METH_O, write_out_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -634,20 +634,30 @@ class LogAppending(LogState):
                     finally:
                         self._gc_gathering = False
             with self._lock:
-                self._write_out(self._check_writable())
-                seg = self._active  # after the write-out: it may have rolled (see _flush_locked)
+                seg = self._writable  # the active segment, while appends may go to it
+                if seg is None or self._q:  # closed, fenced, read-only (raises), or a queue
+                    self._write_out(self._check_writable())
+                    seg = self._active  # after the write-out: it may have rolled (see _flush_locked)
+                else:  # the common case: _write_out without its calls
+                    try:
+                        seg.write_pending()
+                    except OSError as e:
+                        self._fence(e)
+                        raise
                 goal = seg.written_next
                 fd = self._sync_fd if self._sync_seg is seg else self._new_sync_fd(seg)
                 with lk:
                     group, self._gc_arrived = self._gc_arrived, 0
-            t = _perf_counter()
+            t = _perf_counter() if group > 1 else 0.0
             try:
                 vfs.fdatasync(fd)
             except OSError as e:
                 self._fence(e)
                 raise
-            # the next leader waits at most about one fdatasync for its group to form
-            self._gc_wait = min(_perf_counter() - t, _GROUP_WAIT_MAX)
+            if group > 1:
+                # the next leader waits at most about one fdatasync for its group to form
+                # (timed for groups only: after a group of one, the next leader waits for none)
+                self._gc_wait = min(_perf_counter() - t, _GROUP_WAIT_MAX)
             ok = True
         finally:
             if lead:

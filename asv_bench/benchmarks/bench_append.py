@@ -161,6 +161,52 @@ class AppendDurable(BaseIO):
         self.log.append_batch(self.values)
 
 
+class AppendDurablePath(BaseIO):
+    """What a durable append costs besides the disk: ``fsync="always"``, 1,000 records of
+    100 B, one writer, with ``pylog.vfs.fdatasync`` made a no-op for the call (the group
+    commit leader's write-out, lock hand-offs and bookkeeping, and the ``pwrite``; since
+    issue 16 the write-out is one C call, ``Framer.write_out``). The ``plain`` peer is the
+    comparison benchmark's loop without its fdatasync (``os.write`` per record)."""
+
+    params = ["pylog", "plain"]
+    param_names = ["writer"]
+
+    def setup(self, writer: str) -> None:
+        import os
+
+        self.values = make_values(1000, 100)
+        if writer == "pylog":
+            self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync="always", segment_bytes=256 << 20))
+        else:
+            self.fd = os.open(os.path.join(self.tmpdir(), "plain"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def time_append_no_disk_wait(self, writer: str) -> None:
+        import os
+
+        from pylog import vfs
+
+        if writer == "plain":
+            write, fd = os.write, self.fd
+            for v in self.values:
+                write(fd, v)
+            return
+        real = vfs.fdatasync
+        vfs.fdatasync = lambda fd: None
+        try:
+            append = self.log.append
+            for v in self.values:
+                append(v)
+        finally:
+            vfs.fdatasync = real
+
+    def teardown(self, writer: str) -> None:
+        import os
+
+        if writer == "plain":
+            os.close(self.fd)
+        super().teardown(writer)
+
+
 class AppendGroupCommit(BaseIO):
     """``fsync="always"`` with several threads appending at once: they share fsyncs
     (group commit). Each call: ``threads`` x 10 records."""
