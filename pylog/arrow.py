@@ -381,8 +381,8 @@ def read_table(log: Any, start: int | None = None, stop: int | None = None,
     Same bounds and columns as :func:`iter_batches`. With ``use_threads`` (as in pyarrow's
     readers) segments, and parts of big segments, are scanned in parallel, one thread per
     CPU (at most 8), each taking the next part as it finishes one (up to four parts per
-    thread, so a thread slowed by other work takes fewer): the C scan runs without the GIL. The table has a chunk per part, so
-    at least one per segment. A corrupt frame anywhere in the range raises
+    thread, so a thread slowed by other work takes fewer): the C scan runs without the GIL.
+    The table has a chunk per part, so at least one per segment. A corrupt frame anywhere in the range raises
     :class:`~pylog.errors.CorruptRecordError` and no table is returned.
     """
     names = _names(columns)

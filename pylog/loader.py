@@ -161,9 +161,32 @@ class LogLoading(LogState):
                 self._lock_fd = -1
 
     def _list_bases(self, names: list[str] | None = None) -> list[int]:
+        """The base offsets of the store files in the directory (or in ``names``), sorted.
+
+        A read-only log lists the directory until two listings in a row agree: another
+        process's writer may create segments meanwhile, and a listing made while a file is
+        created may miss it yet show a later one (POSIX leaves it unspecified; ext4's hashed
+        directories do it), which would make the segment before the missed one seem to run
+        to the later one's base. Every segment created before a listing starts is in it, so
+        when the next listing shows nothing new, no segment below the newest is missing."""
+        if names is not None or not self.readonly:
+            return self._bases_of(os.listdir(self.path) if names is None else names)
+        bases = self._bases_of(os.listdir(self.path))
+        if bases == self._listed:  # nothing new seen: nothing can be missing below it
+            return bases
+        for _ in range(100):
+            again = self._bases_of(os.listdir(self.path))
+            if again == bases:
+                break
+            bases = again
+        self._listed = bases
+        return bases
+
+    @staticmethod
+    def _bases_of(names: list[str]) -> list[int]:
         bases = []
         suffix = fmt.STORE_SUFFIX
-        for name in os.listdir(self.path) if names is None else names:
+        for name in names:
             if name.endswith(suffix):
                 b = fmt.parse_segment_name(name, suffix)
                 if b is not None:

@@ -130,6 +130,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         if config is not None and not isinstance(config, LogConfig):
             raise ArgumentTypeError(f"config must be a LogConfig, got {type(config).__name__}")
         self.readonly = readonly
+        self._listed: list[int] | None = None  # a read-only log's last settled listing (_list_bases)
         self._lock = threading.RLock()
         self._drains = 0  # odd while a drain of the append queue is under way
         sync_lock = self._sync_lock = threading.Lock()

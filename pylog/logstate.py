@@ -40,6 +40,7 @@ class LogState:
     # (a TailSegment in a read-only log, which uses only the read side the two share)
     _sealed: list[SealedSegment]
     _sealed_bases: list[int]
+    _listed: list[int] | None
     _active: ActiveSegment
     _cache: SegmentCache
 

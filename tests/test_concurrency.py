@@ -175,6 +175,51 @@ def test_reader_thread_races_the_writer_across_rolls(tmp_path):
     log.close()
 
 
+@pytest.mark.parametrize("when", ["refresh", "open"])
+def test_a_listing_that_misses_a_new_segment_skips_no_records(tmp_path, monkeypatch, when):
+    """A directory listing made while the writer creates segments may miss one and show a
+    later one (POSIX leaves it unspecified; ext4's hashed directories do it: the reader race
+    above failed so, 'torn frame' at the end of the segment before the missed one, about one
+    run in 20 on a loaded host). A read-only log lists again until two listings agree, so the
+    segment before a missed one never seems to run to the later one's base."""
+    path = str(tmp_path / "log")
+    log = pylog.Log(path, fsync="never")
+    vals = [b"v%03d" % i for i in range(15)]
+    log.append_batch(vals[:5])
+    reader = pylog.Log(path, readonly=True) if when == "refresh" else None
+    log.roll()
+    log.append_batch(vals[5:10])
+    log.roll()
+    log.append_batch(vals[10:])
+    log.flush()
+    missed = "00000000000000000005.log"
+    assert missed in os.listdir(path)
+    real = os.listdir
+    calls = []
+
+    def listing(p="."):  # the first listing of the log directory misses segment 5
+        names = real(p)
+        if os.path.realpath(p) == os.path.realpath(path):
+            calls.append(1)
+            if len(calls) == 1:
+                names = [n for n in names if n != missed]
+        return names
+
+    monkeypatch.setattr(os, "listdir", listing)
+    if reader is None:
+        reader = pylog.Log(path, readonly=True)
+    else:
+        reader.refresh()
+    monkeypatch.setattr(os, "listdir", real)
+    assert len(calls) >= 2
+    assert [bytes(r.value) for r in reader.read_batch(0, max_records=100)] == vals
+    assert [bytes(r.value) for r in reader.read_batch(7, max_records=100)] == vals[7:]
+    assert [s["next_offset"] for s in reader.segments()[:2]] == [5, 10]
+    assert [bytes(r.value) for r in reader.scan()] == vals
+    reader.close()
+    log.close()
+
+
 # -- threads ---------------------------------------------------------------------------------------
 def test_threads_append_while_others_read(tmp_path):
     path = str(tmp_path / "log")
