@@ -376,8 +376,9 @@ class LogAppending(LogState):
                     app.reserve(_BATCH_BUFFER)  # frame_gather frames in it, a chunk at a time
                 at = app.position
                 try:
-                    # frames values[done:] and writes them at ``at`` (one C call, pwritev)
-                    got = app.framer(_Framer).frame_gather(
+                    # frames values[done:] and writes them at ``at`` (one C call, pwritev); the
+                    # native backend's Appender only: gather is None under the pure backend
+                    got = app.framer(_Framer).frame_gather(  # type: ignore[attr-defined]
                         seg.store_fd, gather, done, 0 if ts_arr is None else ts_arr[sl].ctypes.data, default_ts)
                 except OSError as e:
                     self._fence(e)
