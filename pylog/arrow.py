@@ -66,11 +66,12 @@ _HDR = fmt.FRAME_HEADER_SIZE
 # read_table cuts a segment for threads only into parts of at least this many records.
 _MIN_PART_ROWS = 1 << 17
 _MAX_THREADS = 8
-# ... and into up to this many parts per thread: a thread that a busy neighbour slows down
-# then takes fewer of them while the others take more (with one part per thread, the read
-# waits for the slowest; measured on 2 shared vCPUs with a busy loop beside the read,
-# 1,000,000 x 100 B: 14-18 M rec/s with one part per thread, 22-31 M with four)
-_PARTS_PER_THREAD = 4
+# ... and into this many parts per thread. More parts let a thread that a busy neighbour
+# slows take fewer of them (with a busy loop beside the read, 1,000,000 x 100 B: 14-18 M rec/s
+# with one part per thread, 22-31 M with four), but on a quiet machine each part costs: in the
+# same process, alternating, 56.1-56.4 M rec/s with one part per thread, 47.1-47.8 M with four
+# (1 is what a user with the CPUs to themselves gets; the same figures in docs/arrow.md).
+_PARTS_PER_THREAD = 1
 
 
 class _BufferCache:
@@ -380,8 +381,8 @@ def read_table(log: Any, start: int | None = None, stop: int | None = None,
 
     Same bounds and columns as :func:`iter_batches`. With ``use_threads`` (as in pyarrow's
     readers) segments, and parts of big segments, are scanned in parallel, one thread per
-    CPU (at most 8), each taking the next part as it finishes one (up to four parts per
-    thread, so a thread slowed by other work takes fewer): the C scan runs without the GIL.
+    CPU (at most 8), each taking the next part as it finishes one: the C scan runs without
+    the GIL.
     The table has a chunk per part, so at least one per segment. A corrupt frame anywhere in the range raises
     :class:`~pylog.errors.CorruptRecordError` and no table is returned.
     """
