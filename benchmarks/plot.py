@@ -13,7 +13,8 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 COLORS = {"pylog": "#000000"}
 
@@ -99,7 +100,10 @@ def targets(data: dict[str, Any], out: str, plt: Any) -> str:
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("measured / goal (>= 1 meets the target; log scale)")
-    ax.set_title("speed targets of issues 2, 3 and 6, one run")
+    issues = sorted({t["issue"] for t in data["targets"] if t.get("issue")})
+    commit = data.get("conditions", {}).get("commit", "")
+    ax.set_title(f"speed targets of issues {', '.join(map(str, issues))}, one run"
+                 + (f" (commit {commit})" if commit else ""))
     fig.tight_layout()
     path = os.path.join(out, "compare-targets.png")
     fig.savefig(path, dpi=80)
