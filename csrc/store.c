@@ -150,9 +150,11 @@ static inline void write_frame(uint8_t *d, uint64_t offset, int64_t ts, uint32_t
     plog_st32(d + 4, plog_crc32c(0, d + PLOG_FRAME_PREFIX_SIZE, body));
 }
 
-/* Frames whose CRC is still to be stored, three at a time (plog_crc32c_3). */
+/* Frames whose CRC is still to be stored, three at a time (plog_crc32c_3_from): each
+ * continues from init over len bytes at buf and goes into its frame's crc field. */
 typedef struct {
-    const uint8_t *body[3];
+    uint32_t init[3];
+    const uint8_t *buf[3];
     size_t len[3];
     uint8_t *frame[3];
     int n;
@@ -161,20 +163,27 @@ typedef struct {
 static inline void crc_flush(crc_queue *q) {
     if (q->n == 3) {
         uint32_t out[3];
-        plog_crc32c_3(q->body, q->len, out);
+        plog_crc32c_3_from(q->init, q->buf, q->len, out);
         for (int i = 0; i < 3; i++) plog_st32(q->frame[i] + 4, out[i]);
     } else {
-        for (int i = 0; i < q->n; i++)
-            plog_st32(q->frame[i] + 4, plog_crc32c(0, q->body[i], q->len[i]));
+        for (int i = 0; i < q->n; i++) plog_st32(q->frame[i] + 4, plog_crc32c(q->init[i], q->buf[i], q->len[i]));
     }
     q->n = 0;
 }
 
-static inline void crc_push(crc_queue *q, uint8_t *frame, uint32_t body) {
+/* A frame whose CRC continues from init over len bytes at buf (its body, or the rest of it
+ * where that lies apart from the frame). */
+static inline void crc_push_from(crc_queue *q, uint8_t *frame, uint32_t init, const uint8_t *buf, size_t len) {
+    q->init[q->n] = init;
+    q->buf[q->n] = buf;
+    q->len[q->n] = len;
     q->frame[q->n] = frame;
-    q->body[q->n] = frame + PLOG_FRAME_PREFIX_SIZE;
-    q->len[q->n] = body;
     if (++q->n == 3) crc_flush(q);
+}
+
+/* A frame whose body (body bytes) follows its header. */
+static inline void crc_push(crc_queue *q, uint8_t *frame, uint32_t body) {
+    crc_push_from(q, frame, 0, frame + PLOG_FRAME_PREFIX_SIZE, body);
 }
 
 int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, const uint8_t *key,
@@ -327,36 +336,6 @@ int plog_frame_in_place(plog_appender *st, uint8_t *buf, size_t len, const uint3
                        timestamps, default_timestamp, n, 1, n_done, written);
 }
 
-/* plog_frame_gather's CRCs, three at a time (plog_crc32c_3_from): each continues from init
- * over len bytes at buf and goes into its frame's crc field. */
-typedef struct {
-    uint32_t init[3];
-    const uint8_t *buf[3];
-    size_t len[3];
-    uint8_t *frame[3];
-    int n;
-} gather_crc;
-
-static inline void gather_crc_flush(gather_crc *q) {
-    if (q->n == 3) {
-        uint32_t out[3];
-        plog_crc32c_3_from(q->init, q->buf, q->len, out);
-        for (int i = 0; i < 3; i++) plog_st32(q->frame[i] + 4, out[i]);
-    } else {
-        for (int i = 0; i < q->n; i++) plog_st32(q->frame[i] + 4, plog_crc32c(q->init[i], q->buf[i], q->len[i]));
-    }
-    q->n = 0;
-}
-
-static inline void gather_crc_push(gather_crc *q, uint8_t *frame, uint32_t init, const uint8_t *buf,
-                                   size_t len) {
-    q->init[q->n] = init;
-    q->buf[q->n] = buf;
-    q->len[q->n] = len;
-    q->frame[q->n] = frame;
-    if (++q->n == 3) gather_crc_flush(q);
-}
-
 /* Frame n records of values only (no key, no metadata) where the values lie, for one
  * gathered write: see pylog.h. A value shorter than copy_below is copied after its header
  * into scratch (so small records still go out as one piece); a longer one stays where it
@@ -381,7 +360,7 @@ int plog_frame_gather(plog_appender *st, uint8_t *scratch, size_t scratch_cap,
     }
     if (scratch_need > scratch_cap || max_pieces / 2 < n) return PLOG_E_ARG;
     size_t used = 0, np = 0, written_now = 0;
-    gather_crc q = {.n = 0};
+    crc_queue q = {.n = 0};
     const uint8_t *run = NULL; /* the scratch piece being extended (pieces[np - 1]), or NULL */
     for (size_t i = 0; i < n; i++) {
         uint32_t vlen = value_lens[i];
@@ -392,7 +371,7 @@ int plog_frame_gather(plog_appender *st, uint8_t *scratch, size_t scratch_cap,
         int need_index;
         int rc = room_for(st, size, &need_index);
         if (rc) {
-            gather_crc_flush(&q);
+            crc_flush(&q);
             *n_done = i;
             *written = written_now;
             *n_pieces = np;
@@ -403,9 +382,9 @@ int plog_frame_gather(plog_appender *st, uint8_t *scratch, size_t scratch_cap,
         uint32_t body = frame_fields(d, st->next_offset, ts,
                                      PLOG_ATTR_NULL_KEY | PLOG_ATTR_NULL_METADATA, 0, 0, vlen);
         if (inline_value)
-            gather_crc_push(&q, d, 0, d + PLOG_FRAME_PREFIX_SIZE, body);
+            crc_push(&q, d, body);
         else /* the header's 28 bytes here, then the value where it lies */
-            gather_crc_push(&q, d, plog_crc32c(0, d + PLOG_FRAME_PREFIX_SIZE, BODY_FIXED), values[i], vlen);
+            crc_push_from(&q, d, plog_crc32c(0, d + PLOG_FRAME_PREFIX_SIZE, BODY_FIXED), values[i], vlen);
         if (run != NULL && run + pieces[np - 1].len == d) {
             pieces[np - 1].len += in_scratch; /* follows the previous scratch piece */
         } else {
@@ -429,7 +408,7 @@ int plog_frame_gather(plog_appender *st, uint8_t *scratch, size_t scratch_cap,
         written_now += size;
     }
     (void)total;
-    gather_crc_flush(&q);
+    crc_flush(&q);
     *n_done = n;
     *written = written_now;
     *n_pieces = np;
