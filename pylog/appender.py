@@ -635,16 +635,9 @@ class LogAppending(LogState):
                     finally:
                         self._gc_gathering = False
             with self._lock:
-                seg = self._writable  # the active segment, while appends may go to it
-                if seg is None or self._q:  # closed, fenced, read-only (raises), or a queue
-                    self._write_out(self._check_writable())
-                    seg = self._active  # after the write-out: it may have rolled (see _flush_locked)
-                else:  # the common case: _write_out without its calls
-                    try:
-                        seg.write_pending()
-                    except OSError as e:
-                        self._fence(e)
-                        raise
+                w = self._writable  # the active segment while appends may go to it, else None
+                self._write_out(w if w is not None else self._check_writable())  # raises: closed, fenced
+                seg = self._active  # after the write-out: it may have rolled (see _flush_locked)
                 goal = seg.written_next
                 fd = self._sync_fd if self._sync_seg is seg else self._new_sync_fd(seg)
                 with lk:
