@@ -66,8 +66,9 @@ def _journal(path, *events):
 def test_checker_finds_violations(tmp_path):
     """The checker is not vacuous: a lost acknowledged record, a record read that was never
     appended, one of an aborted transaction, damaged bytes, a committed offset moving back,
-    a restart that skips records and a `pylog consume -g` run that reads again what its
-    group had passed are each reported."""
+    a restart that skips records, a `pylog consume -g` run that reads again what its
+    group had passed and a head run that passes more than its reader can have taken are
+    each reported."""
     from model_driver import value_of
 
     import pylog
@@ -117,8 +118,17 @@ def test_checker_finds_violations(tmp_path):
              {**kill, "group": "k3", "reads": {"0": [[0, "p:0", True]]}, "committed": {}, "t": 20},
              {**run, "group": "k3", "new_group": False, "mode": "n", "before": {"0": 3}, "next": {"0": 3},
               "reads": {"0": [[2, "p:3", True]]}, "committed": {"0": 3}, "t": 21})
+    head = {**run, "mode": "head", "new_group": False, "before": {"0": 3}, "next": {"0": 3}, "reads": {},
+            "committed": {"0": 2}}
+    for g, pipe, t in (("k4", 4096, 22), ("k5", 50, 25)):  # a head run's reader took what it did not journal
+        _journal(jdir / f"{g}.jsonl",
+                 {**run, "group": g, "mode": "n", "before": {"0": 3}, "next": {"0": 3}, "from_beginning": True,
+                  "reads": {"0": [[0, "p:0", True]]}, "committed": {"0": 1}, "t": t},
+                 {**head, "group": g, "pipe": pipe, "t": t + 1},
+                 {**run, "group": g, "mode": "end", "new_group": False, "before": {"0": 3}, "next": {"0": 3},
+                  "reads": {"0": [[2, "p:3", True]]}, "committed": {"0": 3}, "t": t + 2})
     events, problems = check(str(root), str(jdir))
-    assert events == 22
+    assert events == 28
     text = "\n".join(problems)
     for what in ["'p:1' acknowledged at ('t', 0, 1) is lost", "bytes differ from what was appended for 'p:0'",
                  "'ghost:0' was never appended", "'x:0' of transaction x:tx0 which is aborted",
@@ -127,3 +137,6 @@ def test_checker_finds_violations(tmp_path):
                  "-g k2 t/0 committed 2 after a kill run that printed up to 0"]:
         assert what in text, (what, problems)
     assert "-g k3" not in text, problems
+    # one pipe's worth of lines may pass unjournaled (k4); not even one through a 50-byte pipe (k5)
+    assert "-g k4" not in text, problems
+    assert "-g k5 t/0 committed 2 after a head run that printed nothing of it, passing 1 records" in text, problems
