@@ -341,6 +341,23 @@ def next_offsets(j: Journal, root: str, topic: str) -> dict[int, int]:
     return out
 
 
+def start_offsets(root: str, topic: str) -> dict[str, int]:
+    """Each partition's start_offset now (read-only; {} if the topic is gone): a diagnostic
+    for the checker's messages."""
+    import pylog
+    from pylog.topics import _read_topic_file
+
+    out = {}
+    try:
+        n, _ = _read_topic_file(os.path.join(root, topic), topic)
+        for p in range(n):
+            with pylog.Log(os.path.join(root, topic, f"partition-{p}"), readonly=True) as log:
+                out[str(p)] = log.start_offset
+    except Exception:
+        pass
+    return out
+
+
 def group_committed(root: str, topic: str, group: str) -> dict[str, int | None]:
     """The offsets ``group`` has committed on ``topic``, per partition with an offset file
     (None: the file is damaged), read from the files as they are on disk."""
@@ -385,6 +402,7 @@ def cliconsumer(root: str, j: Journal, rng: random.Random, stop: str, name: str,
             args.append("--from-beginning")
         new_group = not os.path.isdir(os.path.join(root, topic, "~consumers", group))
         before = next_offsets(j, root, topic)
+        committed_before = group_committed(root, topic, group)
         j("cli-start", topic=topic, group=group, mode=mode, args=args[4:])
         pr = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               preexec_fn=_die_with_parent)
@@ -433,8 +451,9 @@ def cliconsumer(root: str, j: Journal, rng: random.Random, stop: str, name: str,
             by_part.setdefault(obj["partition"], []).append(
                 [obj["offset"], rid, isinstance(v, str) and value_of(rid or "") == v.encode()])
         j("cli-ran", topic=topic, group=group, mode=mode, rc=pr.returncode, next=next_offsets(j, root, topic),
-          committed=group_committed(root, topic, group),
-          from_beginning="--from-beginning" in args, before=before, pipe=pipe, new_group=new_group,
+          committed=group_committed(root, topic, group), committed_before=committed_before,
+          start_offsets=start_offsets(root, topic), from_beginning="--from-beginning" in args, before=before,
+          pipe=pipe, new_group=new_group,
           err=err.decode("utf-8", "replace").strip().splitlines()[-1:] if err.strip() else [],
           traceback=b"Traceback (most recent call last)" in err,
           reads={str(p): recs for p, recs in by_part.items()})
@@ -1040,7 +1059,11 @@ def check(root: str, jdir: str) -> tuple[int, list[str]]:
                                      if t2 == ev["topic"] and p2 == p and hi < o < first)
                     if len(skipped) > slack:
                         problems.append(f"{jname}: pylog consume -g {ev['group']} {ev['topic']}/{p} started at "
-                                        f"{first}, skipping {skipped[:5]} ({len(skipped)}) after {how}")
+                                        f"{first}, skipping {skipped[:5]} ({len(skipped)}) after {how}; the group "
+                                        f"had committed {ev.get('committed_before', {}).get(p_s)} when it began, "
+                                        f"the log then {ev['before'].get(p_s)}, at its end "
+                                        f"[{ev.get('start_offsets', {}).get(p_s)}, {ev['next'].get(p_s)}), "
+                                        f"mode {ev['mode']}")
                     elif exact and first <= hi:
                         problems.append(f"{jname}: pylog consume -g {ev['group']} {ev['topic']}/{p} started at "
                                         f"{first}, printed again after {how} that printed up to {hi}")
