@@ -67,8 +67,8 @@ def test_checker_finds_violations(tmp_path):
     """The checker is not vacuous: a lost acknowledged record, a record read that was never
     appended, one of an aborted transaction, damaged bytes, a committed offset moving back,
     a restart that skips records, a `pylog consume -g` run that reads again what its
-    group had passed and a head run that passes more than its reader can have taken are
-    each reported."""
+    group had passed or skips records its group's commit (still in the log) had not passed,
+    and a head run that passes more than its reader can have taken are each reported."""
     from model_driver import value_of
 
     import pylog
@@ -127,8 +127,15 @@ def test_checker_finds_violations(tmp_path):
                  {**head, "group": g, "pipe": pipe, "t": t + 1},
                  {**run, "group": g, "mode": "end", "new_group": False, "before": {"0": 3}, "next": {"0": 3},
                   "reads": {"0": [[2, "p:3", True]]}, "committed": {"0": 3}, "t": t + 2})
+    for g, start, t in (("k6", 2, 28), ("k7", 0, 30)):  # retention passed the group's commit (k6), or not
+        _journal(jdir / f"{g}.jsonl",
+                 {**run, "group": g, "mode": "n", "before": {"0": 3}, "next": {"0": 3}, "from_beginning": True,
+                  "reads": {"0": [[0, "p:0", True]]}, "committed": {"0": 1}, "t": t},
+                 {**run, "group": g, "mode": "n", "new_group": False, "before": {"0": 3}, "next": {"0": 3},
+                  "committed_before": {"0": 1}, "start_offsets": {"0": start},
+                  "reads": {"0": [[2, "p:3", True]]}, "committed": {"0": 3}, "t": t + 1})
     events, problems = check(str(root), str(jdir))
-    assert events == 28
+    assert events == 32
     text = "\n".join(problems)
     for what in ["'p:1' acknowledged at ('t', 0, 1) is lost", "bytes differ from what was appended for 'p:0'",
                  "'ghost:0' was never appended", "'x:0' of transaction x:tx0 which is aborted",
@@ -140,3 +147,6 @@ def test_checker_finds_violations(tmp_path):
     # one pipe's worth of lines may pass unjournaled (k4); not even one through a 50-byte pipe (k5)
     assert "-g k4" not in text, problems
     assert "-g k5 t/0 committed 2 after a head run that printed nothing of it, passing 1 records" in text, problems
+    # a commit that retention removed from the log: the next run starts per auto_offset_reset (k6)
+    assert "-g k6" not in text, problems
+    assert "-g k7 t/0 started at 2, skipping [1] (1) after a n run; the group had committed 1" in text, problems
