@@ -326,7 +326,9 @@ class LogLoading(LogState):
                 # Sealed segments were fsynced before the next one was created; a bad frame
                 # here is corruption: reported, never truncated.
                 found.extend(seg.verify(seg.next_offset))
-        active, cut, damage = ActiveSegment.recover(self.path, last, self.config)
+        # written with preallocate=True (the stored config), reopened with or without it
+        reserved = self.config.preallocate or self._stored_preallocate
+        active, cut, damage = ActiveSegment.recover(self.path, last, self.config, reserved=reserved)
         self.truncated_bytes = cut
         found.extend(damage_error(active.store_path, d) for d in damage)
         now = int(time.time() * 1000)

@@ -173,6 +173,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                 len(bases) == 1 and os.path.getsize(paths(self.path, bases[0])[0]) > fmt.FILE_HEADER_SIZE
             )
             self.config = merge(stored, passed, has_data=has_data)
+            self._stored_preallocate = stored is not None and stored.preallocate
             if not readonly and (stored is None or self.config != stored):
                 self.config.dump(os.path.join(self.path, fmt.CONFIG_FILE))
             self._cache = SegmentCache(self.config.cached_segments)

@@ -54,6 +54,7 @@ class LogState:
     _policy: int  # one of appender's _ALWAYS, _INTERVAL, _NEVER
     _max_record: int
     _segment_ms: int | None
+    _stored_preallocate: bool  # the stored config had preallocate=True (recovery: reserved zeros)
     _writable: ActiveSegment | None  # the active segment while appends may go to it
     _queueing: bool
     _q: list[bytes]

@@ -604,14 +604,18 @@ class ActiveSegment(_Reader):
         return cls(dirpath, base, app, size, n, preallocated=config.preallocate)
 
     @classmethod
-    def recover(cls, dirpath: str, base: int, config: LogConfig, *,
-                save_broken: bool = True) -> tuple[ActiveSegment, int, list[Damage]]:
+    def recover(cls, dirpath: str, base: int, config: LogConfig, *, save_broken: bool = True,
+                reserved: bool | None = None) -> tuple[ActiveSegment, int, list[Damage]]:
         """Reopen by walking every frame (CRC-checked) and rebuild both indexes. Damage with
         a whole, valid frame of a following offset after it is stepped over and kept (the
         indexes are rebuilt around it); only a torn tail, bad bytes with no valid frame
         after them, is cut (after saving the cut bytes to ``.broken``).
-        Returns (segment, bytes cut, damage kept); with ``preallocate=True`` the zeros of
-        reserved space at the end are cut but not counted (nor saved)."""
+        Returns (segment, bytes cut, damage kept). ``reserved`` (default: the config's
+        ``preallocate``) says the store was written with ``preallocate=True``: the zeros of
+        its reserved space at the end are then cut but not counted (nor saved), also when
+        the log is now reopened without preallocation."""
+        if reserved is None:
+            reserved = config.preallocate
         sp, ip, tp = paths(dirpath, base)
         fd = vfs.open(sp, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -628,7 +632,7 @@ class ActiveSegment(_Reader):
         app = cls._appender(base, config, next_offset=base, position=fmt.FILE_HEADER_SIZE,
                             max_ts=None, bytes_since=config.index_interval_bytes)
         data_end = None
-        if config.preallocate and size > fmt.FILE_HEADER_SIZE:
+        if reserved and size > fmt.FILE_HEADER_SIZE:
             # the reserved space's zeros start no frame: the search for one after a bad
             # frame stops where they begin (SEEK_DATA), not at the end of the reservation
             fd = vfs.open(sp, os.O_RDONLY)
@@ -639,7 +643,7 @@ class ActiveSegment(_Reader):
         _rc, damage = walk(app, st.buf, st.length, base, search_end=data_end)
         end = app.position
         cut = size - end
-        if cut and config.preallocate:
+        if cut and reserved:
             # the zeros of space preallocated and never written are not torn bytes
             fd = vfs.open(sp, os.O_RDONLY)
             try:

@@ -647,6 +647,27 @@ def test_preallocated_zeros_are_not_torn_bytes(tmp_path, tail):
     assert os.path.getsize(st) == end + fmt.FRAME_HEADER_SIZE + len(b"after")  # trimmed at close
 
 
+def test_preallocated_zeros_are_not_torn_when_reopened_without_preallocation(tmp_path):
+    """A log written with preallocate=True, crashed, reopened with preallocate=False: the
+    reserved zeros are still no torn tail (they used to be counted as cut and saved as a
+    segment-sized ``.broken`` file of zeros); the file ends at its last frame."""
+    path = str(tmp_path / "pre")
+    n = 30
+    st = _kill_preallocated_writer(path, n)
+    fr = frames(st)
+    end = fr[-1][0] + fr[-1][1]
+    with pylog.Log(path, preallocate=False) as log:
+        assert log.config.preallocate is False
+        assert log.next_offset == n and log.recovery_report == [] and log.truncated_bytes == 0
+        assert os.path.getsize(st) == end
+        log.append(b"after")
+        assert [bytes(r.value) for r in log.scan()] == [b"v%d" % i for i in range(n)] + [b"after"]
+    assert not os.path.exists(st + fmt.BROKEN_SUFFIX)
+    with pylog.Log(path) as log:  # the stored config now says no preallocation: a clean reopen
+        assert log.truncated_bytes == 0 and log.next_offset == n + 1
+    assert os.path.getsize(st) == end + fmt.FRAME_HEADER_SIZE + len(b"after")
+
+
 def test_clean_reopen_of_a_preallocated_log_reserves_space_again(tmp_path):
     path = str(tmp_path / "pre")
     with pylog.Log(path, **PRE) as log:
