@@ -5,9 +5,10 @@
  *
  * Records are instances of pylog.record.Record (a NamedTuple, registered once with
  * set_record_type). Their key, metadata and value are slices of the memoryview of the
- * segment's map: a slice shares the base view's managed buffer, which holds the mmap's
- * export, so a view outlives the log, its close, retention and truncation and never faults
- * (the same promise the Python code path keeps).
+ * segment's map (made without a slice object where it is safe: see fast_view): a slice shares
+ * the base view's managed buffer, which holds the mmap's export, so a view outlives the log,
+ * its close, retention and truncation and never faults (the same promise the Python code
+ * path keeps).
  *
  * Every frame a Record is made from was CRC-checked by the core (plog_find / plog_scan)
  * in the same call: no bytes that fail their CRC are ever handed out.
@@ -173,27 +174,162 @@ static PyObject *pooled_record(const PyObject *mv, PyObject *off, PyObject *ts, 
     return r;
 }
 
-/* mv[a:b] (a new view sharing mv's managed buffer), or None when null. */
-static inline PyObject *field(PyObject *mv, int null, uint64_t a, uint64_t b) {
+/* ---- views of a map, made without a slice ------------------------------------------------
+ *
+ * mv[a:b] through PySequence_GetSlice costs two ints and a slice object besides the new
+ * view (a third of a scanned Record's time). The view it makes is a copy of mv's view,
+ * registered with the same managed buffer (so it holds the map's export just the same),
+ * whose buf, len and shape[0] are then moved to the slice. PyMemoryView_FromObject(mv)
+ * makes that copy (mbuf_add_view: a new memoryview of mv's managed buffer); fast_view then
+ * moves buf, len and shape[0] itself, as memoryview's own slicing (init_slice) does for a
+ * one-dimensional, contiguous view of bytes.
+ *
+ * The memoryview object's layout is not part of the limited API, so it is mirrored here
+ * (PyMemoryViewObject of CPython 3.10-3.14; Py_buffer is stable) and used only when
+ * check_view_layout, at import, finds the running interpreter's memoryviews laid out so
+ * (their basic and item sizes, and every field read or written here, compared with what a
+ * real slice holds) and fast_view's views equal to real slices. Otherwise, on free-threaded
+ * builds (another object header), and for a map view that is not one-dimensional bytes with
+ * unit stride, views are made by slicing. */
+typedef struct {
+    void *buf;
+    PyObject *obj;
+    Py_ssize_t len;
+    Py_ssize_t itemsize;
+    int readonly;
+    int ndim;
+    char *format;
+    Py_ssize_t *shape;
+    Py_ssize_t *strides;
+    Py_ssize_t *suboffsets;
+    void *internal;
+} view_buffer; /* Py_buffer */
+
+typedef struct {
+    PyVarObject ob_base;
+    void *mbuf;
+    Py_hash_t hash;
+    int flags;
+    Py_ssize_t exports;
+    view_buffer view;
+    PyObject *weakreflist;
+    Py_ssize_t ob_array[1];
+} view_layout; /* PyMemoryViewObject */
+
+/* memoryview's flags: a contiguous view in use (not released, not restricted) has these */
+#define VIEW_FLAGS_CONTIGUOUS 0x006 /* _Py_MEMORYVIEW_C | _Py_MEMORYVIEW_FORTRAN */
+
+static int fast_views = 0; /* check_view_layout passed (and not turned off) */
+static int fast_views_ok = 0; /* check_view_layout passed */
+
+/* Is mv a view fast_view can make views of: in use (not released), one dimension of bytes,
+ * unit stride, its shape and strides in the object (where a memoryview keeps them)? */
+static inline int plain_bytes_view(PyObject *mv) {
+    const view_layout *l = (const view_layout *)mv;
+    return fast_views && l->flags == VIEW_FLAGS_CONTIGUOUS && l->view.ndim == 1 && l->view.itemsize == 1 &&
+           l->view.shape == l->ob_array && l->view.strides == l->ob_array + 1 && l->view.strides[0] == 1 &&
+           l->view.suboffsets == NULL && l->view.shape[0] == l->view.len;
+}
+
+/* mv[a:b] of a plain_bytes_view mv: a new view of mv's managed buffer. Frames lie within
+ * the map, so 0 <= a <= b <= len(mv) holds; were it not to, slicing (which clips to the
+ * view) makes the view: none ever reaches past the map. */
+static inline PyObject *fast_view(PyObject *mv, Py_ssize_t a, Py_ssize_t b) {
+    if (a < 0 || a > b || b > ((const view_layout *)mv)->view.len) return PySequence_GetSlice(mv, a, b);
+    PyObject *v = PyMemoryView_FromObject(mv);
+    if (v == NULL) return NULL;
+    view_layout *l = (view_layout *)v;
+    l->view.buf = (char *)l->view.buf + a;
+    l->view.len = b - a;
+    l->view.shape[0] = b - a;
+    return v;
+}
+
+static int same_view(PyObject *x, PyObject *y) {
+    const view_layout *a = (const view_layout *)x, *b = (const view_layout *)y;
+    return a->mbuf == b->mbuf && a->view.buf == b->view.buf && a->view.obj == b->view.obj &&
+           a->view.len == b->view.len && a->view.itemsize == 1 && b->view.itemsize == 1 &&
+           a->view.readonly == b->view.readonly && a->view.ndim == 1 && b->view.ndim == 1 &&
+           a->view.shape == a->ob_array && b->view.shape == b->ob_array && a->view.shape[0] == b->view.shape[0] &&
+           a->view.strides == a->ob_array + 1 && b->view.strides == b->ob_array + 1 && a->view.strides[0] == 1 &&
+           b->view.strides[0] == 1 && a->view.suboffsets == NULL && b->view.suboffsets == NULL &&
+           a->flags == b->flags && a->hash == b->hash && a->exports == 0 && b->exports == 0;
+}
+
+/* 1: this interpreter's memoryviews are laid out as view_layout says and fast_view makes
+ * exactly the views slicing makes; 0: they are not (or it cannot tell). Never fails. */
+static int check_view_layout(void) {
+#ifdef Py_GIL_DISABLED
+    return 0;
+#else
+    int ok = 0;
+    PyObject *data = NULL, *base = NULL, *slice = NULL, *fast = NULL, *empty = NULL, *fast_empty = NULL;
+    PyObject *type = (PyObject *)&PyMemoryView_Type;
+    PyObject *basic = PyObject_GetAttrString(type, "__basicsize__");
+    PyObject *item = basic ? PyObject_GetAttrString(type, "__itemsize__") : NULL;
+    if (item == NULL || PyLong_AsSsize_t(basic) != (Py_ssize_t)offsetof(view_layout, ob_array) ||
+        PyLong_AsSsize_t(item) != (Py_ssize_t)sizeof(Py_ssize_t))
+        goto done;
+    data = PyBytes_FromStringAndSize("0123456789abcdefghijklmnopqrstuvwxyz", 36);
+    base = data ? PyMemoryView_FromObject(data) : NULL;
+    if (base == NULL) goto done;
+    const view_layout *b = (const view_layout *)base;
+    if (b->view.buf != (void *)PyBytes_AsString(data) || b->view.obj != data || b->view.len != 36 ||
+        b->view.readonly != 1 || b->view.ndim != 1 || b->view.itemsize != 1 || b->view.shape != b->ob_array ||
+        b->view.strides != b->ob_array + 1 || b->view.shape[0] != 36 || b->view.strides[0] != 1 ||
+        b->view.suboffsets != NULL || b->view.format == NULL || strcmp(b->view.format, "B") != 0 ||
+        b->hash != -1 || b->exports != 0 || b->weakreflist != NULL || b->flags != VIEW_FLAGS_CONTIGUOUS)
+        goto done;
+    slice = PySequence_GetSlice(base, 5, 17);
+    empty = slice ? PySequence_GetSlice(base, 36, 36) : NULL;
+    if (empty == NULL) goto done;
+    fast_views = 1; /* for plain_bytes_view while checking */
+    if (!plain_bytes_view(base) || !plain_bytes_view(slice)) goto done;
+    fast = fast_view(base, 5, 17);
+    fast_empty = fast ? fast_view(base, 36, 36) : NULL;
+    if (fast_empty == NULL) goto done;
+    ok = same_view(slice, fast) && same_view(empty, fast_empty) &&
+         ((const view_layout *)slice)->view.buf == (const char *)b->view.buf + 5 &&
+         ((const view_layout *)slice)->view.len == 12 && PyObject_RichCompareBool(slice, fast, Py_EQ) == 1 &&
+         PyObject_Size(fast) == 12 && PyObject_Size(fast_empty) == 0;
+done:
+    fast_views = 0;
+    PyErr_Clear();
+    Py_XDECREF(basic);
+    Py_XDECREF(item);
+    Py_XDECREF(fast_empty);
+    Py_XDECREF(fast);
+    Py_XDECREF(empty);
+    Py_XDECREF(slice);
+    Py_XDECREF(base);
+    Py_XDECREF(data);
+    return ok;
+#endif
+}
+
+/* mv[a:b] (a new view sharing mv's managed buffer), or None when null. `fast`: mv is a
+ * plain_bytes_view (0 <= a <= b <= len(mv) always holds: frames lie within the map). */
+static inline PyObject *field(PyObject *mv, int fast, int null, uint64_t a, uint64_t b) {
     if (null) {
         Py_INCREF(Py_None);
         return Py_None;
     }
+    if (fast) return fast_view(mv, (Py_ssize_t)a, (Py_ssize_t)b);
     return PySequence_GetSlice(mv, (Py_ssize_t)a, (Py_ssize_t)b);
 }
 
 /* The Record of a decoded (CRC-checked) frame; ts, when given, is reused (a new reference
  * is taken). `pooled`: from the Record pool (scans and fetches). */
-static PyObject *frame_record(PyObject *mv, const plog_frame *f, PyObject *ts, int pooled) {
+static PyObject *frame_record(PyObject *mv, int fast, const plog_frame *f, PyObject *ts, int pooled) {
     uint64_t p = f->position + PLOG_FRAME_HEADER_SIZE;
     uint64_t m = p + f->key_length, v = m + f->metadata_length;
     uint32_t a = f->attributes;
     if (ts != NULL) Py_INCREF(ts);
     else ts = PyLong_FromLongLong(f->timestamp);
     PyObject *off = PyLong_FromUnsignedLongLong(f->offset);
-    PyObject *k = field(mv, a & PLOG_ATTR_NULL_KEY, p, m);
-    PyObject *val = field(mv, a & PLOG_ATTR_NULL_VALUE, v, v + f->value_length);
-    PyObject *meta = field(mv, a & PLOG_ATTR_NULL_METADATA, m, v);
+    PyObject *k = field(mv, fast, a & PLOG_ATTR_NULL_KEY, p, m);
+    PyObject *val = field(mv, fast, a & PLOG_ATTR_NULL_VALUE, v, v + f->value_length);
+    PyObject *meta = field(mv, fast, a & PLOG_ATTR_NULL_METADATA, m, v);
     return pooled ? pooled_record(mv, off, ts, k, val, meta) : make_record(off, ts, k, val, meta);
 }
 
@@ -264,7 +400,7 @@ static PyObject *sp_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (n_index < 0) n_index = 0;
     if (plog_find(buf, len, index, (size_t)n_index, base, target, gaps, &f) != PLOG_OK || f.offset != target)
         Py_RETURN_NONE;
-    return frame_record(mv, &f, NULL, 0);
+    return frame_record(mv, plain_bytes_view(mv), &f, NULL, 0);
 }
 
 /* ---- a sealed segment's reader ------------------------------------------------------------ */
@@ -416,7 +552,7 @@ static PyObject *reader_read(PyObject *o, PyObject *arg) {
         (plog_find(r->buf, r->len, r->index, r->n_index, r->base, target, r->gaps, &f) != PLOG_OK ||
          f.offset != target))
         Py_RETURN_NONE;
-    return frame_record(r->mv, &f, NULL, 0);
+    return frame_record(r->mv, plain_bytes_view(r->mv), &f, NULL, 0);
 }
 
 static PyMethodDef reader_methods[] = {
@@ -452,6 +588,7 @@ typedef struct {
     size_t n, i;
     PyObject *ts; /* the last timestamp made, reused while equal */
     int64_t ts_value;
+    int fast; /* mv is a plain_bytes_view */
 } RecordIter;
 
 static PyTypeObject *record_iter_type = NULL;
@@ -492,7 +629,7 @@ static PyObject *record_iter_next(PyObject *o) {
     const plog_frame *f = &it->frames[it->i++];
     PyObject *ts = next_ts(&it->ts, &it->ts_value, f->timestamp);
     if (ts == NULL) return NULL;
-    return frame_record(it->mv, f, ts, 1);
+    return frame_record(it->mv, it->fast, f, ts, 1);
 }
 
 static PyObject *record_iter_length_hint(PyObject *o, PyObject *unused) {
@@ -560,6 +697,7 @@ static PyObject *sp_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         last_scan_map = mv;
     }
     if (max_out < 0) max_out = 0;
+    int fast = plain_bytes_view(mv);
     /* no more frames than the bytes after start could hold */
     size_t room = start < len ? (size_t)((len - start) / PLOG_FRAME_HEADER_SIZE) + 1 : 1;
     size_t cap = (size_t)max_out < room ? (size_t)max_out : room;
@@ -586,6 +724,7 @@ static PyObject *sp_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         it->i = 0;
         it->ts = NULL;
         it->ts_value = 0;
+        it->fast = fast;
         records = (PyObject *)it;
     } else {
         records = PyList_New((Py_ssize_t)n);
@@ -600,7 +739,7 @@ static PyObject *sp_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         int64_t ts_value = 0;
         for (size_t i = 0; i < n; i++) {
             PyObject *t = next_ts(&ts, &ts_value, frames[i].timestamp);
-            PyObject *r = t == NULL ? NULL : frame_record(mv, &frames[i], t, 1);
+            PyObject *r = t == NULL ? NULL : frame_record(mv, fast, &frames[i], t, 1);
             if (r == NULL) {
                 Py_CLEAR(records);
                 break;
@@ -614,6 +753,15 @@ static PyObject *sp_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     return Py_BuildValue("(NnLiKKk)", records, (Py_ssize_t)n, last, rc, (unsigned long long)end, used,
                          first_size);
+}
+
+static PyObject *set_fast_views(PyObject *self, PyObject *flag) {
+    (void)self;
+    int on = PyObject_IsTrue(flag);
+    if (on < 0) return NULL;
+    int was = fast_views;
+    fast_views = on && fast_views_ok;
+    return PyBool_FromLong(was);
 }
 
 static PyObject *set_direct_alloc(PyObject *self, PyObject *flag) {
@@ -630,6 +778,9 @@ static PyMethodDef read_methods[] = {
     {"_set_direct_alloc", set_direct_alloc, METH_O,
      "Tests only: make Records with tp_alloc (True) or through tuple.__new__ (False, what CPython >= 3.14 "
      "gets); returns the previous setting."},
+    {"_set_fast_views", set_fast_views, METH_O,
+     "Tests only: make views of maps without slicing (True: only where the import-time layout check "
+     "passed) or by slicing (False); returns the previous setting."},
     {"set_record_type", set_record_type, METH_O, "Register pylog.record.Record, the type of the Records made here."},
     {"read", (PyCFunction)(void (*)(void))sp_read, METH_FASTCALL, read_doc},
     {"scan", (PyCFunction)(void (*)(void))sp_scan, METH_FASTCALL, scan_doc},
@@ -665,6 +816,8 @@ int pylog_speedups_read_init(PyObject *module) {
     Py_DECREF(minor);
     Py_DECREF(major);
     direct_alloc = maj == 3 && min < 14;
+    fast_views = fast_views_ok = check_view_layout();
+    if (PyModule_AddIntConstant(module, "FAST_VIEWS", fast_views) < 0) return -1;
     set_pool(direct_alloc);
     PyObject *tuple_type = (PyObject *)&PyTuple_Type;
     tuple_new = PyObject_GetAttrString(tuple_type, "__new__");

@@ -6,13 +6,16 @@
   compaction gaps, any start, record and byte budgets; list and lazy iterator; reads;
 * corrupt bytes anywhere: no Record it returns differs from what was written (a frame that
   fails its CRC is never turned into a Record);
-* the Records keep the NamedTuple's behaviour and their views the map alive.
+* the Records keep the NamedTuple's behaviour and their views the map alive;
+* views made without slicing (FAST_VIEWS) are in every visible way the slices, and outlive
+  close and retention too.
 """
 import gc
 import os
 import pickle
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -444,3 +447,112 @@ def test_dropped_records_keep_no_map_alive(tmp_path):
         other.roll()
         assert len(other.read_batch(0)) == 10
     assert not _mapped(first)
+
+
+# ---- views made without slicing (FAST_VIEWS) ------------------------------------------------
+
+def _view_facts(v):
+    """Everything a caller can see of a view (or None)."""
+    if v is None:
+        return None
+    sub = v[1:-1]
+    return (bytes(v), v.tobytes(), len(v), v.nbytes, v.readonly, v.format, v.itemsize, v.ndim, v.shape, v.strides,
+            v.suboffsets, v.c_contiguous, v.f_contiguous, v.contiguous, hash(v), v == bytes(v), bytes(sub),
+            sub.shape, bytes(v.cast("c")), bytes(memoryview(v)), v.tolist(), type(v.obj))
+
+
+@pytest.fixture(params=[True, False], ids=["fast-views", "sliced-views"])
+def view_mode(request):
+    """Both ways the extension makes a value's view: without a slice (where the import-time
+    layout check passed) and by slicing the map's view."""
+    was = speedups._set_fast_views(request.param)
+    yield request.param
+    speedups._set_fast_views(was)
+
+
+@needs_speedups
+@pytest.mark.skipif(bool(sysconfig.get_config_var("Py_GIL_DISABLED")) or sys.version_info >= (3, 15),
+                    reason="the memoryview layout is checked on CPython 3.10-3.14 with the GIL")
+def test_views_are_made_without_slicing_here():
+    """The import-time check found this interpreter's memoryviews laid out as the extension
+    expects, so scans and reads make their views without a slice (a third of a scanned
+    Record's time); were it wrong, views would silently be made the slow way."""
+    assert speedups.FAST_VIEWS == 1
+    assert speedups._set_fast_views(True) is True
+
+
+@needs_speedups
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=records.filter(bool), gaps=st.booleans(), lazy=st.booleans())
+def test_views_made_without_slicing_are_the_slices(recs, gaps, lazy):
+    """A key, value or metadata view made without a slice is in every visible way the view
+    slicing the map makes: bytes, length, shape, strides, flags, hash, sub-slices, casts,
+    its exporter; for scans (list and lazy), reads and a Reader's reads."""
+    data, written, index = _store(recs, gaps, 64, with_index=True)
+    mv, addr, length, keep = _c_map(data)
+    count = written[-1][1] + 1 - 1000
+    got = {}
+    was = speedups._set_fast_views(True)
+    try:
+        for fast in (True, False):
+            speedups._set_fast_views(fast)
+            recs_ = list(speedups.scan(mv, addr, length, fmt.FILE_HEADER_SIZE, written[0][1], 1000, (1 << 64) - 1,
+                                       gaps, lazy)[0])
+            reads = [speedups.read(mv, addr, length, 0, 0, 1000, gaps, o) for _p, o, *_ in written]
+            reader = _reader(data, index, gaps, count)
+            reads += [reader.read(o) for _p, o, *_ in written]
+            got[fast] = [(r.offset, r.timestamp, *map(_view_facts, r[2:])) for r in recs_ + reads]
+    finally:
+        speedups._set_fast_views(was)
+    by_off = {o: (o, t, k, v, m) for _p, o, t, k, v, m in written}
+    assert got[True] == got[False]
+    assert [(o, t, *(f and f[0] for f in fs)) for o, t, *fs in got[True]] == [by_off[o] for o, *_ in got[True]]
+    assert len(got[True]) == 3 * len(written)
+
+
+@needs_speedups
+def test_a_released_map_view_is_refused_not_read(view_mode):
+    """A map view released by its owner: the scan raises (it reads nothing through it), as
+    slicing a released view does."""
+    data, written = _store([(b"k", b"v" * 30, None, 0, 1)] * 5, False)
+    mv, addr, length, keep = _c_map(data)
+    recs, *_ = speedups.scan(mv, addr, length, fmt.FILE_HEADER_SIZE, None, 10, (1 << 64) - 1, False, True)
+    first = next(recs)
+    mv.release()
+    with pytest.raises(ValueError):
+        next(recs)
+    with pytest.raises(ValueError):
+        speedups.read(mv, addr, length, 0, 0, 1000, False, 1001)
+    assert bytes(first.value) == b"v" * 30  # a view made before still reads its bytes
+
+
+@needs_speedups
+def test_views_outlive_close_and_retention(tmp_path, view_mode):
+    """Views made either way hold the map: a lazily made scan's Records, reads and fetches
+    read their bytes after the log is closed and retention deleted their segment; views of
+    views, their release and the collector change nothing for the others."""
+    d = str(tmp_path / "l")
+    log = pylog.Log(d, segment_bytes=1 << 16, retention_bytes=0)
+    log.append_batch([b"%05d" % i * 20 for i in range(2000)], keys=[b"k%d" % i for i in range(2000)],
+                     metadata=[b"m" * (i % 3) for i in range(2000)])
+    log.roll()
+    seg = log._sealed[0]
+    it = log.scan(0, 300)
+    first = next(it)
+    one, batch = log.read(1), log.read_batch(2, max_records=10)
+    sub = first.value[5:10]
+    again = memoryview(one.value)
+    log.close()
+    log = pylog.Log(d, retention_bytes=0)
+    log.enforce_retention()
+    log.close()
+    assert not os.path.exists(seg.store_path)
+    rest = list(it)  # made after the segment was deleted, from the lazy iterator's map
+    gc.collect()
+    again.release()
+    assert len(rest) == 299 and [r.offset for r in rest] == list(range(1, 300))
+    assert all(bytes(r.value) == b"%05d" % r.offset * 20 and bytes(r.key) == b"k%d" % r.offset and
+               bytes(r.metadata) == b"m" * (r.offset % 3) for r in rest)
+    assert bytes(first.value) == b"00000" * 20 and bytes(sub) == b"00000" and bytes(one.value) == b"00001" * 20
+    assert bytes(batch[-1].value) == b"00011" * 20 and bytes(batch[-1].key) == b"k11"
+    assert first.value.shape == (100,) and first.value.strides == (1,) and first.value.readonly

@@ -6,7 +6,8 @@ switched off in this process: Records built in Python over the cffi scan). The l
 same: 200,000 records of 100 B in sealed segments of 4 MiB, warm (pages faulted in).
 
 * read: 1,000 random ``Log.read(offset)``;
-* scan: every record, touching each value;
+* scan: every record, touching each value; and (SpeedupsScanViews) the same scan with the
+  extension's two ways of making a value's view (without a slice object, or by slicing);
 * poll: ``Consumer.poll(500)`` from the first offset to the end of a one-partition topic;
 * poll held: the same as a user's loop writes it (``got = poll(500)``, so the previous batch
   is alive while the next is made) in a process holding 200,000 other containers: what the
@@ -86,6 +87,39 @@ class SpeedupsScan(_WarmLog):
     """``Log.scan()`` of every record, touching each value."""
 
     def time_scan(self, path_: str, path: str) -> None:
+        n = 0
+        for rec in self.log.scan():
+            n += len(rec.value)
+
+
+class SpeedupsScanViews:
+    """``Log.scan()`` touching each value, with the extension, its views made without a slice
+    object (``views="fast"``: where the import-time memoryview layout check passed, the
+    default) or by slicing the map's view (``views="sliced"``: the way before it)."""
+
+    params = ["fast", "sliced"]
+    param_names = ["views"]
+
+    def setup_cache(self) -> str:
+        return build_log(os.path.abspath("speedups-log-views"), N, SIZE, segment_bytes=4 << 20)
+
+    setup_cache.timeout = 300
+
+    def setup(self, path_: str, views: str) -> None:
+        if speedups is None or (views == "fast" and not speedups.FAST_VIEWS):
+            raise NotImplementedError("no views made without a slice here")  # asv: skipped
+        self.was = speedups._set_fast_views(views == "fast")
+        self.log = pylog.Log(path_, readonly=True, cached_segments=None)
+        for rec in self.log.scan():
+            rec.value[-1]
+
+    def teardown(self, path_: str, views: str) -> None:
+        if getattr(self, "log", None) is not None:
+            self.log.close()
+        if speedups is not None and hasattr(self, "was"):
+            speedups._set_fast_views(self.was)
+
+    def time_scan(self, path_: str, views: str) -> None:
         n = 0
         for rec in self.log.scan():
             n += len(rec.value)
