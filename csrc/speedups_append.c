@@ -36,6 +36,8 @@
 #include "speedups.h"
 #include "pylog.h"
 
+#include <structmember.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -55,6 +57,8 @@ typedef struct {
     PyObject *buf_owner; /* keeps buf[0..cap) alive */
     PyObject *acquire;   /* the log lock's acquire and release (bound methods), for append() */
     PyObject *release;
+    PyObject *sync_acquire; /* the group commit's lock (Log._sync_lock), for append_durable() */
+    PyObject *sync_release;
     int enabled;         /* append() frames only while this is the log's append target */
     /* frame_gather's per-record arrays, kept between calls up to GATHER_KEEP_RECORDS
      * records (a bigger batch's are freed after it), freed with the Framer */
@@ -113,6 +117,7 @@ static PyObject *framer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     self->st_owner = owner;
     self->buf_owner = NULL;
     self->acquire = self->release = NULL;
+    self->sync_acquire = self->sync_release = NULL;
     self->enabled = 0;
     self->g_records = 0;
     self->g_values = NULL;
@@ -129,6 +134,8 @@ static void framer_dealloc(PyObject *o) {
     Py_XDECREF(self->buf_owner);
     Py_XDECREF(self->acquire);
     Py_XDECREF(self->release);
+    Py_XDECREF(self->sync_acquire);
+    Py_XDECREF(self->sync_release);
     free(self->g_values);
     free(self->g_lens);
     free(self->g_pieces);
@@ -204,23 +211,42 @@ static PyObject *framer_frame_value(PyObject *o, PyObject *const *args, Py_ssize
 }
 
 PyDoc_STRVAR(set_lock_doc,
-"set_lock(lock)\n\n"
-"The log's lock (a threading.RLock), which append() holds while it frames.");
+"set_lock(lock, sync_lock=None)\n\n"
+"The log's lock (a threading.RLock), which append() holds while it frames; and the group\n"
+"commit's lock (the log's _sync_lock, a threading.Lock), which append_durable() holds while\n"
+"it looks at and changes the group commit's state (without it, append_durable() only frames).");
 
-static PyObject *framer_set_lock(PyObject *o, PyObject *lock) {
+/* *acq, *rel = lock.acquire, lock.release (new references); -1 with an exception. */
+static int bound_pair(PyObject *lock, PyObject **acq, PyObject **rel) {
+    *acq = PyObject_GetAttrString(lock, "acquire");
+    if (*acq == NULL) return -1;
+    *rel = PyObject_GetAttrString(lock, "release");
+    if (*rel == NULL) {
+        Py_CLEAR(*acq);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *framer_set_lock(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
     Framer *self = (Framer *)o;
-    PyObject *acq = PyObject_GetAttrString(lock, "acquire");
-    if (acq == NULL) return NULL;
-    PyObject *rel = PyObject_GetAttrString(lock, "release");
-    if (rel == NULL) {
-        Py_DECREF(acq);
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "set_lock(lock, sync_lock=None) takes 1 or 2 arguments");
         return NULL;
     }
-    PyObject *old_a = self->acquire, *old_r = self->release;
+    PyObject *acq, *rel, *sacq = NULL, *srel = NULL;
+    if (bound_pair(args[0], &acq, &rel) < 0) return NULL;
+    if (nargs == 2 && args[1] != Py_None && bound_pair(args[1], &sacq, &srel) < 0) {
+        Py_DECREF(acq);
+        Py_DECREF(rel);
+        return NULL;
+    }
+    PyObject *old[4] = {self->acquire, self->release, self->sync_acquire, self->sync_release};
     self->acquire = acq;
     self->release = rel;
-    Py_XDECREF(old_a);
-    Py_XDECREF(old_r);
+    self->sync_acquire = sacq;
+    self->sync_release = srel;
+    for (int i = 0; i < 4; i++) Py_XDECREF(old[i]);
     Py_RETURN_NONE;
 }
 
@@ -268,44 +294,447 @@ PyDoc_STRVAR(append_doc,
 "FRAMER_OFF (not enabled: the segment stopped being the append target). Taking the lock in\n"
 "C leaves no point where a signal handler's exception could leave it held.");
 
-static PyObject *framer_append(PyObject *o, PyObject *value) {
-    Framer *self = (Framer *)o;
+/* append()'s first half: check value, take the log's lock, frame. 0: the lock is held and
+ * *off is the offset or a negative status (FRAMER_OFF when not enabled); 1: not enabled, the
+ * lock not taken (*off = FRAMER_OFF); -1: an exception, the lock not held. */
+static int frame_locked(Framer *self, PyObject *value, int64_t *off) {
     if (!PyBytes_Check(value)) {
         PyErr_SetString(PyExc_TypeError, "append: value must be bytes");
-        return NULL;
+        return -1;
     }
     Py_ssize_t n = PyBytes_Size(value);
     if ((unsigned long long)n >= UINT32_MAX) { /* PLOG_NULL_LEN and above; (Py_ssize_t)UINT32_MAX is -1 on 32-bit */
         PyErr_SetString(PyExc_OverflowError, "append: value too large");
-        return NULL;
+        return -1;
     }
     const uint8_t *data = (const uint8_t *)PyBytes_AsString(value);
-    if (data == NULL) return NULL;
-    if (!self->enabled) return PyLong_FromLong(FRAMER_OFF);
+    if (data == NULL) return -1;
+    *off = FRAMER_OFF;
+    if (!self->enabled) return 1;
     PyObject *r = PyObject_CallNoArgs(self->acquire);
-    if (r == NULL) return NULL; /* interrupted while waiting: not held */
+    if (r == NULL) return -1; /* interrupted while waiting: not held */
     Py_DECREF(r);
-    int64_t off = FRAMER_OFF;
-    int failed = 0;
     if (self->enabled && self->buf != NULL) { /* checked again under the lock */
         int64_t ts;
-        if (now_ms(&ts) < 0)
-            failed = 1;
-        else
-            off = plog_frame_one(self->st, self->buf, (size_t)self->cap, empty, 0, empty, 0,
-                                 n ? data : empty, (uint32_t)n, 3, ts, 1);
+        if (now_ms(&ts) < 0) {
+            PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
+            PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+            r = PyObject_CallNoArgs(self->release);
+            Py_XDECREF(r);
+            PyErr_Restore(exc_type, exc_value, exc_tb);
+            return -1;
+        }
+        *off = plog_frame_one(self->st, self->buf, (size_t)self->cap, empty, 0, empty, 0,
+                              n ? data : empty, (uint32_t)n, 3, ts, 1);
     }
+    return 0;
+}
+
+/* Release a lock through its bound release method, keeping an exception already set
+ * (the release's own failure is then dropped). 0, or -1 with an exception. */
+static int call_release(PyObject *release) {
     PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
-    if (failed) PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-    r = PyObject_CallNoArgs(self->release);
-    if (failed) {
+    int pending = PyErr_Occurred() != NULL;
+    if (pending) PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyObject *r = PyObject_CallNoArgs(release);
+    if (pending) {
         Py_XDECREF(r);
+        if (r == NULL) PyErr_Clear();
+        PyErr_Restore(exc_type, exc_value, exc_tb);
+        return -1;
+    }
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static PyObject *framer_append(PyObject *o, PyObject *value) {
+    Framer *self = (Framer *)o;
+    int64_t off;
+    int rc = frame_locked(self, value, &off);
+    if (rc < 0) return NULL;
+    if (rc == 0 && call_release(self->release) < 0) return NULL;
+    return PyLong_FromLongLong((long long)off);
+}
+
+/* ---- the durable append of a group of one ------------------------------------------------ */
+
+/* The group commit's state (LogAppending._wait_durable; pylog.appender's _PyGroupCommit is its
+ * twin without the extension), one per Log as Log._gc, read and changed under the log's
+ * _sync_lock. In C so that append_durable reads it from one small struct: its time between
+ * two fdatasyncs is mostly what it touches, with caches cold after each sleep in the kernel. */
+typedef struct {
+    PyObject_HEAD
+    int syncing;          /* a leader writes out and fdatasyncs */
+    int waiting;          /* followers waiting on the log's _sync_cv */
+    int arrived;          /* appenders arrived since the last write-out */
+    int target;           /* the last group's size: the next leader waits for that many */
+    long long durable_next; /* every offset below it is durable */
+    int sync_fd;          /* the leader's dup of sync_seg's store, -1 when none */
+    int orphan;           /* the log closed while a leader used sync_fd: it closes it */
+    PyObject *sync_seg;   /* the ActiveSegment sync_fd belongs to (NULL: None) */
+    PyObject *sync_framer; /* that segment's Framer, if it has one (NULL: None) */
+    PyObject *wake;       /* the log's _sync_cv.notify_all */
+} GroupCommit;
+
+static PyObject *gc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_Size(args) != 0 || (kwds != NULL && PyDict_Size(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "GroupCommit() takes no arguments");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    GroupCommit *g = (GroupCommit *)alloc(type, 0);
+    if (g == NULL) return NULL;
+    g->syncing = g->waiting = g->arrived = g->orphan = 0;
+    g->target = 1;
+    g->durable_next = 0;
+    g->sync_fd = -1;
+    g->sync_seg = g->sync_framer = g->wake = NULL;
+    return (PyObject *)g;
+}
+
+static void gc_dealloc(PyObject *o) {
+    GroupCommit *g = (GroupCommit *)o;
+    PyTypeObject *tp = Py_TYPE(o);
+    Py_XDECREF(g->sync_seg);
+    Py_XDECREF(g->sync_framer);
+    Py_XDECREF(g->wake);
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    tp_free(o);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef gc_members[] = {
+    {"syncing", T_BOOL, offsetof(GroupCommit, syncing), 0, "a leader writes out and fdatasyncs"},
+    {"waiting", T_INT, offsetof(GroupCommit, waiting), 0, "followers waiting on the log's _sync_cv"},
+    {"arrived", T_INT, offsetof(GroupCommit, arrived), 0, "appenders arrived since the last write-out"},
+    {"target", T_INT, offsetof(GroupCommit, target), 0, "the last group's size"},
+    {"durable_next", T_LONGLONG, offsetof(GroupCommit, durable_next), 0, "every offset below it is durable"},
+    {"sync_fd", T_INT, offsetof(GroupCommit, sync_fd), 0, "the leader's dup of sync_seg's store, -1 when none"},
+    {"orphan", T_BOOL, offsetof(GroupCommit, orphan), 0, "the log closed while a leader used sync_fd"},
+    {"sync_seg", T_OBJECT, offsetof(GroupCommit, sync_seg), 0, "the segment sync_fd belongs to, or None"},
+    {"sync_framer", T_OBJECT, offsetof(GroupCommit, sync_framer), 0, "that segment's Framer, or None"},
+    {"wake", T_OBJECT, offsetof(GroupCommit, wake), 0, "the log's _sync_cv.notify_all"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot gc_slots[] = {
+    {Py_tp_new, (void *)gc_new},
+    {Py_tp_dealloc, (void *)gc_dealloc},
+    {Py_tp_members, (void *)gc_members},
+    {Py_tp_doc, (void *)"GroupCommit(): a log's group commit state under fsync=\"always\" (see "
+                        "LogAppending._wait_durable and Framer.append_durable)."},
+    {0, NULL},
+};
+
+static PyType_Spec gc_spec = {
+    "pylog._speedups.GroupCommit",
+    sizeof(GroupCommit),
+    0,
+    Py_TPFLAGS_DEFAULT,
+    gc_slots,
+};
+
+static PyTypeObject *gc_type = NULL;
+
+/* pylog.vfs and the functions it holds by default (os.pwrite, its fdatasync): the durable
+ * fast path is taken only while vfs still holds those (a test's or a fault injector's
+ * replacement sees every write and fdatasync), see set_durable_vfs */
+static PyObject *vfs_module = NULL, *vfs_pwrite = NULL, *vfs_fdatasync = NULL;
+/* attribute names, interned once */
+static PyObject *s_pwrite, *s_fdatasync, *s_durable_failed, *s_store_fd, *s_index_written,
+    *s_written, *s_written_next, *s_index_fd, *s_timeindex_fd;
+
+static int intern_names(void) {
+#define NAME(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return -1;
+    NAME(s_pwrite, "pwrite")
+    NAME(s_fdatasync, "fdatasync")
+    NAME(s_durable_failed, "_durable_failed")
+    NAME(s_store_fd, "store_fd")
+    NAME(s_index_written, "index_written")
+    NAME(s_written, "written")
+    NAME(s_written_next, "written_next")
+    NAME(s_index_fd, "index_fd")
+    NAME(s_timeindex_fd, "timeindex_fd")
+#undef NAME
+    return 0;
+}
+
+/* 1 while pylog.vfs holds its default pwrite and fdatasync, 0 when not (or set_durable_vfs
+ * was never called), -1 with an exception. */
+static int vfs_native(void) {
+    if (vfs_module == NULL) return 0;
+    PyObject *f = PyObject_GetAttr(vfs_module, s_pwrite);
+    if (f == NULL) return -1;
+    int ok = f == vfs_pwrite;
+    Py_DECREF(f);
+    if (!ok) return 0;
+    f = PyObject_GetAttr(vfs_module, s_fdatasync);
+    if (f == NULL) return -1;
+    ok = f == vfs_fdatasync;
+    Py_DECREF(f);
+    return ok;
+}
+
+/* *out = int(o.name); 0, or -1 with an exception. */
+static int int_attr(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    *out = x;
+    return 0;
+}
+
+static int set_int_attr(PyObject *o, PyObject *name, unsigned long long x) {
+    PyObject *v = PyLong_FromUnsignedLongLong(x);
+    if (v == NULL) return -1;
+    int rc = PyObject_SetAttr(o, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* The durable fast path failed after it became the leader: the exception set is handed to
+ * log._durable_failed (which fences the log and steps down as a leader does) while the log's
+ * lock is still held when ``holding`` (as the Python leader fences a failed write-out: no
+ * other thread frames or writes out in between; the lock is an RLock), then the lock is
+ * released and the exception raised (or what _durable_failed raised). */
+static PyObject *durable_failed(Framer *self, PyObject *log, int holding) {
+    PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyErr_NormalizeException(&exc_type, &exc_value, &exc_tb);
+    PyObject *r = PyObject_CallMethodObjArgs(log, s_durable_failed, exc_value ? exc_value : Py_None, NULL);
+    if (r == NULL) {
+        Py_XDECREF(exc_type);
+        Py_XDECREF(exc_value);
+        Py_XDECREF(exc_tb);
+    } else {
+        Py_DECREF(r);
+        PyErr_Restore(exc_type, exc_value, exc_tb);
+    }
+    if (holding) call_release(self->release); /* keeps the exception set */
+    return NULL;
+}
+
+/* pwrite buf[0..len) to fd at pos, all of it (again after EINTR and short writes), without
+ * the GIL. 0 or an errno. */
+static int pwrite_all_nogil(int fd, const uint8_t *p, size_t left, uint64_t pos) {
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (left > 0) {
+        ssize_t n = pwrite(fd, p, left, (off_t)pos);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            err = errno;
+            break;
+        }
+        if (n == 0) {
+            err = EIO;
+            break;
+        }
+        p += n;
+        left -= (size_t)n;
+        pos += (uint64_t)n;
+    }
+    Py_END_ALLOW_THREADS
+    return err;
+}
+
+PyDoc_STRVAR(append_durable_doc,
+"append_durable(value, log, gc) -> int\n\n"
+"Log.append's common record under fsync=\"always\" in one C call. Frames ``value`` as\n"
+"append() does; then, when the group commit ``gc`` (log._gc, a GroupCommit) is idle (no\n"
+"leader, no one waiting or arrived, the last group one record, the leader's descriptor made\n"
+"for this Framer's segment) and pylog.vfs holds its default pwrite and fdatasync, it is\n"
+"the leader of a group of one, as LogAppending._wait_durable's leader: writes the write\n"
+"buffer and the new index entries out (as ActiveSegment.write_pending: the log's lock held,\n"
+"the GIL released), fdatasyncs the leader's descriptor (no lock held, the GIL released), moves\n"
+"gc.durable_next past the record and wakes whoever arrived meanwhile. Returns the offset: the\n"
+"record is durable if gc.durable_next is past it, else the caller waits in _wait_durable. A\n"
+"negative status as append(), having framed nothing. A failed pwrite or fdatasync is handed\n"
+"to log._durable_failed (fence, step down), then raised.");
+
+static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
+    Framer *self = (Framer *)o;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "append_durable(value, log, gc) takes 3 arguments");
+        return NULL;
+    }
+    PyObject *log = args[1];
+    if (gc_type == NULL || !PyObject_TypeCheck(args[2], gc_type)) {
+        PyErr_SetString(PyExc_TypeError, "append_durable: gc must be a GroupCommit");
+        return NULL;
+    }
+    GroupCommit *g = (GroupCommit *)args[2];
+    int64_t off;
+    int rc = frame_locked(self, args[0], &off);
+    if (rc < 0) return NULL;
+    if (rc > 0) return PyLong_FromLongLong((long long)off);
+    /* the log's lock is held */
+    PyObject *seg = NULL;
+    long long store_fd = -1, index_fd = -1, timeindex_fd = -1, iw = 0;
+    int sync_fd = -1;
+    int lead = 0;
+    if (off >= 0 && self->sync_acquire != NULL && g->sync_framer == o && !g->syncing) {
+        lead = vfs_native();
+        if (lead > 0) {
+            PyObject *r = PyObject_CallNoArgs(self->sync_acquire);
+            if (r == NULL) {
+                lead = -1;
+            } else {
+                Py_DECREF(r);
+                /* idle: no leader, no follower, no one arrived since the last write-out, the
+                 * last group one record, the leader's descriptor made for this segment */
+                lead = !g->syncing && g->waiting == 0 && g->arrived == 0 && g->target == 1
+                       && g->sync_framer == o && g->sync_seg != NULL && g->sync_fd >= 0;
+                if (lead) {
+                    seg = g->sync_seg;
+                    Py_INCREF(seg);
+                    sync_fd = g->sync_fd;
+                    if (int_attr(seg, s_index_written, &iw) < 0 || int_attr(seg, s_store_fd, &store_fd) < 0)
+                        lead = -1;
+                    else if (iw >= 0 && (uint64_t)iw < self->st->index_count /* new index entries */
+                             && (int_attr(seg, s_index_fd, &index_fd) < 0
+                                 || int_attr(seg, s_timeindex_fd, &timeindex_fd) < 0))
+                        lead = -1;
+                    else if (iw < 0 || (uint64_t)iw > self->st->index_count
+                             || store_fd < 0 || store_fd > INT_MAX
+                             || index_fd > INT_MAX || timeindex_fd > INT_MAX
+                             || ((uint64_t)iw < self->st->index_count && (index_fd < 0 || timeindex_fd < 0))
+                             || self->st->used > (uint64_t)self->cap
+                             || (sizeof(off_t) < 8 && self->st->position > (uint64_t)INT32_MAX))
+                        lead = 0;
+                    else
+                        g->syncing = 1; /* the leader now */
+                }
+                if (call_release(self->sync_release) < 0 && lead > 0) {
+                    Py_XDECREF(seg);
+                    return durable_failed(self, log, 1);
+                }
+            }
+        }
+    }
+    if (lead <= 0) {
+        Py_XDECREF(seg);
+        if (call_release(self->release) < 0 || lead < 0) return NULL;
+        return PyLong_FromLongLong((long long)off);
+    }
+    /* the leader of a group of one: write out (as Framer.write_out), fdatasync, step down */
+    plog_appender *st = self->st;
+    uint64_t used = st->used;
+    int err = used ? pwrite_all_nogil((int)store_fd, self->buf, (size_t)used, st->position - used) : 0;
+    if (err) {
+        Py_DECREF(seg);
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return durable_failed(self, log, 1);
+    }
+    st->used = 0;
+    uint64_t goal = st->next_offset;
+    if (set_int_attr(seg, s_written, st->position) < 0 || set_int_attr(seg, s_written_next, goal) < 0) {
+        Py_DECREF(seg);
+        return durable_failed(self, log, 1);
+    }
+    uint64_t ic = st->index_count;
+    if ((uint64_t)iw < ic) { /* the new index entries, as ActiveSegment.write_pending writes them */
+        uint64_t n = ic - (uint64_t)iw;
+        err = pwrite_all_nogil((int)index_fd, st->index + (uint64_t)iw * PLOG_INDEX_ENTRY_SIZE,
+                               (size_t)(n * PLOG_INDEX_ENTRY_SIZE),
+                               PLOG_FILE_HEADER_SIZE + (uint64_t)iw * PLOG_INDEX_ENTRY_SIZE);
+        if (!err)
+            err = pwrite_all_nogil((int)timeindex_fd, st->timeindex + (uint64_t)iw * PLOG_TIMEINDEX_ENTRY_SIZE,
+                                   (size_t)(n * PLOG_TIMEINDEX_ENTRY_SIZE),
+                                   PLOG_FILE_HEADER_SIZE + (uint64_t)iw * PLOG_TIMEINDEX_ENTRY_SIZE);
+        if (err) {
+            Py_DECREF(seg);
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return durable_failed(self, log, 1);
+        }
+        if (set_int_attr(seg, s_index_written, ic) < 0) {
+            Py_DECREF(seg);
+            return durable_failed(self, log, 1);
+        }
+    }
+    Py_DECREF(seg);
+    if (call_release(self->release) < 0) return durable_failed(self, log, 0);
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+#if defined(__APPLE__)
+        int r = fsync(sync_fd); /* pylog.vfs.fdatasync is os.fsync there */
+#else
+        int r = fdatasync(sync_fd);
+#endif
+        if (r == 0) break;
+        if (errno != EINTR) {
+            err = errno;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return durable_failed(self, log, 0);
+    }
+    /* step down (the leader's finally in _wait_durable), under the group commit's lock */
+    PyObject *r;
+    PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
+    while ((r = PyObject_CallNoArgs(self->sync_acquire)) == NULL) {
+        /* a signal handler's exception while waiting: keep the first, take the lock anyway
+         * (stepping down must happen, or every later appender waits for ever) */
+        if (exc_type == NULL) PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        else PyErr_Clear();
+    }
+    Py_DECREF(r);
+    g->syncing = 0;
+    if (g->orphan) { /* the log closed during the fdatasync: the leader closes its fd */
+        if (g->sync_fd >= 0) close(g->sync_fd);
+        g->sync_fd = -1;
+        g->orphan = 0;
+        Py_CLEAR(g->sync_seg);
+        Py_CLEAR(g->sync_framer);
+    }
+    g->target = 1;
+    if (g->durable_next < 0 || (uint64_t)g->durable_next < goal) g->durable_next = (long long)goal;
+    int ok = 1;
+    if (g->waiting > 0 && g->wake != NULL) { /* someone arrived during the fdatasync: wake them */
+        r = PyObject_CallNoArgs(g->wake);
+        Py_XDECREF(r);
+        ok = r != NULL;
+    }
+    if (call_release(self->sync_release) < 0) ok = 0;
+    if (exc_type != NULL) {
+        PyErr_Clear();
         PyErr_Restore(exc_type, exc_value, exc_tb);
         return NULL;
     }
-    if (r == NULL) return NULL;
-    Py_DECREF(r);
+    if (!ok) return NULL;
     return PyLong_FromLongLong((long long)off);
+}
+
+PyDoc_STRVAR(set_durable_vfs_doc,
+"set_durable_vfs(vfs, pwrite, fdatasync)\n\n"
+"Framer.append_durable writes and fdatasyncs in C only while ``vfs.pwrite is pwrite`` and\n"
+"``vfs.fdatasync is fdatasync`` (pylog.vfs and its defaults: a replacement, a test's or a\n"
+"fault injector's, then sees every call, the caller's Python path making them).");
+
+static PyObject *set_durable_vfs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "set_durable_vfs(vfs, pwrite, fdatasync) takes 3 arguments");
+        return NULL;
+    }
+    PyObject *old[3] = {vfs_module, vfs_pwrite, vfs_fdatasync};
+    Py_INCREF(args[0]);
+    Py_INCREF(args[1]);
+    Py_INCREF(args[2]);
+    vfs_module = args[0];
+    vfs_pwrite = args[1];
+    vfs_fdatasync = args[2];
+    for (int i = 0; i < 3; i++) Py_XDECREF(old[i]);
+    Py_RETURN_NONE;
 }
 
 
@@ -564,9 +993,10 @@ static PyObject *framer_write_out(PyObject *o, PyObject *arg) {
 static PyMethodDef framer_methods[] = {
     {"set_buffer", (PyCFunction)(void (*)(void))framer_set_buffer, METH_FASTCALL, set_buffer_doc},
     {"frame_value", (PyCFunction)(void (*)(void))framer_frame_value, METH_FASTCALL, frame_value_doc},
-    {"set_lock", framer_set_lock, METH_O, set_lock_doc},
+    {"set_lock", (PyCFunction)(void (*)(void))framer_set_lock, METH_FASTCALL, set_lock_doc},
     {"enable", framer_enable, METH_O, enable_doc},
     {"append", framer_append, METH_O, append_doc},
+    {"append_durable", (PyCFunction)(void (*)(void))framer_append_durable, METH_FASTCALL, append_durable_doc},
     {"frame_gather", (PyCFunction)(void (*)(void))framer_frame_gather, METH_FASTCALL, frame_gather_doc},
     {"write_out", framer_write_out, METH_O, write_out_doc},
     {NULL, NULL, 0, NULL},
@@ -676,15 +1106,25 @@ static PyMethodDef append_methods[] = {
     {"lengths", lengths, METH_O, lengths_doc},
     {"bytes_only", bytes_only, METH_O, bytes_only_doc},
     {"set_test_clock", set_test_clock, METH_O, set_test_clock_doc},
+    {"set_durable_vfs", (PyCFunction)(void (*)(void))set_durable_vfs, METH_FASTCALL, set_durable_vfs_doc},
     {NULL, NULL, 0, NULL},
 };
 
 int pylog_speedups_append_init(PyObject *module) {
+    if (intern_names() < 0) return -1;
     if (PyModule_AddFunctions(module, append_methods) < 0) return -1;
     PyObject *t = PyType_FromSpec(&framer_spec);
     if (t == NULL) return -1;
     if (PyModule_AddObject(module, "Framer", t) < 0) {
         Py_DECREF(t);
+        return -1;
+    }
+    PyObject *g = PyType_FromSpec(&gc_spec);
+    if (g == NULL) return -1;
+    gc_type = (PyTypeObject *)g;
+    Py_INCREF(g);
+    if (PyModule_AddObject(module, "GroupCommit", g) < 0) {
+        Py_DECREF(g);
         return -1;
     }
     return PyModule_AddIntConstant(module, "FRAMER_OFF", FRAMER_OFF);

@@ -39,6 +39,36 @@ _time_ns = time.time_ns
 # pylog._speedups' append part, None without it (or with a build older than it: then the
 # Python paths, as without the extension)
 _Framer = getattr(speedups, "Framer", None)
+# Framer.append_durable: "always"'s common record, and the whole durable append of a group of
+# one, in one C call (None: a build older than it, whose Framer serves "never" and "interval" only)
+_append_durable = getattr(_Framer, "append_durable", None)
+if _append_durable is not None:
+    speedups.set_durable_vfs(vfs, vfs.pwrite, vfs.fdatasync)
+
+
+class _PyGroupCommit:
+    """A log's group commit state under ``fsync="always"`` (see
+    :meth:`LogAppending._wait_durable`), read and changed under the log's ``_sync_lock``:
+    pylog._speedups.GroupCommit where ``Framer.append_durable`` is there (it reads the state
+    from its C struct), else this twin."""
+
+    __slots__ = ("syncing", "waiting", "arrived", "target", "durable_next", "sync_fd", "orphan",
+                 "sync_seg", "sync_framer", "wake")
+
+    def __init__(self) -> None:
+        self.syncing = False  # a leader writes out and fdatasyncs
+        self.waiting = 0  # followers waiting on the log's _sync_cv
+        self.arrived = 0  # appenders arrived since the last write-out
+        self.target = 1  # the last group's size: the next leader waits for that many
+        self.durable_next = 0  # every offset below it is durable
+        self.sync_fd = -1  # the leader's dup of sync_seg's store (see _new_sync_fd), -1 when none
+        self.orphan = False  # the log closed while a leader used sync_fd: that leader closes it
+        self.sync_seg: ActiveSegment | None = None  # the segment sync_fd belongs to
+        self.sync_framer: Any = None  # that segment's Framer, if it has one
+        self.wake: Any = None  # the log's _sync_cv.notify_all
+
+
+GroupCommit: Any = speedups.GroupCommit if _append_durable is not None else _PyGroupCommit
 _c_lengths = getattr(speedups, "lengths", None)
 _c_bytes_only = getattr(speedups, "bytes_only", None)
 _perf_counter = time.perf_counter
@@ -215,13 +245,22 @@ class LogAppending(LogState):
             # (Framer.append takes and releases the lock in C, where no handler runs.)
             fa = self._fast_append
             if fa is not None:
-                # pylog._speedups, "never" or "always": one C call takes the lock, frames the
-                # record into the write buffer and releases the lock
-                off = fa(value)
-                if off >= 0:
-                    if self._policy == _ALWAYS:
-                        self._wait_durable(off)  # the group commit leader writes it out
-                    return off
+                if self._policy != _ALWAYS:
+                    # pylog._speedups, "never": one C call takes the lock, frames the record
+                    # into the write buffer and releases the lock
+                    off = fa(value)
+                    if off >= 0:
+                        return off
+                else:
+                    # "always": Framer.append_durable frames it the same way and, when the
+                    # group commit is idle (one writer), is the leader of a group of one in
+                    # the same C call (write-out, fdatasync, gc.durable_next moved past it)
+                    gc = self._gc
+                    off = fa(value, self, gc)
+                    if off >= 0:
+                        if gc.durable_next <= off:
+                            self._wait_durable(off)  # the group commit leader writes it out
+                        return off
                 # no room, segment full, index full, or the segment is no longer the
                 # append target (a roll, a close, a fence): the general path
                 return self._append(value, key, metadata, timestamp, expected_offset)
@@ -573,10 +612,12 @@ class LogAppending(LogState):
         if framer is None:
             self._frame_fast = self._fast_append = None
             return
-        framer.set_lock(self._lock)
+        framer.set_lock(self._lock, self._sync_lock)
         framer.enable(True)
         if self._policy == _INTERVAL:
             self._frame_fast, self._fast_append = framer.frame_value, None
+        elif self._policy == _ALWAYS:
+            self._frame_fast, self._fast_append = None, framer.append_durable
         else:
             self._frame_fast, self._fast_append = None, framer.append
 
@@ -599,7 +640,7 @@ class LogAppending(LogState):
         Appenders frame their records into the write buffer (under ``_lock``) and wait here.
         One of them at a time is the leader: it writes out everything framed so far with
         one ``pwrite``, notes how far that goes, and fdatasyncs with no lock held, so the
-        next group frames its records meanwhile; then it moves ``_durable_next`` and wakes
+        next group frames its records meanwhile; then it moves ``_gc.durable_next`` and wakes
         the waiters, whose records that fdatasync covered. Before it writes out, a leader
         lets the group form: it waits (at most about one fdatasync's time) until as many
         appenders have arrived since the last write-out as the last group had, so with N
@@ -608,27 +649,28 @@ class LogAppending(LogState):
         """
         cv = self._sync_cv
         lk = self._sync_lock  # cv's lock: entered directly where nothing waits or wakes (no Python frames)
+        gc = self._gc
         lead = ok = False
         goal = group = 0
         try:
             with lk:
-                self._gc_arrived += 1
-                if self._gc_gathering and self._gc_arrived >= self._gc_target:
+                gc.arrived += 1
+                if self._gc_gathering and gc.arrived >= gc.target:
                     self._gc_lead.notify()
-                while self._durable_next <= offset:
+                while gc.durable_next <= offset:
                     if self._fenced is not None:
                         raise LogFencedError(f"log {self.path}: fsync failed ({self._fenced}); reopen it")
-                    if not self._syncing:
-                        self._syncing = lead = True
+                    if not gc.syncing:
+                        gc.syncing = lead = True
                         break
-                    self._gc_waiting += 1
+                    gc.waiting += 1
                     try:
                         cv.wait()
                     finally:
-                        self._gc_waiting -= 1
+                        gc.waiting -= 1
                 else:
                     return
-                if self._gc_arrived < self._gc_target:  # let the group form
+                if gc.arrived < gc.target:  # let the group form
                     self._gc_gathering = True
                     try:
                         self._gc_lead.wait_for(self._gc_formed, self._gc_wait)
@@ -639,9 +681,9 @@ class LogAppending(LogState):
                 self._write_out(w if w is not None else self._check_writable())  # raises: closed, fenced
                 seg = self._active  # after the write-out: it may have rolled (see _flush_locked)
                 goal = seg.written_next
-                fd = self._sync_fd if self._sync_seg is seg else self._new_sync_fd(seg)
+                fd = gc.sync_fd if gc.sync_seg is seg else self._new_sync_fd(seg)
                 with lk:
-                    group, self._gc_arrived = self._gc_arrived, 0
+                    group, gc.arrived = gc.arrived, 0
             t = _perf_counter() if group > 1 else 0.0
             try:
                 vfs.fdatasync(fd)
@@ -656,18 +698,35 @@ class LogAppending(LogState):
         finally:
             if lead:
                 with lk:
-                    self._syncing = False
-                    if self._sync_orphan:  # the log closed during the fdatasync: the leader closes its fd
+                    gc.syncing = False
+                    if gc.orphan:  # the log closed during the fdatasync: the leader closes its fd
                         self._drop_sync_fd()
                     if ok:
-                        self._gc_target = group if group > 1 else 1
-                        if goal > self._durable_next:
-                            self._durable_next = goal
-                    if self._gc_waiting:  # one writer: no one to wake
+                        gc.target = group if group > 1 else 1
+                        if goal > gc.durable_next:
+                            gc.durable_next = goal
+                    if gc.waiting:  # one writer: no one to wake
                         cv.notify_all()
 
+    def _durable_failed(self, e: BaseException) -> None:
+        """Framer.append_durable's write-out or fdatasync failed while it led a group of one
+        (it calls this, then raises ``e``): fence the log and step down, as the leader in
+        :meth:`_wait_durable` does on a failure; whoever arrived meanwhile wakes to the fence."""
+        try:
+            with self._lock:
+                if self._fenced is None:
+                    self._fence(e)
+        finally:
+            gc = self._gc
+            with self._sync_lock:
+                gc.syncing = False
+                if gc.orphan:  # the log closed during the fdatasync: the leader closes its fd
+                    self._drop_sync_fd()
+                if gc.waiting:
+                    self._sync_cv.notify_all()
+
     def _gc_formed(self) -> bool:
-        return self._gc_arrived >= self._gc_target or self._fenced is not None
+        return self._gc.arrived >= self._gc.target or self._fenced is not None
 
     def _new_sync_fd(self, seg: ActiveSegment) -> int:
         """The group commit leader's own descriptor of ``seg``'s store (a dup, so a roll or
@@ -676,11 +735,16 @@ class LogAppending(LogState):
         time, closed when the next segment's is made or by :meth:`_close_sync_fd`."""
         fd = vfs.dup(seg.store_fd)
         self._drop_sync_fd()
-        self._sync_fd, self._sync_seg = fd, seg
+        gc = self._gc
+        gc.sync_fd, gc.sync_seg = fd, seg
+        # Framer.append_durable leads a group of one only with its own segment's descriptor
+        gc.sync_framer = getattr(seg.app, "_framer", None)
         return fd
 
     def _drop_sync_fd(self) -> None:
-        fd, self._sync_fd, self._sync_seg, self._sync_orphan = self._sync_fd, -1, None, False
+        gc = self._gc
+        fd = gc.sync_fd
+        gc.sync_fd, gc.sync_seg, gc.sync_framer, gc.orphan = -1, None, None, False
         if fd >= 0:
             try:
                 vfs.close(fd)
@@ -691,8 +755,8 @@ class LogAppending(LogState):
         """At close: close the leader's descriptor now, or, while a leader fdatasyncs with
         it, let that leader close it when it is done."""
         with self._sync_cv:
-            if self._syncing:
-                self._sync_orphan = True
+            if self._gc.syncing:
+                self._gc.orphan = True
             else:
                 self._drop_sync_fd()
 
@@ -710,7 +774,7 @@ class LogAppending(LogState):
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         with self._sync_cv:
-            self._durable_next = max(self._durable_next, seg.written_next)
+            self._gc.durable_next = max(self._gc.durable_next, seg.written_next)
 
     def flush(self) -> None:
         """Write out buffered appends and fsync them: everything appended so far is durable
@@ -786,5 +850,5 @@ class LogAppending(LogState):
         self._active = new
         self._update_writable()
         with self._sync_cv:
-            self._durable_next = max(self._durable_next, sealed.next_offset)
+            self._gc.durable_next = max(self._gc.durable_next, sealed.next_offset)
         return new

@@ -30,8 +30,10 @@ from pylog.appender import (  # noqa: F401  (re-exported: see __all__'s comment)
     _ALWAYS,
     _FRAME_HEADER,
     _POLICIES,
+    GroupCommit,
     LogAppending,
     PackedBytes,
+    _append_durable,
     _c_bytes_only,
     _Framer,
     _largest,
@@ -135,19 +137,15 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         self._drains = 0  # odd while a drain of the append queue is under way
         sync_lock = self._sync_lock = threading.Lock()
         self._sync_cv = threading.Condition(sync_lock)
-        self._gc_waiting = 0  # threads in _sync_cv.wait() (the group commit's followers)
-        self._syncing = False
-        self._durable_next = 0
-        # group commit (see LogAppending._wait_durable): the leader waits on _gc_lead for
-        # _gc_target appenders (the size of the last group) to arrive, at most _gc_wait s
+        # group commit (see LogAppending._wait_durable): its state, under sync_lock (the
+        # leader, its followers, durable_next, the leader's descriptor); the leader waits on
+        # _gc_lead for gc.target appenders (the size of the last group) to arrive, at most
+        # _gc_wait s
+        self._gc = GroupCommit()
+        self._gc.wake = self._sync_cv.notify_all
         self._gc_lead = threading.Condition(sync_lock)
-        self._gc_arrived = 0
-        self._gc_target = 1
         self._gc_gathering = False
         self._gc_wait = 0.0
-        self._sync_fd = -1  # the leader's dup of the active store (see _new_sync_fd)
-        self._sync_seg: ActiveSegment | None = None
-        self._sync_orphan = False
         self._fenced: BaseException | None = None
         self._closed = False
         self._lock_fd = -1
@@ -232,7 +230,8 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         buffer (``_queueing``)."""
         ok = not (self._closed or self.readonly or self._fenced is not None)
         self._writable = self._active if ok else None
-        direct = ok and _Framer is not None and self._segment_ms is None
+        direct = (ok and _Framer is not None and self._segment_ms is None
+                  and (self._policy != _ALWAYS or _append_durable is not None))
         app: Any = self._active.app  # the native Appender when _Framer is not None (it has framer())
         self._set_framer(app.framer(_Framer) if direct else None)
         self._queueing = (ok and not direct and self._policy != _ALWAYS and self._segment_ms is None

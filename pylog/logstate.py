@@ -67,28 +67,22 @@ class LogState:
     # Framer, and the calls append frames the common record with (None without it)
     _framer: Any
     _frame_fast: Callable[[bytes, int], int] | None  # "interval": under append's lock
-    _fast_append: Callable[[bytes], int] | None  # "never", "always": takes the lock itself
+    # "never": Framer.append; "always": Framer.append_durable(value, log, gc). Both take the lock
+    _fast_append: Callable[..., int] | None
 
     # durability: group commit and the flush policy
     _sync_cv: threading.Condition
     _sync_lock: threading.Lock  # _sync_cv's lock
-    _gc_waiting: int  # threads waiting on _sync_cv in _wait_durable
-    _syncing: bool
-    _durable_next: int
+    _gc: Any  # the group commit's state (pylog.appender.GroupCommit), under _sync_lock
     _unflushed: int
     _last_flush_ms: int
     _flush_n: int
     _flush_t: int
-    # group commit under fsync="always": the leader waits on _gc_lead for _gc_target
+    # group commit under fsync="always": the leader waits on _gc_lead for _gc.target
     # appenders (the last group's size) to arrive, at most _gc_wait seconds
     _gc_lead: threading.Condition
-    _gc_arrived: int
-    _gc_target: int
     _gc_gathering: bool
     _gc_wait: float
-    _sync_fd: int  # the leader's dup of the active store's fd, -1 when none
-    _sync_seg: ActiveSegment | None  # the segment _sync_fd belongs to
-    _sync_orphan: bool
 
     # transactions and truncation
     _cap: int | None  # the last stable offset while a transaction applies

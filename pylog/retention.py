@@ -122,7 +122,7 @@ class LogRetention(LogState):
             self._active = new
             self._update_writable()
             with self._sync_cv:
-                self._durable_next = min(self._durable_next, new.next_offset)
+                self._gc.durable_next = min(self._gc.durable_next, new.next_offset)
 
     def _truncate_failed(self, e: BaseException, target: str | None, size: int, doomed: list[int]) -> None:
         """A truncate failed: fence (:meth:`_fail`). If it changed no file (every doomed

@@ -120,3 +120,168 @@ def test_a_failed_c_write_out_fences_and_keeps_every_acknowledged_record(tmp_pat
         assert out["acked"] <= n <= out["acked"] + 1
         assert [bytes(rec.value) for rec in log.scan()] == [b"r%05d" % i * 10 for i in range(n)]
         assert log.verify() == []
+
+
+# ---- the durable append of a group of one in C (Framer.append_durable) -------------------
+
+needs_durable_c = pytest.mark.skipif(
+    speedups is None or not hasattr(getattr(speedups, "Framer", None), "append_durable"),
+    reason="pylog._speedups' Framer.append_durable is not in use (the pure backend, or no extension)")
+
+
+@needs_durable_c
+def test_one_durable_writer_is_led_in_c_and_writes_what_the_python_path_writes(tmp_path, monkeypatch):
+    """One writer under fsync="always": after the first append (whose Python leader makes the
+    leader's descriptor), every common append is written out and fdatasynced by
+    Framer.append_durable (no _wait_durable), each durable when append returns (the group
+    commit's durable_next past it), the index written as the Python path writes it."""
+    from pylog.appender import LogAppending
+
+    waits: list[int] = []
+    real_wait = LogAppending._wait_durable
+
+    def counted(self, offset):
+        waits.append(offset)
+        return real_wait(self, offset)
+
+    monkeypatch.setattr(LogAppending, "_wait_durable", counted)
+    import pylog.appender
+
+    # one clock for the C framing and the Python paths (a roll's append), so both logs match
+    monkeypatch.setattr(pylog.appender, "_now_ms", lambda: 1_700_000_000_000)
+    speedups.set_test_clock(lambda: 1_700_000_000_000)
+    try:
+        a = str(tmp_path / "c")
+        with pylog.Log(a, fsync="always", segment_bytes=8192, index_interval_bytes=512) as log:
+            for i in range(300):  # several rolls, an index entry every few records
+                off = log.append(b"r%05d" % i * (i % 9 + 1))
+                assert off == i and log._gc.durable_next == i + 1
+            led_in_c = 300 - len(waits)
+        # the same appends with a replaced vfs.fdatasync: the C path is off, the Python leader syncs
+        monkeypatch.setattr(vfs, "fdatasync", lambda fd: os.fdatasync(fd))
+        del waits[:]
+        b = str(tmp_path / "py")
+        with pylog.Log(b, fsync="always", segment_bytes=8192, index_interval_bytes=512) as log:
+            for i in range(300):
+                assert log.append(b"r%05d" % i * (i % 9 + 1)) == i
+        assert len(waits) == 300
+    finally:
+        speedups.set_test_clock(None)
+    # each segment's first append goes through the Python leader (it makes the descriptor)
+    assert led_in_c >= 300 - len(store_files(a)) - 1, led_in_c
+    for ext in (".log", ".index", ".timeindex"):
+        fa = sorted(n for n in os.listdir(a) if n.endswith(ext))
+        fb = sorted(n for n in os.listdir(b) if n.endswith(ext))
+        assert fa == fb and len(fa) >= 3, (ext, fa, fb)
+        for n in fa:
+            assert open(os.path.join(a, n), "rb").read() == open(os.path.join(b, n), "rb").read(), n
+    with pylog.Log(a) as log:
+        assert log.verify() == [] and log.next_offset == 300
+        assert [r.offset for r in log.scan(start=123, stop=126)] == [123, 124, 125]
+
+
+FSYNC_CHILD = """
+import json, os, sys
+import pylog
+from pylog.appender import LogAppending
+from pylog.errors import LogFencedError
+waits = []
+real_wait = LogAppending._wait_durable
+def counted(self, offset):
+    waits.append(offset)
+    return real_wait(self, offset)
+LogAppending._wait_durable = counted
+log = pylog.Log(sys.argv[1], fsync="always")
+acked, error, failed_waits = 0, None, None
+try:
+    for i in range(200):
+        n = len(waits)
+        try:
+            log.append(b"r%05d" % i * 10)
+        except OSError:
+            failed_waits = len(waits) - n  # _wait_durable calls of the append that failed
+            raise
+        acked += 1
+        os.write(1, b"ack %d %d\\n" % (i, len(waits)))  # and the _wait_durable calls so far
+except OSError as e:
+    error = e.errno
+try:
+    log.append(b"more")
+    fenced = False
+except LogFencedError:
+    fenced = True
+print(json.dumps({"acked": acked, "errno": error, "fenced": fenced, "failed_waits": failed_waits,
+                  "waits": len(waits)}))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@needs_durable_c
+@pytest.mark.skipif(STRACE is None, reason="strace with fault injection is not available")
+@pytest.mark.parametrize("when", [2, 3, 40, 150])  # (the first fdatasyncs: the new log's files)
+def test_a_failed_fdatasync_of_the_c_leader_fails_the_append_and_fences(tmp_path, when):
+    """strace fails the ``when``-th fdatasync of a one-writer process with EIO. Where the
+    C leader (Framer.append_durable) made that fdatasync, the append raises the EIO, the log
+    is fenced (the next append raises LogFencedError), and a reopen finds every acknowledged
+    record and at most the one whose append failed."""
+    import errno
+
+    path = str(tmp_path / "log")
+    trace = str(tmp_path / "trace")
+    r = subprocess.run([STRACE, "-qq", "-o", trace, "-e", "trace=fdatasync",
+                        "-e", f"inject=fdatasync:error=EIO:when={when}", sys.executable, "-c", FSYNC_CHILD, path],
+                       capture_output=True, text=True, timeout=120, env=py_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    with open(trace) as f:
+        assert any("INJECTED" in line for line in f)
+    assert out["errno"] == errno.EIO and out["fenced"], out
+    assert 0 <= out["acked"] < 200
+    if out["acked"] >= 2:  # past the first appends (the Python leader makes the descriptor)
+        assert out["failed_waits"] == 0, out  # the C leader's fdatasync failed, not _wait_durable's
+        assert out["waits"] <= 2, out
+    with pylog.Log(path, fsync="always") as log:
+        n = log.next_offset
+        assert out["acked"] <= n <= out["acked"] + 1
+        assert [bytes(rec.value) for rec in log.scan()] == [b"r%05d" % i * 10 for i in range(n)]
+        assert log.verify() == []
+
+
+@needs_durable_c
+@pytest.mark.skipif(STRACE is None, reason="strace with fault injection is not available")
+@pytest.mark.parametrize("when", [5, 77])
+def test_the_c_leader_acknowledges_only_after_its_fdatasync_and_acked_records_survive_kill9(tmp_path, when):
+    """A one-writer process is killed (SIGKILL) on entering its ``when``-th fdatasync. The
+    trace shows every acknowledgement (the child's write of "ack i") after an fdatasync of the
+    store that returned 0 following the pwrite of record i's frame; a reopen finds every
+    acknowledged record, whole."""
+    path = str(tmp_path / "log")
+    trace = str(tmp_path / "trace")
+    r = subprocess.run([STRACE, "-qq", "-y", "-o", trace, "-e", "trace=pwrite64,fdatasync,write",
+                        "-e", f"inject=fdatasync:signal=SIGKILL:when={when}", sys.executable, "-c",
+                        FSYNC_CHILD, path], capture_output=True, text=True, timeout=120, env=py_env())
+    assert r.returncode != 0  # killed
+    lines = [line.split() for line in r.stdout.splitlines() if line.startswith("ack ")]
+    acked = [int(x[1]) for x in lines]
+    assert acked == list(range(len(acked))) and len(acked) >= when - 4, (acked, r.stdout[-500:])
+    assert int(lines[-1][2]) <= 2, lines[-1]  # the C leader synced them (the Python one the first)
+    # the order of events: a record's frame pwritten to the store, then a successful fdatasync
+    # of the store, then its acknowledgement
+    pending_write = synced_upto = 0  # frames written to the store so far; of them, fdatasynced
+    acks = 0
+    with open(trace) as f:
+        for line in f:
+            if line.startswith("pwrite64(") and ".log>" in line.split(",")[0] and ", 0) = " not in line:
+                pending_write += 1  # (one frame a pwrite: one writer, a group of one; not the header)
+            elif line.startswith("fdatasync(") and ".log>" in line and line.rstrip().endswith("= 0"):
+                synced_upto = pending_write
+            elif line.startswith("write(1") and "ack " in line:
+                acks += 1
+                assert acks <= synced_upto, (acks, synced_upto, line)
+    assert acks == len(acked)
+    with pylog.Log(path) as log:
+        vals = [bytes(rec.value) for rec in log.scan()]
+        assert vals[:len(acked)] == [b"r%05d" % i * 10 for i in acked]
+        assert len(vals) <= len(acked) + 1
+        assert log.verify() == []

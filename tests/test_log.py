@@ -280,15 +280,15 @@ def test_interval_policy_flushes_by_count_and_by_time(make_log):
     log = make_log(fsync="interval", flush_messages=10, flush_ms=None)
     for i in range(9):
         log.append(b"x")
-    assert log._durable_next == 0
+    assert log._gc.durable_next == 0
     log.append(b"x")
-    assert log._durable_next == 10
+    assert log._gc.durable_next == 10
     timed = make_log(os.path.join(log._active.dir, "..", "timed"), fsync="interval", flush_ms=50)
     timed.append(b"x")
     deadline = time.time() + 5
-    while timed._durable_next < 1 and time.time() < deadline:
+    while timed._gc.durable_next < 1 and time.time() < deadline:
         time.sleep(0.02)
-    assert timed._durable_next == 1, "the background flusher fsynced within flush_ms"
+    assert timed._gc.durable_next == 1, "the background flusher fsynced within flush_ms"
 
 
 def test_readonly_reader_follows_the_writer(log_dir, make_log):
@@ -477,7 +477,7 @@ def test_write_out_hands_buffered_appends_to_the_os_without_fsync(log_dir, make_
     try:
         assert r.next_offset == 0, "a small append under fsync='never' stays in the write buffer"
         w.write_out()
-        assert w._durable_next == 0, "write_out does not fsync"
+        assert w._gc.durable_next == 0, "write_out does not fsync"
         r.refresh()
         assert r.next_offset == 1 and bytes(r.read(0).value) == b"buffered"
         r.write_out()  # read-only: nothing buffered, nothing to do

@@ -165,7 +165,9 @@ class AppendDurablePath(BaseIO):
     """What a durable append costs besides the disk: ``fsync="always"``, 1,000 records of
     100 B, one writer, with ``pylog.vfs.fdatasync`` made a no-op for the call (the group
     commit leader's write-out, lock hand-offs and bookkeeping, and the ``pwrite``; since
-    issue 16 the write-out is one C call, ``Framer.write_out``). The ``plain`` peer is the
+    issue 16 the write-out is one C call, ``Framer.write_out``; a replaced fdatasync turns
+    ``Framer.append_durable``'s C leader off, so this times the Python leader: see
+    ``AppendDurableOneWriter``). The ``plain`` peer is the
     comparison benchmark's loop without its fdatasync (``os.write`` per record)."""
 
     params = ["pylog", "plain"]
@@ -205,6 +207,58 @@ class AppendDurablePath(BaseIO):
         if writer == "plain":
             os.close(self.fd)
         super().teardown(writer)
+
+
+class AppendDurableOneWriter(BaseIO):
+    """One durable writer with the real fdatasync: ``fsync="always"``, 200 records of 100 B.
+    ``c``: the default, where ``Framer.append_durable`` leads each group of one in one C call
+    (frame, write-out, fdatasync, durable_next moved; issue 16); ``python``: the same with
+    ``pylog.vfs.fdatasync`` replaced by a wrapper of ``os.fdatasync``, which turns the C
+    leader off (the group commit leader in ``_wait_durable``); ``plain``: the comparison
+    benchmark's ``os.write`` + ``os.fdatasync`` loop. The disk's fdatasync is most of each
+    figure: compare them within one run."""
+
+    params = ["c", "python", "plain"]
+    param_names = ["path"]
+    number = 1
+    repeat = (3, 10, 10.0)
+
+    def setup(self, path: str) -> None:
+        import os
+
+        self.values = make_values(200, 100)
+        if path == "plain":
+            self.fd = os.open(os.path.join(self.tmpdir(), "plain"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        else:
+            self.log = self.keep_log(pylog.Log(self.tmpdir(), fsync="always", segment_bytes=256 << 20))
+
+    def time_append_durable(self, path: str) -> None:
+        import os
+
+        from pylog import vfs
+
+        if path == "plain":
+            write, sync, fd = os.write, os.fdatasync, self.fd
+            for v in self.values:
+                write(fd, v)
+                sync(fd)
+            return
+        real = vfs.fdatasync
+        if path == "python":
+            vfs.fdatasync = lambda fd: real(fd)
+        try:
+            append = self.log.append
+            for v in self.values:
+                append(v)
+        finally:
+            vfs.fdatasync = real
+
+    def teardown(self, path: str) -> None:
+        import os
+
+        if path == "plain":
+            os.close(self.fd)
+        super().teardown(path)
 
 
 class AppendGroupCommit(BaseIO):
