@@ -461,19 +461,18 @@ static int intern_names(void) {
 }
 
 /* 1 while pylog.vfs holds its default pwrite and fdatasync, 0 when not (or set_durable_vfs
- * was never called), -1 with an exception. */
+ * was never called), -1 with an exception. Read from the module's dict (vfs_dict, borrowed
+ * from vfs_module, which is kept): two dict lookups, no attribute protocol. */
+static PyObject *vfs_dict = NULL;
+
 static int vfs_native(void) {
-    if (vfs_module == NULL) return 0;
-    PyObject *f = PyObject_GetAttr(vfs_module, s_pwrite);
-    if (f == NULL) return -1;
-    int ok = f == vfs_pwrite;
-    Py_DECREF(f);
-    if (!ok) return 0;
-    f = PyObject_GetAttr(vfs_module, s_fdatasync);
-    if (f == NULL) return -1;
-    ok = f == vfs_fdatasync;
-    Py_DECREF(f);
-    return ok;
+    if (vfs_dict == NULL) return 0;
+    PyObject *f = PyDict_GetItemWithError(vfs_dict, s_pwrite); /* borrowed */
+    if (f == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (f != vfs_pwrite) return 0;
+    f = PyDict_GetItemWithError(vfs_dict, s_fdatasync);
+    if (f == NULL) return PyErr_Occurred() ? -1 : 0;
+    return f == vfs_fdatasync;
 }
 
 /* *out = int(o.name); 0, or -1 with an exception. */
@@ -726,7 +725,14 @@ static PyObject *set_durable_vfs(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "set_durable_vfs(vfs, pwrite, fdatasync) takes 3 arguments");
         return NULL;
     }
+    if (!PyModule_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "set_durable_vfs: vfs must be a module");
+        return NULL;
+    }
+    PyObject *d = PyModule_GetDict(args[0]); /* borrowed: lives as long as the module */
+    if (d == NULL) return NULL;
     PyObject *old[3] = {vfs_module, vfs_pwrite, vfs_fdatasync};
+    vfs_dict = d;
     Py_INCREF(args[0]);
     Py_INCREF(args[1]);
     Py_INCREF(args[2]);
