@@ -359,7 +359,7 @@ static PyObject *framer_append(PyObject *o, PyObject *value) {
 
 /* ---- the durable append of a group of one ------------------------------------------------ */
 
-/* The group commit's state (LogAppending._wait_durable; pylog.appender's _PyGroupCommit is its
+/* The group commit's state (LogGroupCommit._wait_durable; pylog.groupcommit's _PyGroupCommit is its
  * twin without the extension), one per Log as Log._gc, read and changed under the log's
  * _sync_lock. In C so that append_durable reads it from one small struct: its time between
  * two fdatasyncs is mostly what it touches, with caches cold after each sleep in the kernel. */
@@ -423,7 +423,7 @@ static PyType_Slot gc_slots[] = {
     {Py_tp_dealloc, (void *)gc_dealloc},
     {Py_tp_members, (void *)gc_members},
     {Py_tp_doc, (void *)"GroupCommit(): a log's group commit state under fsync=\"always\" (see "
-                        "LogAppending._wait_durable and Framer.append_durable)."},
+                        "LogGroupCommit._wait_durable and Framer.append_durable)."},
     {0, NULL},
 };
 
@@ -546,7 +546,7 @@ PyDoc_STRVAR(append_durable_doc,
 "append() does; then, when the group commit ``gc`` (log._gc, a GroupCommit) is idle (no\n"
 "leader, no one waiting or arrived, the last group one record, the leader's descriptor made\n"
 "for this Framer's segment) and pylog.vfs holds its default pwrite and fdatasync, it is\n"
-"the leader of a group of one, as LogAppending._wait_durable's leader: writes the write\n"
+"the leader of a group of one, as LogGroupCommit._wait_durable's leader: writes the write\n"
 "buffer and the new index entries out (as ActiveSegment.write_pending: the log's lock held,\n"
 "the GIL released), fdatasyncs the leader's descriptor (no lock held, the GIL released), moves\n"
 "gc.durable_next past the record and wakes whoever arrived meanwhile. Returns the offset: the\n"

@@ -30,10 +30,8 @@ from pylog.appender import (  # noqa: F401  (re-exported: see __all__'s comment)
     _ALWAYS,
     _FRAME_HEADER,
     _POLICIES,
-    GroupCommit,
     LogAppending,
     PackedBytes,
-    _append_durable,
     _c_bytes_only,
     _Framer,
     _largest,
@@ -54,6 +52,7 @@ from pylog.errors import (
     ReadOnlyLogError,
     RecordTooLargeError,
 )
+from pylog.groupcommit import GroupCommit, append_durable
 from pylog.loader import (  # noqa: F401
     CLEANED_SUFFIX,
     STABLE_FILE,
@@ -137,7 +136,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         self._drains = 0  # odd while a drain of the append queue is under way
         sync_lock = self._sync_lock = threading.Lock()
         self._sync_cv = threading.Condition(sync_lock)
-        # group commit (see LogAppending._wait_durable): its state, under sync_lock (the
+        # group commit (see LogGroupCommit._wait_durable): its state, under sync_lock (the
         # leader, its followers, durable_next, the leader's descriptor); the leader waits on
         # _gc_lead for gc.target appenders (the size of the last group) to arrive, at most
         # _gc_wait s
@@ -231,7 +230,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         ok = not (self._closed or self.readonly or self._fenced is not None)
         self._writable = self._active if ok else None
         direct = (ok and _Framer is not None and self._segment_ms is None
-                  and (self._policy != _ALWAYS or _append_durable is not None))
+                  and (self._policy != _ALWAYS or append_durable is not None))
         app: Any = self._active.app  # the native Appender when _Framer is not None (it has framer())
         self._set_framer(app.framer(_Framer) if direct else None)
         self._queueing = (ok and not direct and self._policy != _ALWAYS and self._segment_ms is None
