@@ -340,7 +340,7 @@ def test_group_commit_one_fdatasync_per_round_of_16_threads(tmp_path, monkeypatc
     covers the whole group of 16 (one record per thread), not alternately 1 and 15: the
     leader lets the group form before it writes out. Counted with a hook on fdatasync
     (a slow one, so every thread arrives during it); no timing is asserted."""
-    from pylog import appender
+    from pylog import groupcommit
 
     path = str(tmp_path / "log")
     log = pylog.Log(path, fsync="always", segment_bytes=64 << 20)
@@ -359,7 +359,7 @@ def test_group_commit_one_fdatasync_per_round_of_16_threads(tmp_path, monkeypatc
                 covered.append(st.st_size)
 
     monkeypatch.setattr(vfs, "fdatasync", slow)
-    monkeypatch.setattr(appender, "_GROUP_WAIT_MAX", 5.0)  # the wait is bounded by one fdatasync (50 ms)
+    monkeypatch.setattr(groupcommit, "_GROUP_WAIT_MAX", 5.0)  # the wait is bounded by one fdatasync (50 ms)
     threads, per = 16, 6
     errors: list[BaseException] = []
 
