@@ -967,27 +967,7 @@ static PyObject *framer_write_out(PyObject *o, PyObject *arg) {
     }
     /* off_t is 32 bits on some 32-bit builds: positions past it go through Python */
     if (sizeof(off_t) < 8 && at + used > (uint64_t)INT32_MAX) Py_RETURN_FALSE;
-    const uint8_t *p = self->buf;
-    size_t left = (size_t)used;
-    uint64_t pos = at;
-    int err = 0;
-    Py_BEGIN_ALLOW_THREADS
-    while (left > 0) {
-        ssize_t n = pwrite((int)fdl, p, left, (off_t)pos);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            err = errno;
-            break;
-        }
-        if (n == 0) {
-            err = EIO;
-            break;
-        }
-        p += n;
-        left -= (size_t)n;
-        pos += (uint64_t)n;
-    }
-    Py_END_ALLOW_THREADS
+    int err = pwrite_all_nogil((int)fdl, self->buf, (size_t)used, at);
     if (err) {
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);

@@ -94,6 +94,25 @@ os._exit(0)
 """
 
 
+def _run_with_eio(tmp_path, syscall: str, when: int, child: str, path: str) -> dict:
+    """Run ``child`` (a writer printing a JSON summary last) under strace, failing the
+    ``when``-th ``syscall`` with EIO; checks the fault was injected and the writer saw an
+    EIO and a fenced log, and returns its summary."""
+    import errno
+
+    trace = str(tmp_path / "trace")
+    r = subprocess.run([STRACE, "-qq", "-o", trace, "-e", f"trace={syscall}",
+                        "-e", f"inject={syscall}:error=EIO:when={when}", sys.executable, "-c", child, path],
+                       capture_output=True, text=True, timeout=120, env=py_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    with open(trace) as f:
+        assert any("INJECTED" in line for line in f)
+    assert out["errno"] == errno.EIO and out["fenced"], out
+    assert 0 <= out["acked"] < 200
+    return out
+
+
 @pytest.mark.skipif(STRACE is None, reason="strace with fault injection is not available")
 @pytest.mark.parametrize("when", [4, 5, 12, 57])  # (the first 3 write the new files' headers)
 def test_a_failed_c_write_out_fences_and_keeps_every_acknowledged_record(tmp_path, when):
@@ -102,19 +121,9 @@ def test_a_failed_c_write_out_fences_and_keeps_every_acknowledged_record(tmp_pat
     acknowledged record, whole, and at most the one whose append failed after them (when
     the failed pwrite was an index write, after its frame's: unacknowledged, it may survive
     whole)."""
-    import errno
 
     path = str(tmp_path / "log")
-    trace = str(tmp_path / "trace")
-    r = subprocess.run([STRACE, "-qq", "-o", trace, "-e", "trace=pwrite64",
-                        "-e", f"inject=pwrite64:error=EIO:when={when}", sys.executable, "-c", CHILD, path],
-                       capture_output=True, text=True, timeout=120, env=py_env())
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    with open(trace) as f:
-        assert any("INJECTED" in line for line in f)
-    assert out["errno"] == errno.EIO and out["fenced"], out
-    assert 0 <= out["acked"] < 200
+    out = _run_with_eio(tmp_path, "pwrite64", when, CHILD, path)
     with pylog.Log(path, fsync="always") as log:
         n = log.next_offset
         assert out["acked"] <= n <= out["acked"] + 1
@@ -225,19 +234,9 @@ def test_a_failed_fdatasync_of_the_c_leader_fails_the_append_and_fences(tmp_path
     C leader (Framer.append_durable) made that fdatasync, the append raises the EIO, the log
     is fenced (the next append raises LogFencedError), and a reopen finds every acknowledged
     record and at most the one whose append failed."""
-    import errno
 
     path = str(tmp_path / "log")
-    trace = str(tmp_path / "trace")
-    r = subprocess.run([STRACE, "-qq", "-o", trace, "-e", "trace=fdatasync",
-                        "-e", f"inject=fdatasync:error=EIO:when={when}", sys.executable, "-c", FSYNC_CHILD, path],
-                       capture_output=True, text=True, timeout=120, env=py_env())
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    with open(trace) as f:
-        assert any("INJECTED" in line for line in f)
-    assert out["errno"] == errno.EIO and out["fenced"], out
-    assert 0 <= out["acked"] < 200
+    out = _run_with_eio(tmp_path, "fdatasync", when, FSYNC_CHILD, path)
     if out["acked"] >= 2:  # past the first appends (the Python leader makes the descriptor)
         assert out["failed_waits"] == 0, out  # the C leader's fdatasync failed, not _wait_durable's
         assert out["waits"] <= 2, out
