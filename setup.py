@@ -27,7 +27,7 @@ LIMITED_API = not sysconfig.get_config_var("Py_GIL_DISABLED")
 #: the sources of pylog._speedups: its parts (one file per concern), then the C core files
 #: they call. A new part adds its file here and its init hook in csrc/speedups.h.
 SPEEDUPS_SOURCES = ["csrc/speedups.c", "csrc/speedups_read.c", "csrc/speedups_append.c",
-                    "csrc/crc32c.c", "csrc/store.c", "csrc/index.c"]
+                    "csrc/speedups_groupcommit.c", "csrc/crc32c.c", "csrc/store.c", "csrc/index.c"]
 
 speedups = Extension(
     "pylog._speedups",

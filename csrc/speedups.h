@@ -26,6 +26,9 @@ int pylog_speedups_read_init(PyObject *module);
 /* speedups_append.c: the per-record append fast path (Framer) and append_batch's lengths. */
 int pylog_speedups_append_init(PyObject *module);
 
-#define SPEEDUPS_PARTS pylog_speedups_read_init, pylog_speedups_append_init
+/* speedups_groupcommit.c: the group commit of fsync="always" (GroupCommit), its waits in C. */
+int pylog_speedups_groupcommit_init(PyObject *module);
+
+#define SPEEDUPS_PARTS pylog_speedups_read_init, pylog_speedups_groupcommit_init, pylog_speedups_append_init
 
 #endif

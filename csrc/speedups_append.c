@@ -34,6 +34,7 @@
  * loop without the GIL, then the buffer forgotten, in one call.
  */
 #include "speedups.h"
+#include "groupcommit.h"
 #include "pylog.h"
 
 #include <structmember.h>
@@ -57,8 +58,6 @@ typedef struct {
     PyObject *buf_owner; /* keeps buf[0..cap) alive */
     PyObject *acquire;   /* the log lock's acquire and release (bound methods), for append() */
     PyObject *release;
-    PyObject *sync_acquire; /* the group commit's lock (Log._sync_lock), for append_durable() */
-    PyObject *sync_release;
     int enabled;         /* append() frames only while this is the log's append target */
     /* frame_gather's per-record arrays, kept between calls up to GATHER_KEEP_RECORDS
      * records (a bigger batch's are freed after it), freed with the Framer */
@@ -117,7 +116,6 @@ static PyObject *framer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     self->st_owner = owner;
     self->buf_owner = NULL;
     self->acquire = self->release = NULL;
-    self->sync_acquire = self->sync_release = NULL;
     self->enabled = 0;
     self->g_records = 0;
     self->g_values = NULL;
@@ -134,8 +132,6 @@ static void framer_dealloc(PyObject *o) {
     Py_XDECREF(self->buf_owner);
     Py_XDECREF(self->acquire);
     Py_XDECREF(self->release);
-    Py_XDECREF(self->sync_acquire);
-    Py_XDECREF(self->sync_release);
     free(self->g_values);
     free(self->g_lens);
     free(self->g_pieces);
@@ -211,42 +207,23 @@ static PyObject *framer_frame_value(PyObject *o, PyObject *const *args, Py_ssize
 }
 
 PyDoc_STRVAR(set_lock_doc,
-"set_lock(lock, sync_lock=None)\n\n"
-"The log's lock (a threading.RLock), which append() holds while it frames; and the group\n"
-"commit's lock (the log's _sync_lock, a threading.Lock), which append_durable() holds while\n"
-"it looks at and changes the group commit's state (without it, append_durable() only frames).");
+"set_lock(lock)\n\n"
+"The log's lock (a threading.RLock), which append() and append_durable() hold while they\n"
+"frame, and append_durable()'s leader while it writes out.");
 
-/* *acq, *rel = lock.acquire, lock.release (new references); -1 with an exception. */
-static int bound_pair(PyObject *lock, PyObject **acq, PyObject **rel) {
-    *acq = PyObject_GetAttrString(lock, "acquire");
-    if (*acq == NULL) return -1;
-    *rel = PyObject_GetAttrString(lock, "release");
-    if (*rel == NULL) {
-        Py_CLEAR(*acq);
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *framer_set_lock(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *framer_set_lock(PyObject *o, PyObject *lock) {
     Framer *self = (Framer *)o;
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "set_lock(lock, sync_lock=None) takes 1 or 2 arguments");
-        return NULL;
-    }
-    PyObject *acq, *rel, *sacq = NULL, *srel = NULL;
-    if (bound_pair(args[0], &acq, &rel) < 0) return NULL;
-    if (nargs == 2 && args[1] != Py_None && bound_pair(args[1], &sacq, &srel) < 0) {
+    PyObject *acq = PyObject_GetAttrString(lock, "acquire");
+    if (acq == NULL) return NULL;
+    PyObject *rel = PyObject_GetAttrString(lock, "release");
+    if (rel == NULL) {
         Py_DECREF(acq);
-        Py_DECREF(rel);
         return NULL;
     }
-    PyObject *old[4] = {self->acquire, self->release, self->sync_acquire, self->sync_release};
+    PyObject *old[2] = {self->acquire, self->release};
     self->acquire = acq;
     self->release = rel;
-    self->sync_acquire = sacq;
-    self->sync_release = srel;
-    for (int i = 0; i < 4; i++) Py_XDECREF(old[i]);
+    for (int i = 0; i < 2; i++) Py_XDECREF(old[i]);
     Py_RETURN_NONE;
 }
 
@@ -359,84 +336,6 @@ static PyObject *framer_append(PyObject *o, PyObject *value) {
 
 /* ---- the durable append of a group of one ------------------------------------------------ */
 
-/* The group commit's state (LogGroupCommit._wait_durable; pylog.groupcommit's _PyGroupCommit is its
- * twin without the extension), one per Log as Log._gc, read and changed under the log's
- * _sync_lock. In C so that append_durable reads it from one small struct: its time between
- * two fdatasyncs is mostly what it touches, with caches cold after each sleep in the kernel. */
-typedef struct {
-    PyObject_HEAD
-    int syncing;          /* a leader writes out and fdatasyncs */
-    int waiting;          /* followers waiting on the log's _sync_cv */
-    int arrived;          /* appenders arrived since the last write-out */
-    int target;           /* the last group's size: the next leader waits for that many */
-    long long durable_next; /* every offset below it is durable */
-    int sync_fd;          /* the leader's dup of sync_seg's store, -1 when none */
-    int orphan;           /* the log closed while a leader used sync_fd: it closes it */
-    PyObject *sync_seg;   /* the ActiveSegment sync_fd belongs to (NULL: None) */
-    PyObject *sync_framer; /* that segment's Framer, if it has one (NULL: None) */
-    PyObject *wake;       /* the log's _sync_cv.notify_all */
-} GroupCommit;
-
-static PyObject *gc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    if (PyTuple_Size(args) != 0 || (kwds != NULL && PyDict_Size(kwds) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "GroupCommit() takes no arguments");
-        return NULL;
-    }
-    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
-    GroupCommit *g = (GroupCommit *)alloc(type, 0);
-    if (g == NULL) return NULL;
-    g->syncing = g->waiting = g->arrived = g->orphan = 0;
-    g->target = 1;
-    g->durable_next = 0;
-    g->sync_fd = -1;
-    g->sync_seg = g->sync_framer = g->wake = NULL;
-    return (PyObject *)g;
-}
-
-static void gc_dealloc(PyObject *o) {
-    GroupCommit *g = (GroupCommit *)o;
-    PyTypeObject *tp = Py_TYPE(o);
-    Py_XDECREF(g->sync_seg);
-    Py_XDECREF(g->sync_framer);
-    Py_XDECREF(g->wake);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(o);
-    Py_DECREF(tp);
-}
-
-static PyMemberDef gc_members[] = {
-    {"syncing", T_BOOL, offsetof(GroupCommit, syncing), 0, "a leader writes out and fdatasyncs"},
-    {"waiting", T_INT, offsetof(GroupCommit, waiting), 0, "followers waiting on the log's _sync_cv"},
-    {"arrived", T_INT, offsetof(GroupCommit, arrived), 0, "appenders arrived since the last write-out"},
-    {"target", T_INT, offsetof(GroupCommit, target), 0, "the last group's size"},
-    {"durable_next", T_LONGLONG, offsetof(GroupCommit, durable_next), 0, "every offset below it is durable"},
-    {"sync_fd", T_INT, offsetof(GroupCommit, sync_fd), 0, "the leader's dup of sync_seg's store, -1 when none"},
-    {"orphan", T_BOOL, offsetof(GroupCommit, orphan), 0, "the log closed while a leader used sync_fd"},
-    {"sync_seg", T_OBJECT, offsetof(GroupCommit, sync_seg), 0, "the segment sync_fd belongs to, or None"},
-    {"sync_framer", T_OBJECT, offsetof(GroupCommit, sync_framer), 0, "that segment's Framer, or None"},
-    {"wake", T_OBJECT, offsetof(GroupCommit, wake), 0, "the log's _sync_cv.notify_all"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyType_Slot gc_slots[] = {
-    {Py_tp_new, (void *)gc_new},
-    {Py_tp_dealloc, (void *)gc_dealloc},
-    {Py_tp_members, (void *)gc_members},
-    {Py_tp_doc, (void *)"GroupCommit(): a log's group commit state under fsync=\"always\" (see "
-                        "LogGroupCommit._wait_durable and Framer.append_durable)."},
-    {0, NULL},
-};
-
-static PyType_Spec gc_spec = {
-    "pylog._speedups.GroupCommit",
-    sizeof(GroupCommit),
-    0,
-    Py_TPFLAGS_DEFAULT,
-    gc_slots,
-};
-
-static PyTypeObject *gc_type = NULL;
-
 /* pylog.vfs and the functions it holds by default (os.pwrite, its fdatasync): the durable
  * fast path is taken only while vfs still holds those (a test's or a fault injector's
  * replacement sees every write and fdatasync), see set_durable_vfs */
@@ -542,17 +441,42 @@ static int pwrite_all_nogil(int fd, const uint8_t *p, size_t left, uint64_t pos)
 
 PyDoc_STRVAR(append_durable_doc,
 "append_durable(value, log, gc) -> int\n\n"
-"Log.append's common record under fsync=\"always\" in one C call. Frames ``value`` as\n"
-"append() does; then, when the group commit ``gc`` (log._gc, a GroupCommit) is idle (no\n"
-"leader, no one waiting or arrived, the last group one record, the leader's descriptor made\n"
-"for this Framer's segment) and pylog.vfs holds its default pwrite and fdatasync, it is\n"
-"the leader of a group of one, as LogGroupCommit._wait_durable's leader: writes the write\n"
-"buffer and the new index entries out (as ActiveSegment.write_pending: the log's lock held,\n"
-"the GIL released), fdatasyncs the leader's descriptor (no lock held, the GIL released), moves\n"
-"gc.durable_next past the record and wakes whoever arrived meanwhile. Returns the offset: the\n"
-"record is durable if gc.durable_next is past it, else the caller waits in _wait_durable. A\n"
+"Log.append's common record under fsync=\"always\" in one C call, while pylog.vfs holds its\n"
+"default pwrite and fdatasync. Frames ``value`` as append() does and arrives at the group\n"
+"commit ``gc`` (log._gc, a GroupCommit): while a leader writes out and fdatasyncs, it waits\n"
+"for it with the GIL released; when none does and the leader's descriptor was made for this\n"
+"Framer's segment, it leads: lets its group form (as gc.gather), writes the write buffer and\n"
+"the new index entries out as ActiveSegment.write_pending does (the log's lock held, the GIL\n"
+"released), fdatasyncs (no lock held, the GIL released), moves gc.durable_next past them and\n"
+"wakes the group. Returns the offset: the record is durable if gc.durable_next is past it,\n"
+"else the caller waits in _wait_durable (a leader's descriptor to make, a roll, a fence). A\n"
 "negative status as append(), having framed nothing. A failed pwrite or fdatasync is handed\n"
 "to log._durable_failed (fence, step down), then raised.");
+
+/* The leader steps down without a sync (nothing was written out), so that a follower or the
+ * caller's _wait_durable leads; the caller's arrival is taken back (it arrives again there). */
+static void step_down_unsynced(GroupCommit *g) {
+    pthread_mutex_lock(&g->mu);
+    if (g->arrived > 0) g->arrived--;
+    pthread_mutex_unlock(&g->mu);
+    int fd = pylog_gc_step_down(g, 0, 0, 0, 0.0);
+    if (fd >= 0) close(fd);
+}
+
+/* The leader cannot lead in C after all (the segment stopped being the append target, or
+ * its state is not what the C write-out handles): step down unsynced, release the log's lock
+ * and return the offset (the caller's _wait_durable takes over). */
+static PyObject *give_up_lead(Framer *self, GroupCommit *g, int64_t off) {
+    step_down_unsynced(g);
+    if (call_release(self->release) < 0) return NULL;
+    return PyLong_FromLongLong((long long)off);
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
 
 static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
     Framer *self = (Framer *)o;
@@ -561,7 +485,7 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         return NULL;
     }
     PyObject *log = args[1];
-    if (gc_type == NULL || !PyObject_TypeCheck(args[2], gc_type)) {
+    if (pylog_gc_type == NULL || !PyObject_TypeCheck(args[2], pylog_gc_type)) {
         PyErr_SetString(PyExc_TypeError, "append_durable: gc must be a GroupCommit");
         return NULL;
     }
@@ -571,56 +495,83 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
     if (rc < 0) return NULL;
     if (rc > 0) return PyLong_FromLongLong((long long)off);
     /* the log's lock is held */
-    PyObject *seg = NULL;
-    long long store_fd = -1, index_fd = -1, timeindex_fd = -1, iw = 0;
-    int sync_fd = -1;
-    int lead = 0;
-    if (off >= 0 && self->sync_acquire != NULL && g->sync_framer == o && !g->syncing) {
-        lead = vfs_native();
-        if (lead > 0) {
-            PyObject *r = PyObject_CallNoArgs(self->sync_acquire);
-            if (r == NULL) {
-                lead = -1;
-            } else {
-                Py_DECREF(r);
-                /* idle: no leader, no follower, no one arrived since the last write-out, the
-                 * last group one record, the leader's descriptor made for this segment */
-                lead = !g->syncing && g->waiting == 0 && g->arrived == 0 && g->target == 1
-                       && g->sync_framer == o && g->sync_seg != NULL && g->sync_fd >= 0;
-                if (lead) {
-                    seg = g->sync_seg;
-                    Py_INCREF(seg);
-                    sync_fd = g->sync_fd;
-                    if (int_attr(seg, s_index_written, &iw) < 0 || int_attr(seg, s_store_fd, &store_fd) < 0)
-                        lead = -1;
-                    else if (iw >= 0 && (uint64_t)iw < self->st->index_count /* new index entries */
-                             && (int_attr(seg, s_index_fd, &index_fd) < 0
-                                 || int_attr(seg, s_timeindex_fd, &timeindex_fd) < 0))
-                        lead = -1;
-                    else if (iw < 0 || (uint64_t)iw > self->st->index_count
-                             || store_fd < 0 || store_fd > INT_MAX
-                             || index_fd > INT_MAX || timeindex_fd > INT_MAX
-                             || ((uint64_t)iw < self->st->index_count && (index_fd < 0 || timeindex_fd < 0))
-                             || self->st->used > (uint64_t)self->cap
-                             || (sizeof(off_t) < 8 && self->st->position > (uint64_t)INT32_MAX))
-                        lead = 0;
-                    else
-                        g->syncing = 1; /* the leader now */
-                }
-                if (call_release(self->sync_release) < 0 && lead > 0) {
-                    Py_XDECREF(seg);
-                    return durable_failed(self, log, 1);
-                }
-            }
-        }
-    }
-    if (lead <= 0) {
-        Py_XDECREF(seg);
-        if (call_release(self->release) < 0 || lead < 0) return NULL;
+    int native = off >= 0 ? vfs_native() : 0;
+    if (native <= 0) { /* not framed, or a replaced vfs (it must see every call): Python's path */
+        if (call_release(self->release) < 0 || native < 0) return NULL;
         return PyLong_FromLongLong((long long)off);
     }
-    /* the leader of a group of one: write out (as Framer.write_out), fdatasync, step down */
+    int holding = 1; /* the log's lock */
+    pthread_mutex_lock(&g->mu);
+    pylog_gc_arrive_locked(g); /* under the log's lock: before any write-out of this record */
+    if (g->syncing && g->durable_next <= off && !g->fenced) {
+        /* a leader syncs: let the others frame while this one waits */
+        pthread_mutex_unlock(&g->mu);
+        holding = 0;
+        if (call_release(self->release) < 0) return NULL;
+        pthread_mutex_lock(&g->mu);
+    }
+    int r = pylog_gc_follow(g, off); /* waits only when not holding (checked above, mu kept) */
+    if (r < 0) {
+        if (holding) call_release(self->release);
+        return NULL;
+    }
+    if (r != GC_IDLE || g->sync_framer != o || g->sync_fd < 0) {
+        /* durable; fenced; or no leader, and this Framer may not lead (its segment's descriptor
+         * is not made yet): the caller's _wait_durable leads or raises (arriving again) */
+        if (r == GC_IDLE && g->arrived > 0) g->arrived--;
+        pthread_mutex_unlock(&g->mu);
+        if (holding && call_release(self->release) < 0) return NULL;
+        return PyLong_FromLongLong((long long)off);
+    }
+    g->syncing = 1; /* the leader now */
+    if (g->arrived < g->target && g->wait_ns > 0) {
+        /* let the group form (LogGroupCommit._wait_durable says why), the log's lock released */
+        pthread_mutex_unlock(&g->mu);
+        if (holding) {
+            holding = 0;
+            if (call_release(self->release) < 0) {
+                step_down_unsynced(g);
+                return NULL;
+            }
+        }
+        pthread_mutex_lock(&g->mu);
+        pylog_gc_gather(g); /* releases mu */
+    } else {
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (!holding) {
+        PyObject *res = PyObject_CallNoArgs(self->acquire);
+        if (res == NULL) { /* a signal handler's exception while waiting for the lock */
+            step_down_unsynced(g);
+            return NULL;
+        }
+        Py_DECREF(res);
+    }
+    /* the leader, the log's lock held: what the C write-out needs, or Python's path */
+    if (!self->enabled || self->buf == NULL || g->fenced || g->sync_framer != o || g->sync_fd < 0
+        || g->sync_seg == NULL)
+        return give_up_lead(self, g, off);
+    PyObject *seg = g->sync_seg;
+    Py_INCREF(seg);
+    long long store_fd = -1, index_fd = -1, timeindex_fd = -1, iw = 0;
     plog_appender *st = self->st;
+    if (int_attr(seg, s_index_written, &iw) < 0 || int_attr(seg, s_store_fd, &store_fd) < 0
+        || (iw >= 0 && (uint64_t)iw < st->index_count /* new index entries */
+            && (int_attr(seg, s_index_fd, &index_fd) < 0 || int_attr(seg, s_timeindex_fd, &timeindex_fd) < 0))) {
+        Py_DECREF(seg);
+        step_down_unsynced(g);
+        call_release(self->release); /* keeps the exception set */
+        return NULL;
+    }
+    if (iw < 0 || (uint64_t)iw > st->index_count || store_fd < 0 || store_fd > INT_MAX
+        || index_fd > INT_MAX || timeindex_fd > INT_MAX
+        || ((uint64_t)iw < st->index_count && (index_fd < 0 || timeindex_fd < 0))
+        || st->used > (uint64_t)self->cap
+        || (sizeof(off_t) < 8 && st->position > (uint64_t)INT32_MAX)) {
+        Py_DECREF(seg);
+        return give_up_lead(self, g, off);
+    }
+    /* write out (as Framer.write_out and ActiveSegment.write_pending), fdatasync, step down */
     uint64_t used = st->used;
     int err = used ? pwrite_all_nogil((int)store_fd, self->buf, (size_t)used, st->position - used) : 0;
     if (err) {
@@ -657,7 +608,11 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         }
     }
     Py_DECREF(seg);
+    int group = pylog_gc_take_group(g); /* everyone whose record this write-out took */
+    int sync_fd = g->sync_fd;           /* the leader's: a close hands it over (orphan), never closes it */
     if (call_release(self->release) < 0) return durable_failed(self, log, 0);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
 #if defined(__APPLE__)
@@ -677,39 +632,8 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         PyErr_SetFromErrno(PyExc_OSError);
         return durable_failed(self, log, 0);
     }
-    /* step down (the leader's finally in _wait_durable), under the group commit's lock */
-    PyObject *r;
-    PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
-    while ((r = PyObject_CallNoArgs(self->sync_acquire)) == NULL) {
-        /* a signal handler's exception while waiting: keep the first, take the lock anyway
-         * (stepping down must happen, or every later appender waits for ever) */
-        if (exc_type == NULL) PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-        else PyErr_Clear();
-    }
-    Py_DECREF(r);
-    g->syncing = 0;
-    if (g->orphan) { /* the log closed during the fdatasync: the leader closes its fd */
-        if (g->sync_fd >= 0) close(g->sync_fd);
-        g->sync_fd = -1;
-        g->orphan = 0;
-        Py_CLEAR(g->sync_seg);
-        Py_CLEAR(g->sync_framer);
-    }
-    g->target = 1;
-    if (g->durable_next < 0 || (uint64_t)g->durable_next < goal) g->durable_next = (long long)goal;
-    int ok = 1;
-    if (g->waiting > 0 && g->wake != NULL) { /* someone arrived during the fdatasync: wake them */
-        r = PyObject_CallNoArgs(g->wake);
-        Py_XDECREF(r);
-        ok = r != NULL;
-    }
-    if (call_release(self->sync_release) < 0) ok = 0;
-    if (exc_type != NULL) {
-        PyErr_Clear();
-        PyErr_Restore(exc_type, exc_value, exc_tb);
-        return NULL;
-    }
-    if (!ok) return NULL;
+    int fd = pylog_gc_step_down(g, 1, (long long)goal, group, seconds_since(&t0));
+    if (fd >= 0) close(fd); /* the log closed during the fdatasync */
     return PyLong_FromLongLong((long long)off);
 }
 
@@ -979,7 +903,7 @@ static PyObject *framer_write_out(PyObject *o, PyObject *arg) {
 static PyMethodDef framer_methods[] = {
     {"set_buffer", (PyCFunction)(void (*)(void))framer_set_buffer, METH_FASTCALL, set_buffer_doc},
     {"frame_value", (PyCFunction)(void (*)(void))framer_frame_value, METH_FASTCALL, frame_value_doc},
-    {"set_lock", (PyCFunction)(void (*)(void))framer_set_lock, METH_FASTCALL, set_lock_doc},
+    {"set_lock", framer_set_lock, METH_O, set_lock_doc},
     {"enable", framer_enable, METH_O, enable_doc},
     {"append", framer_append, METH_O, append_doc},
     {"append_durable", (PyCFunction)(void (*)(void))framer_append_durable, METH_FASTCALL, append_durable_doc},
@@ -1103,14 +1027,6 @@ int pylog_speedups_append_init(PyObject *module) {
     if (t == NULL) return -1;
     if (PyModule_AddObject(module, "Framer", t) < 0) {
         Py_DECREF(t);
-        return -1;
-    }
-    PyObject *g = PyType_FromSpec(&gc_spec);
-    if (g == NULL) return -1;
-    gc_type = (PyTypeObject *)g;
-    Py_INCREF(g);
-    if (PyModule_AddObject(module, "GroupCommit", g) < 0) {
-        Py_DECREF(g);
         return -1;
     }
     return PyModule_AddIntConstant(module, "FRAMER_OFF", FRAMER_OFF);

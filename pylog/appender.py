@@ -579,7 +579,7 @@ class LogAppending(LogGroupCommit):
         if framer is None:
             self._frame_fast = self._fast_append = None
             return
-        framer.set_lock(self._lock, self._sync_lock)
+        framer.set_lock(self._lock)
         framer.enable(True)
         if self._policy == _INTERVAL:
             self._frame_fast, self._fast_append = framer.frame_value, None
@@ -597,9 +597,7 @@ class LogAppending(LogGroupCommit):
         self._queueing = False
         self._q = []
         self._q_ts = []
-        with self._sync_cv:
-            self._sync_cv.notify_all()
-            self._gc_lead.notify_all()
+        self._gc.fence()  # every follower and a gathering leader wake to the fence
 
     def _flush_locked(self) -> None:
         # The write-out may drain the queue and roll: the segments it sealed were fsynced by
@@ -614,8 +612,7 @@ class LogAppending(LogGroupCommit):
             raise
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
-        with self._sync_cv:
-            self._gc.durable_next = max(self._gc.durable_next, seg.written_next)
+        self._gc.advance(seg.written_next)
 
     def flush(self) -> None:
         """Write out buffered appends and fsync them: everything appended so far is durable
@@ -690,6 +687,5 @@ class LogAppending(LogGroupCommit):
         self._sealed_bases = [*self._sealed_bases, sealed.base_offset]
         self._active = new
         self._update_writable()
-        with self._sync_cv:
-            self._gc.durable_next = max(self._gc.durable_next, sealed.next_offset)
+        self._gc.advance(sealed.next_offset)
         return new

@@ -9,6 +9,7 @@ changing the same state (:data:`GroupCommit`, one per log as ``Log._gc``).
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -20,6 +21,8 @@ from pylog.segment import ActiveSegment
 
 _perf_counter = time.perf_counter
 _GROUP_WAIT_MAX = 0.002  # seconds a group commit leader waits at most for its group to form
+# what GroupCommit.arrive says: the record is durable; the caller leads; the log is fenced
+GC_DURABLE, GC_LEAD, GC_FENCED = 0, 1, 2
 
 # Framer.append_durable: "always"'s common record, and the whole durable append of a group of
 # one, in one C call (None: a build older than it, whose Framer serves "never" and "interval" only)
@@ -29,25 +32,124 @@ if append_durable is not None:
 
 
 class _PyGroupCommit:
-    """A log's group commit state under ``fsync="always"`` (see
-    :meth:`LogGroupCommit._wait_durable`), read and changed under the log's ``_sync_lock``:
-    pylog._speedups.GroupCommit where ``Framer.append_durable`` is there (it reads the state
-    from its C struct), else this twin."""
+    """A log's group commit under ``fsync="always"``, its state and its waits, in Python:
+    pylog._speedups.GroupCommit (csrc/speedups_groupcommit.c, whose followers wait with the
+    GIL released and which ``Framer.append_durable`` drives from C) where the extension is
+    there, else this twin, method for method. :meth:`LogGroupCommit._wait_durable` says how
+    they are used."""
 
-    __slots__ = ("syncing", "waiting", "arrived", "target", "durable_next", "sync_fd", "orphan",
-                 "sync_seg", "sync_framer", "wake")
+    __slots__ = ("syncing", "waiting", "arrived", "target", "gathering", "fenced", "durable_next",
+                 "wait_ns", "wait_max", "sync_fd", "orphan", "sync_seg", "sync_framer",
+                 "_lock", "_done", "_formed")
 
     def __init__(self) -> None:
         self.syncing = False  # a leader writes out and fdatasyncs
-        self.waiting = 0  # followers waiting on the log's _sync_cv
+        self.waiting = 0  # followers waiting on _done
         self.arrived = 0  # appenders arrived since the last write-out
         self.target = 1  # the last group's size: the next leader waits for that many
+        self.gathering = False  # a leader waits on _formed for its group
+        self.fenced = False  # the log is fenced: every wait ends
         self.durable_next = 0  # every offset below it is durable
+        self.wait_ns = 0  # how long the next leader waits for its group, at most
+        self.wait_max = _GROUP_WAIT_MAX  # the cap of wait_ns, seconds
         self.sync_fd = -1  # the leader's dup of sync_seg's store (see _new_sync_fd), -1 when none
         self.orphan = False  # the log closed while a leader used sync_fd: that leader closes it
         self.sync_seg: ActiveSegment | None = None  # the segment sync_fd belongs to
         self.sync_framer: Any = None  # that segment's Framer, if it has one
-        self.wake: Any = None  # the log's _sync_cv.notify_all
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)  # followers
+        self._formed = threading.Condition(self._lock)  # the gathering leader
+
+    def arrive(self, offset: int) -> int:
+        """An appender whose record at ``offset`` is framed arrives and waits while a leader
+        writes out and fdatasyncs: GC_DURABLE (the record is durable), GC_LEAD (no leader:
+        the caller leads now) or GC_FENCED."""
+        with self._lock:
+            self.arrived += 1
+            if self.gathering and self.arrived >= self.target:
+                self._formed.notify()
+            while self.durable_next <= offset:
+                if self.fenced:
+                    return GC_FENCED
+                if not self.syncing:
+                    self.syncing = True
+                    return GC_LEAD
+                self.waiting += 1
+                try:
+                    self._done.wait()
+                finally:
+                    self.waiting -= 1
+            return GC_DURABLE
+
+    def gather(self) -> None:
+        """The leader lets its group form: it waits until as many appenders have arrived
+        since the last write-out as the last group had (or a fence), at most ``wait_ns``."""
+        with self._lock:
+            if self.arrived >= self.target or self.wait_ns <= 0 or self.fenced:
+                return
+            self.gathering = True
+            try:
+                self._formed.wait_for(lambda: self.arrived >= self.target or self.fenced, self.wait_ns / 1e9)
+            finally:
+                self.gathering = False
+
+    def take_group(self) -> int:
+        """The leader, written out: the appenders arrived since the last write-out."""
+        with self._lock:
+            n, self.arrived = self.arrived, 0
+            return n
+
+    def step_down(self, ok: bool, goal: int, group: int, elapsed: float) -> int:
+        """The leader steps down and wakes the followers; when ``ok``, every offset below
+        ``goal`` is durable and ``group``/``elapsed`` set the next leader's wait. Returns the
+        leader's descriptor if the log closed meanwhile (the caller closes it), else -1."""
+        with self._lock:
+            self.syncing = False
+            fd = -1
+            if self.orphan:
+                fd = self.sync_fd
+                self.sync_fd, self.sync_seg, self.sync_framer, self.orphan = -1, None, None, False
+            if ok:
+                self.target = group if group > 1 else 1
+                if goal > self.durable_next:
+                    self.durable_next = goal
+                if group > 1:
+                    self.wait_ns = int(max(0.0, min(elapsed, self.wait_max)) * 1e9)
+            if self.waiting:
+                self._done.notify_all()
+            return fd
+
+    def fence(self) -> None:
+        """The log is fenced: every follower and a gathering leader stop waiting."""
+        with self._lock:
+            self.fenced = True
+            self._done.notify_all()
+            self._formed.notify_all()
+
+    def advance(self, n: int) -> None:
+        """Every offset below ``n`` is durable (a flush, a roll, an open)."""
+        with self._lock:
+            if n > self.durable_next:
+                self.durable_next = n
+            if self.waiting:
+                self._done.notify_all()
+
+    def lower(self, n: int) -> None:
+        """A truncate cut the log to ``n`` records."""
+        with self._lock:
+            if n < self.durable_next:
+                self.durable_next = n
+
+    def close_fd(self) -> int:
+        """At close: the leader's descriptor, forgotten, for the caller to close; -1 when
+        there is none or while a leader fdatasyncs with it (its step_down hands it over)."""
+        with self._lock:
+            if self.syncing:
+                self.orphan = True
+                return -1
+            fd = self.sync_fd
+            self.sync_fd, self.sync_seg, self.sync_framer, self.orphan = -1, None, None, False
+            return fd
 
 
 GroupCommit: Any = speedups.GroupCommit if append_durable is not None else _PyGroupCommit
@@ -61,114 +163,74 @@ class LogGroupCommit(LogState):
     def _wait_durable(self, offset: int) -> None:
         """Group commit: return once ``offset`` is fsynced, sharing fsyncs among threads.
 
-        Appenders frame their records into the write buffer (under ``_lock``) and wait here.
-        One of them at a time is the leader: it writes out everything framed so far with
-        one ``pwrite``, notes how far that goes, and fdatasyncs with no lock held, so the
-        next group frames its records meanwhile; then it moves ``_gc.durable_next`` and wakes
-        the waiters, whose records that fdatasync covered. Before it writes out, a leader
-        lets the group form: it waits (at most about one fdatasync's time) until as many
-        appenders have arrived since the last write-out as the last group had, so with N
-        threads each fdatasync covers about N records instead of alternating between one
-        record and N - 1. One writer (a group of one) never waits.
+        Appenders frame their records into the write buffer (under ``_lock``) and arrive at
+        the group commit (``_gc``), where they wait. One of them at a time is the leader: it
+        writes out everything framed so far with one ``pwrite``, notes how far that goes,
+        and fdatasyncs with no lock held, so the next group frames its records meanwhile;
+        then it moves ``_gc.durable_next`` and wakes the waiters, whose records that
+        fdatasync covered. Before it writes out, a leader lets the group form: it waits (at
+        most about one fdatasync's time) until as many appenders have arrived since the last
+        write-out as the last group had, so with N threads each fdatasync covers about N
+        records instead of alternating between one record and N - 1. One writer (a group of
+        one) never waits. ``Framer.append_durable`` does the same for the common record in
+        C; this is the path of every other append, and of the pure backend.
         """
-        cv = self._sync_cv
-        lk = self._sync_lock  # cv's lock: entered directly where nothing waits or wakes (no Python frames)
         gc = self._gc
-        lead = ok = False
+        r = gc.arrive(offset)  # waits while a leader syncs (with the extension: the GIL released)
+        if r == GC_DURABLE:
+            return
+        if r == GC_FENCED:
+            raise LogFencedError(f"log {self.path}: fsync failed ({self._fenced}); reopen it")
+        ok = False
         goal = group = 0
+        t = 0.0
         try:
-            with lk:
-                gc.arrived += 1
-                if self._gc_gathering and gc.arrived >= gc.target:
-                    self._gc_lead.notify()
-                while gc.durable_next <= offset:
-                    if self._fenced is not None:
-                        raise LogFencedError(f"log {self.path}: fsync failed ({self._fenced}); reopen it")
-                    if not gc.syncing:
-                        gc.syncing = lead = True
-                        break
-                    gc.waiting += 1
-                    try:
-                        cv.wait()
-                    finally:
-                        gc.waiting -= 1
-                else:
-                    return
-                if gc.arrived < gc.target:  # let the group form
-                    self._gc_gathering = True
-                    try:
-                        self._gc_lead.wait_for(self._gc_formed, self._gc_wait)
-                    finally:
-                        self._gc_gathering = False
+            gc.gather()  # let the group form
             with self._lock:
                 w = self._writable  # the active segment while appends may go to it, else None
                 self._write_out(w if w is not None else self._check_writable())  # raises: closed, fenced
                 seg = self._active  # after the write-out: it may have rolled (see _flush_locked)
                 goal = seg.written_next
                 fd = gc.sync_fd if gc.sync_seg is seg else self._new_sync_fd(seg)
-                with lk:
-                    group, gc.arrived = gc.arrived, 0
-            t = _perf_counter() if group > 1 else 0.0
+                group = gc.take_group()
+            t = _perf_counter()
             try:
                 vfs.fdatasync(fd)
             except OSError as e:
                 self._fence(e)
                 raise
-            if group > 1:
-                # the next leader waits at most about one fdatasync for its group to form
-                # (timed for groups only: after a group of one, the next leader waits for none)
-                self._gc_wait = min(_perf_counter() - t, _GROUP_WAIT_MAX)
             ok = True
         finally:
-            if lead:
-                with lk:
-                    gc.syncing = False
-                    if gc.orphan:  # the log closed during the fdatasync: the leader closes its fd
-                        self._drop_sync_fd()
-                    if ok:
-                        gc.target = group if group > 1 else 1
-                        if goal > gc.durable_next:
-                            gc.durable_next = goal
-                    if gc.waiting:  # one writer: no one to wake
-                        cv.notify_all()
+            self._close_fd(gc.step_down(ok, goal, group, _perf_counter() - t if ok else 0.0))
 
     def _durable_failed(self, e: BaseException) -> None:
-        """Framer.append_durable's write-out or fdatasync failed while it led a group of one
-        (it calls this, then raises ``e``): fence the log and step down, as the leader in
-        :meth:`_wait_durable` does on a failure; whoever arrived meanwhile wakes to the fence."""
+        """Framer.append_durable's write-out or fdatasync failed while it led (it calls this,
+        then raises ``e``): fence the log and step down, as the leader in
+        :meth:`_wait_durable` does on a failure; the followers wake to the fence."""
         try:
             with self._lock:
                 if self._fenced is None:
                     self._fence(e)
         finally:
-            gc = self._gc
-            with self._sync_lock:
-                gc.syncing = False
-                if gc.orphan:  # the log closed during the fdatasync: the leader closes its fd
-                    self._drop_sync_fd()
-                if gc.waiting:
-                    self._sync_cv.notify_all()
-
-    def _gc_formed(self) -> bool:
-        return self._gc.arrived >= self._gc.target or self._fenced is not None
+            self._close_fd(self._gc.step_down(False, 0, 0, 0.0))
 
     def _new_sync_fd(self, seg: ActiveSegment) -> int:
         """The group commit leader's own descriptor of ``seg``'s store (a dup, so a roll or
         a close that closes the store's descriptor never leaves the leader's fdatasync with
-        a closed or reused number); made once per active segment, used by one leader at a
-        time, closed when the next segment's is made or by :meth:`_close_sync_fd`."""
+        a closed or reused number); made once per active segment by the leader (no other
+        thread touches it meanwhile), used by one leader at a time, closed when the next
+        segment's is made or by :meth:`_close_sync_fd`."""
         fd = vfs.dup(seg.store_fd)
-        self._drop_sync_fd()
         gc = self._gc
+        old = gc.sync_fd
         gc.sync_fd, gc.sync_seg = fd, seg
-        # Framer.append_durable leads a group of one only with its own segment's descriptor
+        # Framer.append_durable leads only with its own segment's descriptor
         gc.sync_framer = getattr(seg.app, "_framer", None)
+        self._close_fd(old)
         return fd
 
-    def _drop_sync_fd(self) -> None:
-        gc = self._gc
-        fd = gc.sync_fd
-        gc.sync_fd, gc.sync_seg, gc.sync_framer, gc.orphan = -1, None, None, False
+    @staticmethod
+    def _close_fd(fd: int) -> None:
         if fd >= 0:
             try:
                 vfs.close(fd)
@@ -178,8 +240,4 @@ class LogGroupCommit(LogState):
     def _close_sync_fd(self) -> None:
         """At close: close the leader's descriptor now, or, while a leader fdatasyncs with
         it, let that leader close it when it is done."""
-        with self._sync_cv:
-            if self._gc.syncing:
-                self._gc.orphan = True
-            else:
-                self._drop_sync_fd()
+        self._close_fd(self._gc.close_fd())

@@ -231,7 +231,7 @@ class LogLoading(LogState):
             self._active = ActiveSegment.create(self.path, cfg.initial_offset, cfg)
             fileutil.fsync_dir(self.path)
             checkpoint.write_recovery_point(self.path, cfg.initial_offset)
-            self._gc.durable_next = cfg.initial_offset
+            self._gc.advance(cfg.initial_offset)
             return
         clean = checkpoint.take_clean(self.path)
         if clean is None and len(bases) > 1:
@@ -250,7 +250,7 @@ class LogLoading(LogState):
         self._sealed = sealed
         self._sealed_bases = [s.base_offset for s in sealed]
         self._active = active
-        self._gc.durable_next = active.next_offset
+        self._gc.advance(active.next_offset)
         if clean is None:
             checkpoint.write_recovery_point(self.path, active.base_offset)
 

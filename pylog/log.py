@@ -134,17 +134,9 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         self._listed: list[int] | None = None  # a read-only log's last settled listing (_list_bases)
         self._lock = threading.RLock()
         self._drains = 0  # odd while a drain of the append queue is under way
-        sync_lock = self._sync_lock = threading.Lock()
-        self._sync_cv = threading.Condition(sync_lock)
-        # group commit (see LogGroupCommit._wait_durable): its state, under sync_lock (the
-        # leader, its followers, durable_next, the leader's descriptor); the leader waits on
-        # _gc_lead for gc.target appenders (the size of the last group) to arrive, at most
-        # _gc_wait s
+        # the group commit of fsync="always" (see LogGroupCommit._wait_durable): its state
+        # (the leader, its followers, durable_next, the leader's descriptor) and its waits
         self._gc = GroupCommit()
-        self._gc.wake = self._sync_cv.notify_all
-        self._gc_lead = threading.Condition(sync_lock)
-        self._gc_gathering = False
-        self._gc_wait = 0.0
         self._fenced: BaseException | None = None
         self._closed = False
         self._lock_fd = -1

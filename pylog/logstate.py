@@ -71,18 +71,11 @@ class LogState:
     _fast_append: Callable[..., int] | None
 
     # durability: group commit and the flush policy
-    _sync_cv: threading.Condition
-    _sync_lock: threading.Lock  # _sync_cv's lock
-    _gc: Any  # the group commit's state (pylog.appender.GroupCommit), under _sync_lock
+    _gc: Any  # the group commit of fsync="always", its state and waits (pylog.groupcommit.GroupCommit)
     _unflushed: int
     _last_flush_ms: int
     _flush_n: int
     _flush_t: int
-    # group commit under fsync="always": the leader waits on _gc_lead for _gc.target
-    # appenders (the last group's size) to arrive, at most _gc_wait seconds
-    _gc_lead: threading.Condition
-    _gc_gathering: bool
-    _gc_wait: float
 
     # transactions and truncation
     _cap: int | None  # the last stable offset while a transaction applies

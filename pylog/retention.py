@@ -121,8 +121,7 @@ class LogRetention(LogState):
             self._sealed_bases = [s.base_offset for s in keep]
             self._active = new
             self._update_writable()
-            with self._sync_cv:
-                self._gc.durable_next = min(self._gc.durable_next, new.next_offset)
+            self._gc.lower(new.next_offset)
 
     def _truncate_failed(self, e: BaseException, target: str | None, size: int, doomed: list[int]) -> None:
         """A truncate failed: fence (:meth:`_fail`). If it changed no file (every doomed

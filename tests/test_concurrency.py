@@ -340,8 +340,6 @@ def test_group_commit_one_fdatasync_per_round_of_16_threads(tmp_path, monkeypatc
     covers the whole group of 16 (one record per thread), not alternately 1 and 15: the
     leader lets the group form before it writes out. Counted with a hook on fdatasync
     (a slow one, so every thread arrives during it); no timing is asserted."""
-    from pylog import groupcommit
-
     path = str(tmp_path / "log")
     log = pylog.Log(path, fsync="always", segment_bytes=64 << 20)
     ino = os.stat(log.segments()[-1]["path"]).st_ino
@@ -360,7 +358,7 @@ def test_group_commit_one_fdatasync_per_round_of_16_threads(tmp_path, monkeypatc
                 covered.append(st.st_size)
 
     monkeypatch.setattr(vfs, "fdatasync", slow)
-    monkeypatch.setattr(groupcommit, "_GROUP_WAIT_MAX", 5.0)  # the wait is bounded by one fdatasync (150 ms)
+    log._gc.wait_max = 5.0  # the wait is bounded by one fdatasync (150 ms)
     threads, per = 16, 6
     errors: list[BaseException] = []
 
