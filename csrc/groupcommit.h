@@ -3,20 +3,24 @@
  * shared with the Framer's durable append (csrc/speedups_append.c).
  *
  * One per Log (Log._gc). Appenders frame their records into the write buffer, then arrive
- * here and wait until a leader's fdatasync covers their record; one of them at a time is
- * that leader. The state lives under a pthread mutex, not a Python lock, so that followers
- * wait on a condition variable with the GIL released and wake straight into C: a record of
- * 16 threads then costs its append call and one GIL hand-off, not a Python Condition's
- * lock juggling (see docs/benchmarks.md).
+ * here and wait until an fdatasync covers their record. One of them at a time is the
+ * leader, who writes out everything framed so far, fdatasyncs and steps down. A group forms
+ * before it is led: the appender whose arrival makes the group as big as the last one (or
+ * the first to find that about one fdatasync's time has passed since the group began) leads
+ * it, so with N threads each fdatasync covers about N records.
+ *
+ * The state lives under a pthread mutex, not a Python lock, so that followers wait with the
+ * GIL released, on a condition variable each, and wake straight into C. A step-down wakes
+ * one follower; each follower wakes the next as it lets go of the GIL to wait again, so the
+ * followers of a group take the GIL one after the other, each finding it free (see
+ * docs/benchmarks.md for what that is worth).
  *
  * Lock order and the GIL: the log's lock (a Python RLock) comes before the mutex; the mutex
- * is held only for a few loads and stores of this struct, never while calling into Python
- * or acquiring the GIL. A thread may take it while holding the GIL (its holder never waits
- * for the GIL); a thread that waits on one of its conditions has released the GIL first and
- * drops the mutex before it takes the GIL back.
- *
- * Fields touched without the GIL (the waits) change only under the mutex; sync_fd, orphan,
- * sync_seg and sync_framer are touched only with the GIL held (the leader, the close).
+ * is held only for a few loads and stores, never while calling into Python or acquiring the
+ * GIL. A thread may take it while holding the GIL (its holder never waits for the GIL); a
+ * thread that waits under it has released the GIL first and drops it before it takes the GIL
+ * back. Fields touched without the GIL change only under the mutex; sync_fd, orphan,
+ * sync_seg, sync_framer and wait_max are touched only with the GIL held.
  */
 #ifndef PYLOG_GROUPCOMMIT_H
 #define PYLOG_GROUPCOMMIT_H
@@ -24,51 +28,63 @@
 #include <Python.h>
 #include <pthread.h>
 
+/* A follower waiting in pylog_gc_follow, on its own stack with its own condition variable,
+ * in the waiting list (or, once its record is durable or it may lead, the ready list) until
+ * it is woken: taken off the lists, ``woken`` set, its cv signalled. */
+typedef struct gc_waiter {
+    struct gc_waiter *next;
+    long long off; /* its record */
+    int woken;
+    pthread_cond_t cv;
+} gc_waiter;
+
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mu;
-    pthread_cond_t done;   /* followers: durable_next moved, the leader stepped down, a fence */
-    pthread_cond_t formed; /* the gathering leader: arrived reached target, or a fence */
-    int ready;             /* mu, done and formed were initialised */
-    int syncing;           /* a leader writes out and fdatasyncs */
-    int waiting;           /* followers waiting on done */
-    int arrived;           /* appenders arrived since the last write-out */
-    int target;            /* the last group's size: the next leader waits for that many */
-    int gathering;         /* a leader waits on formed for its group */
-    int fenced;            /* the log is fenced: every wait ends */
-    long long durable_next; /* every offset below it is durable */
-    long long wait_ns;     /* how long the next leader waits for its group, at most */
-    double wait_max;       /* the cap of wait_ns, seconds */
-    int sync_fd;           /* the leader's dup of sync_seg's store, -1 when none */
-    int orphan;            /* the log closed while a leader used sync_fd: that leader closes it */
-    PyObject *sync_seg;    /* the ActiveSegment sync_fd belongs to (NULL: None) */
-    PyObject *sync_framer; /* that segment's Framer, if it has one (NULL: None) */
+    pthread_condattr_t cattr; /* the followers' cvs: the clock of their timed waits */
+    int ready;                /* mu and cattr were initialised */
+    gc_waiter *waiters;       /* waiting, in arrival order */
+    gc_waiter *ready_list;    /* to be woken, one at a time */
+    int syncing;              /* a leader writes out and fdatasyncs */
+    int waiting;              /* followers in either list */
+    int arrived;              /* appenders arrived since the last write-out (the forming group) */
+    int target;               /* the last group's size: the size at which a group has formed */
+    int fenced;               /* the log is fenced: every wait ends */
+    long long durable_next;   /* every offset below it is durable */
+    long long syncs;          /* fdatasyncs the leaders made (for tests and benchmarks) */
+    long long wait_ns;        /* how long a group may take to form (about one fdatasync) */
+    long long formed_by;      /* when the forming group is led whatever its size (monotonic ns) */
+    double wait_max;          /* the cap of wait_ns, seconds */
+    int sync_fd;              /* the leader's dup of sync_seg's store, -1 when none */
+    int orphan;               /* the log closed while a leader used sync_fd: that leader closes it */
+    PyObject *sync_seg;       /* the ActiveSegment sync_fd belongs to (NULL: None) */
+    PyObject *sync_framer;    /* that segment's Framer, if it has one (NULL: None) */
 } GroupCommit;
 
 /* what a wait in the group commit ends with */
 #define GC_DURABLE 0 /* the offset is durable */
-#define GC_LEAD 1    /* no leader: the caller leads now (syncing set) */
+#define GC_LEAD 1    /* the caller leads now (arrive(): syncing set) */
 #define GC_FENCED 2  /* the log is fenced */
-#define GC_IDLE 3    /* (gc_follow) no leader, the offset not durable: the caller may lead */
 
 extern PyTypeObject *pylog_gc_type;
 
 /* One appender arrived (mu held). */
 void pylog_gc_arrive_locked(GroupCommit *g);
-/* mu held, the GIL held: wait until ``off`` is durable, the log fenced or no leader syncs:
- * GC_DURABLE, GC_FENCED or GC_IDLE with mu held; -1 with an exception (a signal handler's,
- * checked every 50 ms in the main thread) and mu not held. */
+/* mu held: 1 if no leader syncs and the forming group is to be led now (it has formed, or
+ * its time is up), else 0. */
+int pylog_gc_may_lead_locked(GroupCommit *g);
+/* mu held, the GIL held: wait until ``off`` is durable, the log is fenced, or the caller is
+ * to lead (no leader, the group formed): GC_DURABLE, GC_FENCED or GC_LEAD (syncing not set
+ * yet) with mu held; -1 with an exception (a signal handler's, checked every 50 ms) and mu
+ * not held. */
 int pylog_gc_follow(GroupCommit *g, long long off);
-/* the leader, mu held, the GIL held: wait (the GIL released) until the group has formed
- * (``arrived`` reached ``target``) or a fence, at most wait_ns; mu released on return. */
-void pylog_gc_gather(GroupCommit *g);
 /* the leader, the GIL held: the number of appenders arrived since the last write-out, and
  * start counting anew (called under the log's lock once the write-out is done). */
 int pylog_gc_take_group(GroupCommit *g);
 /* the leader steps down, the GIL held: when ``ok``, ``durable_next`` moves to ``goal`` and
- * the next group's size and wait are noted (``elapsed_s``: this fdatasync's time); the
- * followers wake. Returns the leader's descriptor when the log closed meanwhile (the
- * caller closes it), else -1. */
+ * the next group's size and time are noted (``elapsed_s``: this fdatasync's time); the
+ * followers whose record is durable wake. Returns the leader's descriptor when the log
+ * closed meanwhile (the caller closes it), else -1. */
 int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double elapsed_s);
 
 #endif

@@ -443,14 +443,15 @@ PyDoc_STRVAR(append_durable_doc,
 "append_durable(value, log, gc) -> int\n\n"
 "Log.append's common record under fsync=\"always\" in one C call, while pylog.vfs holds its\n"
 "default pwrite and fdatasync. Frames ``value`` as append() does and arrives at the group\n"
-"commit ``gc`` (log._gc, a GroupCommit): while a leader writes out and fdatasyncs, it waits\n"
-"for it with the GIL released; when none does and the leader's descriptor was made for this\n"
-"Framer's segment, it leads: lets its group form (as gc.gather), writes the write buffer and\n"
-"the new index entries out as ActiveSegment.write_pending does (the log's lock held, the GIL\n"
-"released), fdatasyncs (no lock held, the GIL released), moves gc.durable_next past them and\n"
-"wakes the group. Returns the offset: the record is durable if gc.durable_next is past it,\n"
-"else the caller waits in _wait_durable (a leader's descriptor to make, a roll, a fence). A\n"
-"negative status as append(), having framed nothing. A failed pwrite or fdatasync is handed\n"
+"commit ``gc`` (log._gc, a GroupCommit). While a leader writes out and fdatasyncs, or the\n"
+"group forms, it waits with the GIL released (csrc/groupcommit.h). When it is to lead (its\n"
+"arrival made the group, or the group's time is up) and the leader's descriptor was made\n"
+"for this Framer's segment, it leads: writes the write buffer and the new index entries\n"
+"out as ActiveSegment.write_pending does (the log's lock held, the GIL released),\n"
+"fdatasyncs (no lock held, the GIL released), moves gc.durable_next past them and wakes the\n"
+"group. Returns the offset: the record is durable if gc.durable_next is past it, else the\n"
+"caller waits in _wait_durable (a leader's descriptor to make, a roll, a fence). A negative\n"
+"status as append(), having framed nothing. A failed pwrite or fdatasync is handed\n"
 "to log._durable_failed (fence, step down), then raised.");
 
 /* The leader steps down without a sync (nothing was written out), so that a follower or the
@@ -501,44 +502,30 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         return PyLong_FromLongLong((long long)off);
     }
     int holding = 1; /* the log's lock */
+    int r = GC_LEAD;
     pthread_mutex_lock(&g->mu);
     pylog_gc_arrive_locked(g); /* under the log's lock: before any write-out of this record */
-    if (g->syncing && g->durable_next <= off && !g->fenced) {
-        /* a leader syncs: let the others frame while this one waits */
+    if (!pylog_gc_may_lead_locked(g)) {
+        /* wait for the leader, or for the group to form, with the log's lock released (the
+         * others frame meanwhile) */
         pthread_mutex_unlock(&g->mu);
         holding = 0;
         if (call_release(self->release) < 0) return NULL;
         pthread_mutex_lock(&g->mu);
+        r = pylog_gc_follow(g, off);
+        if (r < 0) return NULL; /* mu not held */
     }
-    int r = pylog_gc_follow(g, off); /* waits only when not holding (checked above, mu kept) */
-    if (r < 0) {
-        if (holding) call_release(self->release);
-        return NULL;
-    }
-    if (r != GC_IDLE || g->sync_framer != o || g->sync_fd < 0) {
-        /* durable; fenced; or no leader, and this Framer may not lead (its segment's descriptor
-         * is not made yet): the caller's _wait_durable leads or raises (arriving again) */
-        if (r == GC_IDLE && g->arrived > 0) g->arrived--;
+    /* else its group has formed (one writer: a group of one): it leads, the lock held */
+    if (r != GC_LEAD || g->sync_framer != o || g->sync_fd < 0) {
+        /* durable; fenced; or this Framer may not lead (its segment's descriptor is not made
+         * yet): the caller's _wait_durable leads or raises, arriving again */
+        if (r == GC_LEAD && g->arrived > 0) g->arrived--;
         pthread_mutex_unlock(&g->mu);
         if (holding && call_release(self->release) < 0) return NULL;
         return PyLong_FromLongLong((long long)off);
     }
     g->syncing = 1; /* the leader now */
-    if (g->arrived < g->target && g->wait_ns > 0) {
-        /* let the group form (LogGroupCommit._wait_durable says why), the log's lock released */
-        pthread_mutex_unlock(&g->mu);
-        if (holding) {
-            holding = 0;
-            if (call_release(self->release) < 0) {
-                step_down_unsynced(g);
-                return NULL;
-            }
-        }
-        pthread_mutex_lock(&g->mu);
-        pylog_gc_gather(g); /* releases mu */
-    } else {
-        pthread_mutex_unlock(&g->mu);
-    }
+    pthread_mutex_unlock(&g->mu);
     if (!holding) {
         PyObject *res = PyObject_CallNoArgs(self->acquire);
         if (res == NULL) { /* a signal handler's exception while waiting for the lock */

@@ -5,7 +5,7 @@
  * Python drives it from LogGroupCommit._wait_durable (pylog/groupcommit.py, whose
  * _PyGroupCommit is the same object in Python for the pure backend): arrive(offset) waits
  * as a follower and says whether the record is durable, the caller leads, or the log is
- * fenced; the leader calls gather(), writes out, take_group(), fdatasyncs and step_down().
+ * fenced; the leader writes out, calls take_group(), fdatasyncs and calls step_down().
  * Framer.append_durable (speedups_append.c) does all of that in C for the common record.
  */
 #include "groupcommit.h"
@@ -18,9 +18,17 @@
 
 PyTypeObject *pylog_gc_type = NULL;
 
-/* a follower's wait is cut into slices this long, so that the main thread sees a signal
- * (Ctrl-C) while it waits, as it would in threading.Condition.wait */
-#define FOLLOW_SLICE_NS 50000000LL
+/* A follower waits in slices this long: one whose record became durable but whom no one
+ * woke (the follower woken before it went back to Python and did not wait again) goes at
+ * the end of its slice; and the main thread sees a signal (Ctrl-C) between slices, as it
+ * would in threading.Condition.wait. */
+#define FOLLOW_SLICE_NS 1000000LL
+
+/* A group may take this many of the last fdatasync's time to form (from its first arrival)
+ * before it is led whatever its size. Followers take the GIL one after the other, each woken
+ * by the one before; on a 2-vCPU VM a group of 16 took one to one and a half fdatasyncs to
+ * form, and at one the groups were cut at about 9 records, two fdatasyncs a round of 16. */
+#define FORM_FDATASYNCS 2.0
 
 #if defined(__APPLE__)
 #define GC_CLOCK CLOCK_REALTIME /* no pthread_condattr_setclock there */
@@ -28,52 +36,119 @@ PyTypeObject *pylog_gc_type = NULL;
 #define GC_CLOCK CLOCK_MONOTONIC
 #endif
 
-static void deadline_after(struct timespec *t, long long ns) {
-    clock_gettime(GC_CLOCK, t);
-    long long nsec = (long long)t->tv_nsec + ns % 1000000000LL;
-    t->tv_sec += (time_t)(ns / 1000000000LL + nsec / 1000000000LL);
-    t->tv_nsec = (long)(nsec % 1000000000LL);
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(GC_CLOCK, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
 void pylog_gc_arrive_locked(GroupCommit *g) {
     g->arrived++;
-    if (g->gathering && g->arrived >= g->target) pthread_cond_signal(&g->formed);
+    if (g->arrived == 1 && !g->syncing) g->formed_by = now_ns() + g->wait_ns; /* a group begins */
 }
 
+int pylog_gc_may_lead_locked(GroupCommit *g) {
+    if (g->syncing || g->fenced) return 0;
+    return g->arrived >= g->target || g->wait_ns <= 0 || now_ns() >= g->formed_by;
+}
+
+/* mu held: wake the first follower of the ready list (taken off it). */
+static void pass_on(GroupCommit *g) {
+    gc_waiter *w = g->ready_list;
+    if (w == NULL) return;
+    g->ready_list = w->next;
+    w->next = NULL;
+    w->woken = 1;
+    pthread_cond_signal(&w->cv);
+}
+
+/* mu held: take w off the list *head if it is there; 1 if it was. */
+static int unlink_waiter(gc_waiter **head, gc_waiter *w) {
+    for (; *head != NULL; head = &(*head)->next)
+        if (*head == w) {
+            *head = w->next;
+            w->next = NULL;
+            return 1;
+        }
+    return 0;
+}
+
+/* mu held: move the followers whose record is durable (all of them when fenced) to the ready
+ * list, and, with no leader, the first of the others to its head (it leads, or waits for its
+ * group to form); wake the first (every one when fenced). */
+static void wake_locked(GroupCommit *g) {
+    gc_waiter **p = &g->waiters, **tail = &g->ready_list;
+    while (*tail != NULL) tail = &(*tail)->next;
+    int lead = !g->syncing && !g->fenced;
+    while (*p != NULL) {
+        gc_waiter *w = *p;
+        if (g->fenced || w->off < g->durable_next) {
+            *p = w->next;
+            w->next = NULL;
+            *tail = w;
+            tail = &w->next;
+        } else if (lead) {
+            lead = 0;
+            *p = w->next;
+            if (tail == &g->ready_list) tail = &w->next;
+            w->next = g->ready_list;
+            g->ready_list = w;
+        } else {
+            p = &w->next;
+        }
+    }
+    do pass_on(g); while (g->fenced && g->ready_list != NULL);
+}
+
+/* A follower waits on a condition variable of its own, the GIL released. It is woken by the
+ * leader that made its record durable, or by the follower woken before it: a step-down
+ * wakes one follower, and each follower, as it lets go of the GIL to wait, wakes the next,
+ * which then finds the GIL free. So the followers of a group take the GIL one after the
+ * other rather than all waking at once to queue for it (and for mu): about one context
+ * switch a record instead of three. */
 int pylog_gc_follow(GroupCommit *g, long long off) {
     for (;;) {
         if (g->durable_next > off) return GC_DURABLE;
         if (g->fenced) return GC_FENCED;
-        if (!g->syncing) return GC_IDLE;
-        struct timespec dl;
-        deadline_after(&dl, FOLLOW_SLICE_NS);
-        int rc;
+        long long until = -1; /* the forming group's time, when no leader syncs */
+        if (!g->syncing) {
+            if (pylog_gc_may_lead_locked(g)) return GC_LEAD;
+            until = g->formed_by;
+        }
+        gc_waiter w;
+        w.off = off;
+        w.woken = 0;
+        w.next = NULL;
+        int rc = pthread_cond_init(&w.cv, &g->cattr);
+        if (rc != 0) { /* no cv (never seen): poll */
+            pthread_mutex_unlock(&g->mu);
+            Py_BEGIN_ALLOW_THREADS
+            usleep(100);
+            Py_END_ALLOW_THREADS
+            if (PyErr_CheckSignals() < 0) return -1;
+            pthread_mutex_lock(&g->mu);
+            continue;
+        }
+        gc_waiter **p = &g->waiters;
+        while (*p != NULL) p = &(*p)->next;
+        *p = &w;
         g->waiting++;
+        long long end = now_ns() + FOLLOW_SLICE_NS;
+        if (until >= 0 && until < end) end = until;
+        struct timespec dl = {(time_t)(end / 1000000000LL), (long)(end % 1000000000LL)};
         Py_BEGIN_ALLOW_THREADS
-        rc = pthread_cond_timedwait(&g->done, &g->mu, &dl);
+        pass_on(g); /* the GIL is free now: the next one takes it at once */
+        rc = 0;
+        while (!w.woken && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&w.cv, &g->mu, &dl);
+        if (!w.woken && !unlink_waiter(&g->waiters, &w)) unlink_waiter(&g->ready_list, &w);
         g->waiting--;
         /* never take the GIL back holding mu: its holder may be waiting for mu */
         pthread_mutex_unlock(&g->mu);
         Py_END_ALLOW_THREADS
-        if (rc == ETIMEDOUT && PyErr_CheckSignals() < 0) return -1;
+        pthread_cond_destroy(&w.cv);
+        if (!w.woken && PyErr_CheckSignals() < 0) return -1;
         pthread_mutex_lock(&g->mu);
     }
-}
-
-void pylog_gc_gather(GroupCommit *g) {
-    if (g->arrived >= g->target || g->wait_ns <= 0 || g->fenced) {
-        pthread_mutex_unlock(&g->mu);
-        return;
-    }
-    struct timespec dl;
-    deadline_after(&dl, g->wait_ns);
-    g->gathering = 1;
-    Py_BEGIN_ALLOW_THREADS
-    while (g->arrived < g->target && !g->fenced)
-        if (pthread_cond_timedwait(&g->formed, &g->mu, &dl) == ETIMEDOUT) break;
-    g->gathering = 0;
-    pthread_mutex_unlock(&g->mu);
-    Py_END_ALLOW_THREADS
 }
 
 int pylog_gc_take_group(GroupCommit *g) {
@@ -98,14 +173,16 @@ int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double
         g->sync_seg = g->sync_framer = NULL;
     }
     if (ok) {
+        g->syncs++;
         g->target = group > 1 ? group : 1;
         if (goal > g->durable_next) g->durable_next = goal;
-        if (group > 1) { /* the next leader waits at most about one fdatasync for its group */
-            double w = elapsed_s < g->wait_max ? elapsed_s : g->wait_max;
-            g->wait_ns = w > 0 ? (long long)(w * 1e9) : 0;
+        if (group > 1) { /* the next group may take about two fdatasyncs to form */
+            double w = elapsed_s * FORM_FDATASYNCS < g->wait_max ? elapsed_s : g->wait_max / FORM_FDATASYNCS;
+            g->wait_ns = w > 0 ? (long long)(w * 1e9 * FORM_FDATASYNCS) : 0;
         }
     }
-    if (g->waiting) pthread_cond_broadcast(&g->done);
+    if (g->arrived > 0) g->formed_by = now_ns() + g->wait_ns; /* those who came meanwhile */
+    if (g->waiting) wake_locked(g);
     pthread_mutex_unlock(&g->mu);
     Py_XDECREF(seg); /* after the mutex: a deallocation may run Python code */
     Py_XDECREF(framer);
@@ -123,28 +200,31 @@ static PyObject *gc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     GroupCommit *g = (GroupCommit *)alloc(type, 0);
     if (g == NULL) return NULL;
     g->ready = 0;
-    g->syncing = g->waiting = g->arrived = g->gathering = g->fenced = g->orphan = 0;
+    g->syncing = g->waiting = g->arrived = g->fenced = g->orphan = 0;
     g->target = 1;
     g->durable_next = 0;
-    g->wait_ns = 0;
+    g->wait_ns = g->formed_by = g->syncs = 0;
     g->wait_max = 0.002;
     g->sync_fd = -1;
     g->sync_seg = g->sync_framer = NULL;
-    pthread_condattr_t attr;
-    int rc = pthread_condattr_init(&attr);
+    g->waiters = g->ready_list = NULL;
+    int rc = pthread_condattr_init(&g->cattr);
 #if !defined(__APPLE__)
-    if (rc == 0) rc = pthread_condattr_setclock(&attr, GC_CLOCK);
+    if (rc == 0) rc = pthread_condattr_setclock(&g->cattr, GC_CLOCK);
 #endif
-    if (rc == 0) rc = pthread_mutex_init(&g->mu, NULL);
     if (rc == 0) {
-        rc = pthread_cond_init(&g->done, &attr);
+        pthread_mutexattr_t ma;
+        rc = pthread_mutexattr_init(&ma);
+#if defined(PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP)
+        /* held for a few loads and stores at a time: spin a little before sleeping for it */
+        if (rc == 0) pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
         if (rc == 0) {
-            rc = pthread_cond_init(&g->formed, &attr);
-            if (rc != 0) pthread_cond_destroy(&g->done);
+            rc = pthread_mutex_init(&g->mu, &ma);
+            pthread_mutexattr_destroy(&ma);
         }
-        if (rc != 0) pthread_mutex_destroy(&g->mu);
+        if (rc != 0) pthread_condattr_destroy(&g->cattr);
     }
-    pthread_condattr_destroy(&attr);
     if (rc != 0) {
         Py_DECREF(g);
         errno = rc;
@@ -160,9 +240,8 @@ static void gc_dealloc(PyObject *o) {
     Py_XDECREF(g->sync_seg);
     Py_XDECREF(g->sync_framer);
     if (g->ready) {
-        pthread_cond_destroy(&g->formed);
-        pthread_cond_destroy(&g->done);
         pthread_mutex_destroy(&g->mu);
+        pthread_condattr_destroy(&g->cattr);
     }
     freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     tp_free(o);
@@ -171,10 +250,10 @@ static void gc_dealloc(PyObject *o) {
 
 PyDoc_STRVAR(arrive_doc,
 "arrive(offset) -> int\n\n"
-"An appender whose record at ``offset`` is framed arrives and waits while a leader writes\n"
-"out and fdatasyncs (the GIL released). 0: the record is durable; 1: no leader, the caller\n"
-"leads now (it then calls gather(), writes out, take_group(), fdatasyncs, step_down());\n"
-"2: the log is fenced.");
+"An appender whose record at ``offset`` is framed arrives, and waits (the GIL released)\n"
+"while a leader writes out and fdatasyncs or its group forms. 0: the record is durable;\n"
+"1: the caller leads now (it writes out, calls take_group(), fdatasyncs, calls\n"
+"step_down()); 2: the log is fenced.");
 
 static PyObject *gc_arrive(PyObject *o, PyObject *arg) {
     GroupCommit *g = (GroupCommit *)o;
@@ -184,26 +263,9 @@ static PyObject *gc_arrive(PyObject *o, PyObject *arg) {
     pylog_gc_arrive_locked(g);
     int r = pylog_gc_follow(g, off);
     if (r < 0) return NULL; /* mu not held */
-    if (r == GC_IDLE) {
-        g->syncing = 1;
-        r = GC_LEAD;
-    }
+    if (r == GC_LEAD) g->syncing = 1;
     pthread_mutex_unlock(&g->mu);
     return PyLong_FromLong(r);
-}
-
-PyDoc_STRVAR(gather_doc,
-"gather()\n\n"
-"The leader lets its group form: it waits (the GIL released) until as many appenders have\n"
-"arrived since the last write-out as the last group had, or the log is fenced, at most\n"
-"about one fdatasync's time (wait_max at most). A group of one never waits.");
-
-static PyObject *gc_gather(PyObject *o, PyObject *unused) {
-    (void)unused;
-    GroupCommit *g = (GroupCommit *)o;
-    pthread_mutex_lock(&g->mu);
-    pylog_gc_gather(g);
-    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(take_group_doc,
@@ -220,8 +282,8 @@ PyDoc_STRVAR(step_down_doc,
 "step_down(ok, goal, group, elapsed) -> int\n\n"
 "The leader steps down and wakes the followers. When ``ok`` (its fdatasync succeeded),\n"
 "every offset below ``goal`` is durable, and ``group`` (its size) and ``elapsed`` (its\n"
-"fdatasync's seconds) set how long the next leader waits for its group. Returns the\n"
-"leader's descriptor if the log closed meanwhile (the caller closes it), else -1.");
+"fdatasync's seconds) set how big the next group is and how long it may take to form.\n"
+"Returns the leader's descriptor if the log closed meanwhile (the caller closes it), else -1.");
 
 static PyObject *gc_step_down(PyObject *o, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
@@ -246,15 +308,14 @@ static PyObject *gc_step_down(PyObject *o, PyObject *const *args, Py_ssize_t nar
 
 PyDoc_STRVAR(fence_doc,
 "fence()\n\n"
-"The log is fenced: every follower and a gathering leader stop waiting (arrive() says 2).");
+"The log is fenced: every follower stops waiting (arrive() says 2).");
 
 static PyObject *gc_fence(PyObject *o, PyObject *unused) {
     (void)unused;
     GroupCommit *g = (GroupCommit *)o;
     pthread_mutex_lock(&g->mu);
     g->fenced = 1;
-    pthread_cond_broadcast(&g->done);
-    pthread_cond_broadcast(&g->formed);
+    wake_locked(g);
     pthread_mutex_unlock(&g->mu);
     Py_RETURN_NONE;
 }
@@ -274,7 +335,7 @@ static PyObject *move_durable(PyObject *o, PyObject *arg, int up) {
     if (n == -1 && PyErr_Occurred()) return NULL;
     pthread_mutex_lock(&g->mu);
     if (up ? n > g->durable_next : n < g->durable_next) g->durable_next = n;
-    if (up && g->waiting) pthread_cond_broadcast(&g->done);
+    if (up && g->waiting) wake_locked(g);
     pthread_mutex_unlock(&g->mu);
     Py_RETURN_NONE;
 }
@@ -311,7 +372,6 @@ static PyObject *gc_close_fd(PyObject *o, PyObject *unused) {
 
 static PyMethodDef gc_methods[] = {
     {"arrive", gc_arrive, METH_O, arrive_doc},
-    {"gather", gc_gather, METH_NOARGS, gather_doc},
     {"take_group", gc_take_group, METH_NOARGS, take_group_doc},
     {"step_down", (PyCFunction)(void (*)(void))gc_step_down, METH_FASTCALL, step_down_doc},
     {"fence", gc_fence, METH_NOARGS, fence_doc},
@@ -328,6 +388,10 @@ static PyMemberDef gc_members[] = {
     {"target", T_INT, offsetof(GroupCommit, target), READONLY, "the last group's size"},
     {"fenced", T_INT, offsetof(GroupCommit, fenced), READONLY, "the log is fenced"},
     {"durable_next", T_LONGLONG, offsetof(GroupCommit, durable_next), READONLY, "every offset below it is durable"},
+    {"syncs", T_LONGLONG, offsetof(GroupCommit, syncs), READONLY,
+     "the fdatasyncs its leaders made (each covers a group)"},
+    {"wait_ns", T_LONGLONG, offsetof(GroupCommit, wait_ns), READONLY,
+     "how long the forming group may take to form, ns (about one fdatasync)"},
     {"wait_max", T_DOUBLE, offsetof(GroupCommit, wait_max), 0,
      "the longest a leader waits for its group, seconds (0.002)"},
     {"sync_fd", T_INT, offsetof(GroupCommit, sync_fd), 0, "the leader's dup of sync_seg's store, -1 when none"},
