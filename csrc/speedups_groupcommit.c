@@ -177,8 +177,9 @@ int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double
         g->target = group > 1 ? group : 1;
         if (goal > g->durable_next) g->durable_next = goal;
         if (group > 1) { /* the next group may take about two fdatasyncs to form */
-            double w = elapsed_s * FORM_FDATASYNCS < g->wait_max ? elapsed_s : g->wait_max / FORM_FDATASYNCS;
-            g->wait_ns = w > 0 ? (long long)(w * 1e9 * FORM_FDATASYNCS) : 0;
+            double w = elapsed_s * FORM_FDATASYNCS; /* as pylog.groupcommit's twin computes it */
+            if (w > g->wait_max) w = g->wait_max;
+            g->wait_ns = w > 0 ? (long long)(w * 1e9) : 0;
         }
     }
     if (g->arrived > 0) g->formed_by = now_ns() + g->wait_ns; /* those who came meanwhile */

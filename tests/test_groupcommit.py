@@ -1,0 +1,223 @@
+"""The group commit of ``fsync="always"`` (pylog.groupcommit, csrc/speedups_groupcommit.c).
+
+* the C GroupCommit and its Python twin (the pure backend's) give the same answers and
+  states for any sequence of calls that does not wait on another thread (a property test);
+* 16 threads appending under ``fsync="always"``: every append returns only once its record
+  is durable (``durable_next`` past it), the records are all there, and the fdatasyncs are
+  shared (fewer than one per record), on both backends;
+* a failed fdatasync (strace EIO) while 8 threads append in a child process: every thread
+  ends (none hangs in a wait), every acknowledged record survives a reopen;
+* Ctrl-C reaches a main thread that waits as a follower in C (while another thread's
+  fdatasync is held up by strace), and the log goes on working.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import py_env, strace_path
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pylog
+from pylog import groupcommit
+from pylog._backend import speedups
+
+STRACE = strace_path()
+C_GC = getattr(speedups, "GroupCommit", None)
+FIELDS = ("syncing", "waiting", "arrived", "target", "fenced", "durable_next", "syncs", "wait_ns",
+          "sync_fd", "orphan")
+
+
+def _state(gc):
+    return {f: int(getattr(gc, f)) for f in FIELDS}
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("arrive"), st.integers(0, 40)),
+    st.tuples(st.just("take_group")),
+    st.tuples(st.just("step_down"), st.booleans(), st.integers(0, 40), st.integers(0, 20),
+              st.floats(0, 0.0004)),
+    st.tuples(st.just("advance"), st.integers(0, 40)),
+    st.tuples(st.just("lower"), st.integers(0, 40)),
+    st.tuples(st.just("fence")),
+    st.tuples(st.just("close_fd")),
+), max_size=40)
+
+
+@pytest.mark.skipif(C_GC is None, reason="pylog._speedups' GroupCommit is not built")
+@settings(deadline=None, max_examples=150)
+@given(ops)
+def test_the_c_group_commit_and_its_python_twin_agree(seq):
+    """Both objects, driven by the same calls (those a single thread can make: an arrive that
+    would wait for another thread's leader is left out), return the same and end in the same
+    state. An arrive that waits for its group to form waits at most twice a step_down's
+    elapsed time (under a millisecond here), then leads in both."""
+    c, p = C_GC(), groupcommit._PyGroupCommit()
+    for op in seq:
+        name, args = op[0], op[1:]
+        if name == "arrive":
+            off = args[0]
+            if c.syncing and not c.fenced and c.durable_next <= off:
+                continue  # would wait for a leader no thread is
+            if c.waiting:
+                continue
+        if name == "step_down" and not c.syncing:
+            continue  # only a leader steps down
+        rc, rp = getattr(c, name)(*args), getattr(p, name)(*args)
+        assert rc == rp, (op, rc, rp)
+        assert _state(c) == _state(p), op
+
+
+@pytest.mark.parametrize("threads, per", [(16, 60)])
+def test_threads_return_only_once_durable_and_share_fdatasyncs(tmp_path, threads, per):
+    """Each append under fsync="always" returns with its record durable (the group commit's
+    durable_next past it, read at once in the appending thread); all records are there in
+    the end; and the leaders' fdatasyncs number fewer than the records (groups formed)."""
+    log = pylog.Log(str(tmp_path / "log"), fsync="always", segment_bytes=1 << 20)
+    bad: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        try:
+            for i in range(per):
+                off = log.append(b"t%02d-%03d" % (k, i))
+                dn = log._gc.durable_next
+                if dn <= off:
+                    bad.append((off, dn))
+                with lock:
+                    got.append(off)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not any(t.is_alive() for t in ts), "an appender hangs"
+    assert not errors, errors[0]
+    assert not bad, bad[:5]
+    n = threads * per
+    assert sorted(got) == list(range(n))
+    syncs = log._gc.syncs
+    log.close()
+    assert 0 < syncs <= n * 3 // 4, (syncs, n)
+    with pylog.Log(str(tmp_path / "log")) as r:
+        values = sorted(bytes(rec.value) for rec in r.scan())
+    assert values == sorted(b"t%02d-%03d" % (k, i) for k in range(threads) for i in range(per))
+
+
+THREADS_CHILD = """
+import json, os, sys, threading
+import pylog
+from pylog.errors import LogFencedError
+log = pylog.Log(sys.argv[1], fsync="always")
+out = {"acked": [], "ends": []}
+lock = threading.Lock()
+def worker(k):
+    try:
+        for i in range(300):
+            v = b"t%d-%d" % (k, i)
+            off = log.append(v)
+            with lock:
+                out["acked"].append([off, v.decode()])
+        end = "done"
+    except LogFencedError:
+        end = "fenced"
+    except OSError as e:
+        end = "errno %d" % e.errno
+    with lock:
+        out["ends"].append(end)
+ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(json.dumps(out))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace with fault injection is not available")
+@pytest.mark.parametrize("when", [3, 20, 60])
+def test_a_failed_fdatasync_under_threads_ends_every_thread_and_keeps_acked_records(tmp_path, when):
+    """strace fails the ``when``-th fdatasync of a process whose 8 threads append under
+    fsync="always": every thread ends (an OSError for the leader, LogFencedError for the
+    followers, none left waiting), and a reopen finds every acknowledged record, whole."""
+    path = str(tmp_path / "log")
+    r = subprocess.run([STRACE, "-f", "-qq", "-o", str(tmp_path / "trace"), "-e", "trace=fdatasync",
+                        "-e", f"inject=fdatasync:error=EIO:when={when}", sys.executable, "-c", THREADS_CHILD,
+                        path], capture_output=True, text=True, timeout=180, env=py_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(out["ends"]) == 8, out["ends"]
+    assert "errno 5" in out["ends"], out["ends"]  # the leader whose fdatasync failed
+    assert all(e in ("fenced", "errno 5") for e in out["ends"]), out["ends"]
+    with pylog.Log(path) as log:
+        have = {rec.offset: bytes(rec.value).decode() for rec in log.scan()}
+        assert log.verify() == []
+    for off, v in out["acked"]:
+        assert have.get(off) == v, (off, v)
+
+
+SIGINT_CHILD = """
+import os, sys, threading, time
+import pylog
+log = pylog.Log(sys.argv[1], fsync="always")
+log.append(b"first")  # (held up 2 s: strace counts each thread's fdatasyncs) the leader's fd made
+led = threading.Event()
+def leader():
+    led.set()
+    log.append(b"led")  # its fdatasync (its thread's first) is held up by strace for 2 s
+t = threading.Thread(target=leader)
+t.start()
+led.wait()
+time.sleep(0.3)  # the leader is in its fdatasync
+print("waiting", flush=True)
+t0 = time.monotonic()
+try:
+    log.append(b"follower")  # the main thread waits as a follower, in C
+    print("no interrupt", flush=True)
+except KeyboardInterrupt:
+    print("interrupted after %.2f" % (time.monotonic() - t0), flush=True)
+t.join()
+log.append(b"after")
+print("next", log.next_offset, flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace with fault injection is not available")
+def test_ctrl_c_reaches_a_main_thread_waiting_as_a_follower(tmp_path):
+    """The main thread waits as a follower while another thread's fdatasync is held up (2 s,
+    by strace): SIGINT raises KeyboardInterrupt there at once, as in threading's waits, and
+    the log goes on working (the leader finishes, the next append succeeds)."""
+    path = str(tmp_path / "log")
+    p = subprocess.Popen([STRACE, "-f", "-qq", "-o", str(tmp_path / "trace"), "-e", "trace=fdatasync",
+                          "-e", "inject=fdatasync:delay_enter=2000000:when=1", sys.executable, "-c",
+                          SIGINT_CHILD, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=py_env())
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert line.strip() == "waiting", (line, p.stderr.read() if p.poll() is not None else "")
+        time.sleep(0.2)
+        # the child's pid: strace's only child
+        child = int(subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()[0])
+        os.kill(child, signal.SIGINT)
+        rest, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    lines = rest.strip().splitlines()
+    assert lines and lines[0].startswith("interrupted after"), (rest, err[-2000:])
+    assert float(lines[0].split()[-1]) < 1.2, lines  # at once, not when the leader's 2 s end
+    assert lines[-1].startswith("next "), (rest, err[-2000:])
