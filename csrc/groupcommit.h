@@ -6,7 +6,7 @@
  * here and wait until an fdatasync covers their record. One of them at a time is the
  * leader, who writes out everything framed so far, fdatasyncs and steps down. A group forms
  * before it is led: the appender whose arrival makes the group as big as the last one (or
- * the first to find that about one fdatasync's time has passed since the group began) leads
+ * the first to find that about two fdatasyncs' time has passed since the group began) leads
  * it, so with N threads each fdatasync covers about N records.
  *
  * The state lives under a pthread mutex, not a Python lock, so that followers wait with the
@@ -52,7 +52,10 @@ typedef struct {
     int fenced;               /* the log is fenced: every wait ends */
     long long durable_next;   /* every offset below it is durable */
     long long syncs;          /* fdatasyncs the leaders made (for tests and benchmarks) */
-    long long wait_ns;        /* how long a group may take to form (about one fdatasync) */
+    long long epoch;          /* truncates (lower()) so far */
+    long long lead_epoch;     /* the epoch when the leader wrote out (take_group) */
+    unsigned long leader;     /* the leading thread (PyThread_get_thread_ident), when syncing */
+    long long wait_ns;        /* how long a group may take to form (about two fdatasyncs) */
     long long formed_by;      /* when the forming group is led whatever its size (monotonic ns) */
     double wait_max;          /* the cap of wait_ns, seconds */
     int sync_fd;              /* the leader's dup of sync_seg's store, -1 when none */
@@ -78,12 +81,15 @@ int pylog_gc_may_lead_locked(GroupCommit *g);
  * yet) with mu held; -1 with an exception (a signal handler's, checked every 50 ms) and mu
  * not held. */
 int pylog_gc_follow(GroupCommit *g, long long off);
+/* The log is fenced (the GIL held): every follower wakes, no one leads any more. */
+void pylog_gc_fence(GroupCommit *g);
 /* the leader, the GIL held: the number of appenders arrived since the last write-out, and
- * start counting anew (called under the log's lock once the write-out is done). */
+ * start counting anew (called under the log's lock once the write-out is done; notes the
+ * epoch). */
 int pylog_gc_take_group(GroupCommit *g);
 /* the leader steps down, the GIL held: when ``ok``, ``durable_next`` moves to ``goal`` and
- * the next group's size and time are noted (``elapsed_s``: this fdatasync's time); the
- * followers whose record is durable wake. Returns the leader's descriptor when the log
+ * the next group's size and time are noted (``elapsed_s``: this fdatasync's time), unless a
+ * truncate came after the write-out (``epoch``); the followers whose record is durable wake. Returns the leader's descriptor when the log
  * closed meanwhile (the caller closes it), else -1. */
 int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double elapsed_s);
 

@@ -393,12 +393,18 @@ static int set_int_attr(PyObject *o, PyObject *name, unsigned long long x) {
     return rc;
 }
 
-/* The durable fast path failed after it became the leader: the exception set is handed to
- * log._durable_failed (which fences the log and steps down as a leader does) while the log's
- * lock is still held when ``holding`` (as the Python leader fences a failed write-out: no
- * other thread frames or writes out in between; the lock is an RLock), then the lock is
- * released and the exception raised (or what _durable_failed raised). */
-static PyObject *durable_failed(Framer *self, PyObject *log, int holding) {
+/* The durable fast path failed after it became the leader. The group commit is fenced and
+ * the leader steps down here first, in C, where no signal handler can come between them
+ * (a fence that never happened would let a later fdatasync, which Linux may let succeed
+ * after a failed one, acknowledge records whose write-back failed). Then the exception set
+ * is handed to log._durable_failed, which fences the log's own state, while the log's lock
+ * is still held when ``holding`` (as the Python leader fences a failed write-out: no other
+ * thread frames or writes out in between; the lock is an RLock); then the lock is released
+ * and the exception raised (or what _durable_failed raised). */
+static PyObject *durable_failed(Framer *self, GroupCommit *g, PyObject *log, int holding) {
+    pylog_gc_fence(g);
+    int fd = pylog_gc_step_down(g, 0, 0, 0, 0.0);
+    if (fd >= 0) close(fd); /* the log closed meanwhile */
     PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
     PyErr_NormalizeException(&exc_type, &exc_value, &exc_tb);
@@ -525,6 +531,7 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         return PyLong_FromLongLong((long long)off);
     }
     g->syncing = 1; /* the leader now */
+    g->leader = PyThread_get_thread_ident();
     pthread_mutex_unlock(&g->mu);
     if (!holding) {
         PyObject *res = PyObject_CallNoArgs(self->acquire);
@@ -565,13 +572,13 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         Py_DECREF(seg);
         errno = err;
         PyErr_SetFromErrno(PyExc_OSError);
-        return durable_failed(self, log, 1);
+        return durable_failed(self, g, log, 1);
     }
     st->used = 0;
     uint64_t goal = st->next_offset;
     if (set_int_attr(seg, s_written, st->position) < 0 || set_int_attr(seg, s_written_next, goal) < 0) {
         Py_DECREF(seg);
-        return durable_failed(self, log, 1);
+        return durable_failed(self, g, log, 1);
     }
     uint64_t ic = st->index_count;
     if ((uint64_t)iw < ic) { /* the new index entries, as ActiveSegment.write_pending writes them */
@@ -587,17 +594,17 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
             Py_DECREF(seg);
             errno = err;
             PyErr_SetFromErrno(PyExc_OSError);
-            return durable_failed(self, log, 1);
+            return durable_failed(self, g, log, 1);
         }
         if (set_int_attr(seg, s_index_written, ic) < 0) {
             Py_DECREF(seg);
-            return durable_failed(self, log, 1);
+            return durable_failed(self, g, log, 1);
         }
     }
     Py_DECREF(seg);
     int group = pylog_gc_take_group(g); /* everyone whose record this write-out took */
     int sync_fd = g->sync_fd;           /* the leader's: a close hands it over (orphan), never closes it */
-    if (call_release(self->release) < 0) return durable_failed(self, log, 0);
+    if (call_release(self->release) < 0) return durable_failed(self, g, log, 0);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     Py_BEGIN_ALLOW_THREADS
@@ -617,7 +624,7 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
     if (err) {
         errno = err;
         PyErr_SetFromErrno(PyExc_OSError);
-        return durable_failed(self, log, 0);
+        return durable_failed(self, g, log, 0);
     }
     int fd = pylog_gc_step_down(g, 1, (long long)goal, group, seconds_since(&t0));
     if (fd >= 0) close(fd); /* the log closed during the fdatasync */

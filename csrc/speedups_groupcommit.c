@@ -18,11 +18,12 @@
 
 PyTypeObject *pylog_gc_type = NULL;
 
-/* A follower waits in slices this long: one whose record became durable but whom no one
- * woke (the follower woken before it went back to Python and did not wait again) goes at
- * the end of its slice; and the main thread sees a signal (Ctrl-C) between slices, as it
- * would in threading.Condition.wait. */
+/* A follower waits in slices this long, the GIL released: one whose record became durable
+ * but whom no one woke (the follower woken before it went back to Python and did not wait
+ * again) goes at the end of its slice. Every SIGNAL_CHECK_NS it takes the GIL to see
+ * whether a signal handler raised (Ctrl-C in the main thread), as threading's waits do. */
 #define FOLLOW_SLICE_NS 1000000LL
+#define SIGNAL_CHECK_NS 50000000LL
 
 /* A group may take this many of the last fdatasync's time to form (from its first arrival)
  * before it is led whatever its size. Followers take the GIL one after the other, each woken
@@ -38,7 +39,7 @@ PyTypeObject *pylog_gc_type = NULL;
 
 static long long now_ns(void) {
     struct timespec t;
-    clock_gettime(GC_CLOCK, &t);
+    clock_gettime(CLOCK_MONOTONIC, &t);
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
@@ -100,27 +101,35 @@ static void wake_locked(GroupCommit *g) {
     do pass_on(g); while (g->fenced && g->ready_list != NULL);
 }
 
+/* The absolute time on the clock of the followers' cvs (GC_CLOCK) ``ns`` from now. */
+static void cv_deadline(struct timespec *t, long long ns) {
+    if (ns < 0) ns = 0;
+    clock_gettime(GC_CLOCK, t);
+    long long nsec = (long long)t->tv_nsec + ns % 1000000000LL;
+    t->tv_sec += (time_t)(ns / 1000000000LL + nsec / 1000000000LL);
+    t->tv_nsec = (long)(nsec % 1000000000LL);
+}
+
 /* A follower waits on a condition variable of its own, the GIL released. It is woken by the
  * leader that made its record durable, or by the follower woken before it: a step-down
  * wakes one follower, and each follower, as it lets go of the GIL to wait, wakes the next,
  * which then finds the GIL free. So the followers of a group take the GIL one after the
- * other rather than all waking at once to queue for it (and for mu): about one context
- * switch a record instead of three. */
+ * other rather than all waking at once to queue for it (and for mu): about two context
+ * switches a record instead of three to four. A follower that is to lead wakes the next
+ * before it goes (it will not wait again to do it). */
 int pylog_gc_follow(GroupCommit *g, long long off) {
     for (;;) {
         if (g->durable_next > off) return GC_DURABLE;
         if (g->fenced) return GC_FENCED;
-        long long until = -1; /* the forming group's time, when no leader syncs */
-        if (!g->syncing) {
-            if (pylog_gc_may_lead_locked(g)) return GC_LEAD;
-            until = g->formed_by;
+        if (pylog_gc_may_lead_locked(g)) {
+            pass_on(g);
+            return GC_LEAD;
         }
         gc_waiter w;
         w.off = off;
         w.woken = 0;
         w.next = NULL;
-        int rc = pthread_cond_init(&w.cv, &g->cattr);
-        if (rc != 0) { /* no cv (never seen): poll */
+        if (pthread_cond_init(&w.cv, &g->cattr) != 0) { /* no cv (never seen): poll */
             pthread_mutex_unlock(&g->mu);
             Py_BEGIN_ALLOW_THREADS
             usleep(100);
@@ -133,14 +142,29 @@ int pylog_gc_follow(GroupCommit *g, long long off) {
         while (*p != NULL) p = &(*p)->next;
         *p = &w;
         g->waiting++;
-        long long end = now_ns() + FOLLOW_SLICE_NS;
-        if (until >= 0 && until < end) end = until;
-        struct timespec dl = {(time_t)(end / 1000000000LL), (long)(end % 1000000000LL)};
+        long long started = now_ns();
         Py_BEGIN_ALLOW_THREADS
         pass_on(g); /* the GIL is free now: the next one takes it at once */
-        rc = 0;
-        while (!w.woken && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&w.cv, &g->mu, &dl);
-        if (!w.woken && !unlink_waiter(&g->waiters, &w)) unlink_waiter(&g->ready_list, &w);
+        for (;;) {
+            /* a slice: until woken, or 1 ms, or the forming group's time is up */
+            long long now = now_ns(), end = now + FOLLOW_SLICE_NS;
+            if (!g->syncing && g->formed_by < end) end = g->formed_by;
+            struct timespec dl;
+            cv_deadline(&dl, end - now);
+            int rc = 0;
+            while (!w.woken && rc == 0) rc = pthread_cond_timedwait(&w.cv, &g->mu, &dl);
+            if (w.woken) break;
+            if (unlink_waiter(&g->ready_list, &w)) { /* to be woken, but no one passed it on */
+                w.woken = 1;
+                break;
+            }
+            /* look again with the GIL only if something changed, or to check for signals */
+            if (g->durable_next > off || g->fenced || pylog_gc_may_lead_locked(g)
+                || now_ns() - started >= SIGNAL_CHECK_NS) {
+                unlink_waiter(&g->waiters, &w);
+                break;
+            }
+        }
         g->waiting--;
         /* never take the GIL back holding mu: its holder may be waiting for mu */
         pthread_mutex_unlock(&g->mu);
@@ -151,10 +175,18 @@ int pylog_gc_follow(GroupCommit *g, long long off) {
     }
 }
 
+void pylog_gc_fence(GroupCommit *g) {
+    pthread_mutex_lock(&g->mu);
+    g->fenced = 1;
+    wake_locked(g);
+    pthread_mutex_unlock(&g->mu);
+}
+
 int pylog_gc_take_group(GroupCommit *g) {
     pthread_mutex_lock(&g->mu);
     int n = g->arrived;
     g->arrived = 0;
+    g->lead_epoch = g->epoch;
     pthread_mutex_unlock(&g->mu);
     return n;
 }
@@ -175,7 +207,8 @@ int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double
     if (ok) {
         g->syncs++;
         g->target = group > 1 ? group : 1;
-        if (goal > g->durable_next) g->durable_next = goal;
+        /* (not if a truncate came between the write-out and now: goal is from before it) */
+        if (goal > g->durable_next && g->lead_epoch == g->epoch) g->durable_next = goal;
         if (group > 1) { /* the next group may take about two fdatasyncs to form */
             double w = elapsed_s * FORM_FDATASYNCS; /* as pylog.groupcommit's twin computes it */
             if (w > g->wait_max) w = g->wait_max;
@@ -204,7 +237,8 @@ static PyObject *gc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     g->syncing = g->waiting = g->arrived = g->fenced = g->orphan = 0;
     g->target = 1;
     g->durable_next = 0;
-    g->wait_ns = g->formed_by = g->syncs = 0;
+    g->wait_ns = g->formed_by = g->syncs = g->epoch = g->lead_epoch = 0;
+    g->leader = 0;
     g->wait_max = 0.002;
     g->sync_fd = -1;
     g->sync_seg = g->sync_framer = NULL;
@@ -264,7 +298,10 @@ static PyObject *gc_arrive(PyObject *o, PyObject *arg) {
     pylog_gc_arrive_locked(g);
     int r = pylog_gc_follow(g, off);
     if (r < 0) return NULL; /* mu not held */
-    if (r == GC_LEAD) g->syncing = 1;
+    if (r == GC_LEAD) {
+        g->syncing = 1;
+        g->leader = PyThread_get_thread_ident();
+    }
     pthread_mutex_unlock(&g->mu);
     return PyLong_FromLong(r);
 }
@@ -313,11 +350,27 @@ PyDoc_STRVAR(fence_doc,
 
 static PyObject *gc_fence(PyObject *o, PyObject *unused) {
     (void)unused;
+    pylog_gc_fence((GroupCommit *)o);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(abandon_doc,
+"abandon()\n\n"
+"The calling thread gave up leading before it wrote out (a signal handler's exception as\n"
+"arrive() returned 1, before the caller could know it leads): if it is the leader, it steps\n"
+"down, so that the others do not wait for it for ever.");
+
+static PyObject *gc_abandon(PyObject *o, PyObject *unused) {
+    (void)unused;
     GroupCommit *g = (GroupCommit *)o;
+    int mine;
     pthread_mutex_lock(&g->mu);
-    g->fenced = 1;
-    wake_locked(g);
+    mine = g->syncing && g->leader == PyThread_get_thread_ident();
     pthread_mutex_unlock(&g->mu);
+    if (mine) {
+        int fd = pylog_gc_step_down(g, 0, 0, 0, 0.0);
+        if (fd >= 0) close(fd);
+    }
     Py_RETURN_NONE;
 }
 
@@ -336,6 +389,7 @@ static PyObject *move_durable(PyObject *o, PyObject *arg, int up) {
     if (n == -1 && PyErr_Occurred()) return NULL;
     pthread_mutex_lock(&g->mu);
     if (up ? n > g->durable_next : n < g->durable_next) g->durable_next = n;
+    if (!up) g->epoch++; /* a leader's goal from before it no longer counts */
     if (up && g->waiting) wake_locked(g);
     pthread_mutex_unlock(&g->mu);
     Py_RETURN_NONE;
@@ -376,6 +430,7 @@ static PyMethodDef gc_methods[] = {
     {"take_group", gc_take_group, METH_NOARGS, take_group_doc},
     {"step_down", (PyCFunction)(void (*)(void))gc_step_down, METH_FASTCALL, step_down_doc},
     {"fence", gc_fence, METH_NOARGS, fence_doc},
+    {"abandon", gc_abandon, METH_NOARGS, abandon_doc},
     {"advance", gc_advance, METH_O, advance_doc},
     {"lower", gc_lower, METH_O, lower_doc},
     {"close_fd", gc_close_fd, METH_NOARGS, close_fd_doc},
@@ -389,10 +444,11 @@ static PyMemberDef gc_members[] = {
     {"target", T_INT, offsetof(GroupCommit, target), READONLY, "the last group's size"},
     {"fenced", T_INT, offsetof(GroupCommit, fenced), READONLY, "the log is fenced"},
     {"durable_next", T_LONGLONG, offsetof(GroupCommit, durable_next), READONLY, "every offset below it is durable"},
+    {"epoch", T_LONGLONG, offsetof(GroupCommit, epoch), READONLY, "truncates so far (lower() calls)"},
     {"syncs", T_LONGLONG, offsetof(GroupCommit, syncs), READONLY,
      "the fdatasyncs its leaders made (each covers a group)"},
     {"wait_ns", T_LONGLONG, offsetof(GroupCommit, wait_ns), READONLY,
-     "how long the forming group may take to form, ns (about one fdatasync)"},
+     "how long the forming group may take to form, ns (about two fdatasyncs)"},
     {"wait_max", T_DOUBLE, offsetof(GroupCommit, wait_max), 0,
      "the longest a leader waits for its group, seconds (0.002)"},
     {"sync_fd", T_INT, offsetof(GroupCommit, sync_fd), 0, "the leader's dup of sync_seg's store, -1 when none"},

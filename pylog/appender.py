@@ -589,6 +589,7 @@ class LogAppending(LogGroupCommit):
             self._frame_fast, self._fast_append = None, framer.append
 
     def _fence(self, e: BaseException) -> None:
+        self._gc.fence()  # first, in one call: every follower wakes to it, no one leads again
         self._fenced = e
         if isinstance(self._active, ActiveSegment):
             self._active.broken = True  # unwritten appends vanish; reads stop writing
@@ -597,7 +598,6 @@ class LogAppending(LogGroupCommit):
         self._queueing = False
         self._q = []
         self._q_ts = []
-        self._gc.fence()  # every follower and a gathering leader wake to the fence
 
     def _flush_locked(self) -> None:
         # The write-out may drain the queue and roll: the segments it sealed were fsynced by

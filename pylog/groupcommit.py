@@ -41,7 +41,7 @@ class _PyGroupCommit:
     they are used."""
 
     __slots__ = ("syncing", "waiting", "arrived", "target", "fenced", "durable_next", "wait_ns",
-                 "formed_by", "wait_max", "syncs", "sync_fd", "orphan", "sync_seg", "sync_framer",
+                 "formed_by", "wait_max", "syncs", "epoch", "lead_epoch", "leader", "sync_fd", "orphan", "sync_seg", "sync_framer",
                  "_lock", "_done")
 
     def __init__(self) -> None:
@@ -52,7 +52,10 @@ class _PyGroupCommit:
         self.fenced = False  # the log is fenced: every wait ends
         self.durable_next = 0  # every offset below it is durable
         self.syncs = 0  # the fdatasyncs its leaders made (each covers a group)
-        self.wait_ns = 0  # how long a group may take to form (about one fdatasync)
+        self.epoch = 0  # truncates (lower()) so far
+        self.lead_epoch = 0  # the epoch when the leader wrote out (take_group)
+        self.leader = 0  # the leading thread's ident, when syncing
+        self.wait_ns = 0  # how long a group may take to form (about two fdatasyncs)
         self.formed_by = 0  # when the forming group is led whatever its size (monotonic ns)
         self.wait_max = _GROUP_WAIT_MAX  # the cap of wait_ns, seconds
         self.sync_fd = -1  # the leader's dup of sync_seg's store (see _new_sync_fd), -1 when none
@@ -80,6 +83,7 @@ class _PyGroupCommit:
                 timeout = None
                 if not self.syncing:
                     if self._may_lead():
+                        self.leader = threading.get_ident()  # first: abandon() knows it leads
                         self.syncing = True
                         return GC_LEAD
                     timeout = max(0, self.formed_by - _monotonic_ns()) / 1e9
@@ -94,6 +98,7 @@ class _PyGroupCommit:
         """The leader, written out: the appenders arrived since the last write-out."""
         with self._lock:
             n, self.arrived = self.arrived, 0
+            self.lead_epoch = self.epoch
             return n
 
     def step_down(self, ok: bool, goal: int, group: int, elapsed: float) -> int:
@@ -109,7 +114,8 @@ class _PyGroupCommit:
             if ok:
                 self.syncs += 1
                 self.target = group if group > 1 else 1
-                if goal > self.durable_next:
+                # (not if a truncate came between the write-out and now: goal is from before it)
+                if goal > self.durable_next and self.lead_epoch == self.epoch:
                     self.durable_next = goal
                 if group > 1:  # the next group may take about two fdatasyncs to form
                     self.wait_ns = int(max(0.0, min(elapsed * _FORM_FDATASYNCS, self.wait_max)) * 1e9)
@@ -138,6 +144,17 @@ class _PyGroupCommit:
         with self._lock:
             if n < self.durable_next:
                 self.durable_next = n
+            self.epoch += 1  # a leader's goal from before it no longer counts
+
+    def abandon(self) -> None:
+        """The calling thread gave up leading before it wrote out (a signal handler's
+        exception as :meth:`arrive` returned GC_LEAD): if it leads, it steps down."""
+        with self._lock:
+            mine = self.syncing and self.leader == threading.get_ident()
+        if mine:
+            fd = self.step_down(False, 0, 0, 0.0)
+            if fd >= 0:
+                LogGroupCommit._close_fd(fd)
 
     def close_fd(self) -> int:
         """At close: the leader's descriptor, forgotten, for the caller to close; -1 when
@@ -176,14 +193,20 @@ class LogGroupCommit(LogState):
         pure backend.
         """
         gc = self._gc
-        r = gc.arrive(offset)  # waits while a leader syncs (with the extension: the GIL released)
+        try:
+            r = gc.arrive(offset)  # waits while a leader syncs (with the extension: the GIL released)
+        except BaseException:
+            # a signal handler's exception as arrive returned GC_LEAD would leave no one
+            # leading, and every appender waiting for ever
+            gc.abandon()
+            raise
         if r == GC_DURABLE:
             return
         if r == GC_FENCED:
             raise LogFencedError(f"log {self.path}: fsync failed ({self._fenced}); reopen it")
         ok = False
         goal = group = 0
-        t = 0.0
+        elapsed = 0.0
         try:
             with self._lock:
                 w = self._writable  # the active segment while appends may go to it, else None
@@ -196,22 +219,24 @@ class LogGroupCommit(LogState):
             try:
                 vfs.fdatasync(fd)
             except OSError as e:
-                self._fence(e)
+                gc.fence()  # first, in one call: no later leader acknowledges anything
+                with self._lock:
+                    if self._fenced is None:
+                        self._fence(e)
                 raise
+            elapsed = _perf_counter() - t
             ok = True
         finally:
-            self._close_fd(gc.step_down(ok, goal, group, _perf_counter() - t if ok else 0.0))
+            # step_down is the first call here: a signal handler cannot come before it
+            self._close_fd(gc.step_down(ok, goal, group, elapsed))
 
     def _durable_failed(self, e: BaseException) -> None:
-        """Framer.append_durable's write-out or fdatasync failed while it led (it calls this,
-        then raises ``e``): fence the log and step down, as the leader in
-        :meth:`_wait_durable` does on a failure; the followers wake to the fence."""
-        try:
-            with self._lock:
-                if self._fenced is None:
-                    self._fence(e)
-        finally:
-            self._close_fd(self._gc.step_down(False, 0, 0, 0.0))
+        """Framer.append_durable's write-out or fdatasync failed while it led (it has fenced
+        the group commit and stepped down already, in C; it calls this, then raises ``e``):
+        fence the log's own state, as the leader in :meth:`_wait_durable` does."""
+        with self._lock:
+            if self._fenced is None:
+                self._fence(e)
 
     def _new_sync_fd(self, seg: ActiveSegment) -> int:
         """The group commit leader's own descriptor of ``seg``'s store (a dup, so a roll or

@@ -31,7 +31,7 @@ from pylog._backend import speedups
 
 STRACE = strace_path()
 C_GC = getattr(speedups, "GroupCommit", None)
-FIELDS = ("syncing", "waiting", "arrived", "target", "fenced", "durable_next", "syncs", "wait_ns",
+FIELDS = ("syncing", "waiting", "arrived", "target", "fenced", "durable_next", "syncs", "wait_ns", "epoch",
           "sync_fd", "orphan")
 
 
@@ -221,3 +221,148 @@ def test_ctrl_c_reaches_a_main_thread_waiting_as_a_follower(tmp_path):
     assert lines and lines[0].startswith("interrupted after"), (rest, err[-2000:])
     assert float(lines[0].split()[-1]) < 1.2, lines  # at once, not when the leader's 2 s end
     assert lines[-1].startswith("next "), (rest, err[-2000:])
+
+
+SIGNAL_AS_ARRIVE_RETURNS = """
+import os, signal, sys, threading, time
+import pylog
+log = pylog.Log(sys.argv[1], fsync="always")
+class Boom(Exception):
+    pass
+def handler(*a):
+    raise Boom()
+signal.signal(signal.SIGALRM, handler)
+n = 0
+t_end = time.monotonic() + 4
+while time.monotonic() < t_end:
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.0001 + (n % 50) * 0.000005)
+        while True:
+            log.append(b"v", key=b"k")  # the general path: _append, _wait_durable, arrive
+    except Boom:
+        pass
+    n += 1
+    if log._gc.syncing:  # this is the only thread: a leader left over
+        print("stuck after", n, flush=True)
+        break
+signal.setitimer(signal.ITIMER_REAL, 0)
+t = threading.Thread(target=lambda: log.append(b"next"), daemon=True)
+t.start()
+t.join(5)
+print("interrupts", n, "next append blocked" if t.is_alive() else "next append done", flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(C_GC is None, reason="the pure backend's group commit is Python: a signal handler can "
+                    "raise at any call in it (even as its step_down begins), which no Python code can rule out")
+def test_a_signal_as_arrive_returns_the_lead_never_leaves_the_log_without_a_leader(tmp_path):
+    """A signal handler raising at any point of a durable append (thousands of SIGALRMs, one
+    thread appending on the general path) never leaves the group commit with a leader that
+    is gone: arrive() may have made the caller the leader just as the handler raised, before
+    the caller could know it (abandon() then steps it down), and the step-down is the first
+    call of the leader's ``finally``. The next append goes through."""
+    r = subprocess.run([sys.executable, "-c", SIGNAL_AS_ARRIVE_RETURNS, str(tmp_path / "log")],
+                       capture_output=True, text=True, timeout=60, env=py_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stuck" not in r.stdout, r.stdout
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.endswith("next append done") and int(last.split()[1]) > 100, last
+
+
+EIO_AND_SIGNAL = """
+import json, os, signal, sys, threading
+import pylog
+from pylog.errors import LogFencedError
+log = pylog.Log(sys.argv[1], fsync="always")
+class Boom(Exception):
+    pass
+def handler(*a):
+    raise Boom()
+signal.signal(signal.SIGUSR1, handler)
+acked, raised = 0, None
+try:
+    for i in range(60):
+        log.append(b"r%03d" % i)  # one thread: the C leader of a group of one
+        acked += 1
+except BaseException as e:
+    raised = type(e).__name__
+res = {}
+def nxt():
+    try:
+        log.append(b"next")
+        res["next"] = "appended"
+    except LogFencedError:
+        res["next"] = "fenced"
+    except BaseException as e:
+        res["next"] = type(e).__name__
+t = threading.Thread(target=nxt, daemon=True)
+t.start()
+t.join(5)
+print(json.dumps({"acked": acked, "raised": raised, "next": res.get("next", "blocked"),
+                  "syncing": int(log._gc.syncing)}), flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace with fault injection is not available")
+@pytest.mark.skipif(getattr(getattr(speedups, "Framer", None), "append_durable", None) is None,
+                    reason="the C leader (Framer.append_durable) is not in use")
+def test_an_fdatasync_failure_with_a_signal_still_fences(tmp_path):
+    """strace fails the 20th fdatasync of a one-writer process (the C leader's) with EIO and
+    delivers a SIGUSR1 (whose handler raises) as it returns: the append raises, the log is
+    fenced all the same (the C leader fences and steps down before any Python runs) (the next append raises LogFencedError, it does not hang or succeed: after a
+    failed fdatasync, Linux may let the next one succeed), and no leader is left."""
+    path = str(tmp_path / "log")
+    r = subprocess.run([STRACE, "-qq", "-o", str(tmp_path / "trace"), "-e", "trace=fdatasync",
+                        "-e", "inject=fdatasync:error=EIO:signal=SIGUSR1:when=20", sys.executable, "-c",
+                        EIO_AND_SIGNAL, path], capture_output=True, text=True, timeout=120, env=py_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["raised"] in ("Boom", "OSError"), out
+    assert out["next"] == "fenced" and out["syncing"] == 0, out
+    with pylog.Log(path) as log:
+        assert [bytes(rec.value) for rec in log.scan()][:out["acked"]] == [b"r%03d" % i for i in range(out["acked"])]
+
+
+def test_a_truncate_during_a_leaders_fdatasync_acknowledges_nothing_unwritten(tmp_path, monkeypatch):
+    """A leader fdatasyncs (slowly) up to offset 11; meanwhile the log is truncated to 5 and
+    another thread appends offset 5 and waits. When the leader steps down, its goal (11) is
+    from before the truncate and must not make offset 5 durable: the append returns only once
+    its own record is written out and fdatasynced."""
+    from pylog import vfs
+
+    log = pylog.Log(str(tmp_path / "log"), fsync="always")
+    for i in range(10):
+        log.append(b"x%d" % i)
+    real = vfs.fdatasync
+    slow_on, in_sync = threading.Event(), threading.Event()
+
+    def slow(fd: int) -> None:
+        if slow_on.is_set():
+            in_sync.set()
+            time.sleep(0.3)
+        real(fd)
+
+    monkeypatch.setattr(vfs, "fdatasync", slow)
+    slow_on.set()
+    leader = threading.Thread(target=lambda: log.append(b"leader"))
+    leader.start()
+    assert in_sync.wait(10)
+    slow_on.clear()
+    log.truncate(5)  # while the leader fdatasyncs (its goal: 11)
+    res: dict[str, int] = {}
+
+    def follower() -> None:
+        off = log.append(b"after-truncate")
+        res["off"], res["written_next"] = off, log._active.written_next
+
+    a = threading.Thread(target=follower)
+    a.start()
+    leader.join(10)
+    a.join(10)
+    assert res["off"] == 5
+    assert res["written_next"] > res["off"], res  # written out (and fdatasynced) before acknowledged
+    log.close()
+    with pylog.Log(str(tmp_path / "log")) as r:
+        assert [bytes(rec.value) for rec in r.scan()] == [b"x%d" % i for i in range(5)] + [b"after-truncate"]
