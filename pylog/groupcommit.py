@@ -41,8 +41,8 @@ class _PyGroupCommit:
     they are used."""
 
     __slots__ = ("syncing", "waiting", "arrived", "target", "fenced", "durable_next", "wait_ns",
-                 "formed_by", "wait_max", "syncs", "epoch", "lead_epoch", "leader", "sync_fd", "orphan", "sync_seg", "sync_framer",
-                 "_lock", "_done")
+                 "formed_by", "wait_max", "syncs", "epoch", "lead_epoch", "leader", "sync_fd", "orphan",
+                 "sync_seg", "sync_framer", "_lock", "_done")
 
     def __init__(self) -> None:
         self.syncing = False  # a leader writes out and fdatasyncs

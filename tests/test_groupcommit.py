@@ -310,9 +310,10 @@ os._exit(0)
                     reason="the C leader (Framer.append_durable) is not in use")
 def test_an_fdatasync_failure_with_a_signal_still_fences(tmp_path):
     """strace fails the 20th fdatasync of a one-writer process (the C leader's) with EIO and
-    delivers a SIGUSR1 (whose handler raises) as it returns: the append raises, the log is
-    fenced all the same (the C leader fences and steps down before any Python runs) (the next append raises LogFencedError, it does not hang or succeed: after a
-    failed fdatasync, Linux may let the next one succeed), and no leader is left."""
+    delivers a SIGUSR1 (whose handler raises) as it returns: the append raises, and the log
+    is fenced all the same (the C leader fences and steps down before any Python runs): the
+    next append raises LogFencedError, it neither hangs nor succeeds (after a failed
+    fdatasync, Linux may let the next one succeed), and no leader is left."""
     path = str(tmp_path / "log")
     r = subprocess.run([STRACE, "-qq", "-o", str(tmp_path / "trace"), "-e", "trace=fdatasync",
                         "-e", "inject=fdatasync:error=EIO:signal=SIGUSR1:when=20", sys.executable, "-c",
