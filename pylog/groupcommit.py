@@ -9,6 +9,7 @@ changing the same state (:data:`GroupCommit`, one per log as ``Log._gc``).
 """
 from __future__ import annotations
 
+import errno
 import threading
 import time
 from typing import Any
@@ -203,6 +204,12 @@ class LogGroupCommit(LogState):
         if r == GC_DURABLE:
             return
         if r == GC_FENCED:
+            if self._fenced is None:
+                # the C leader fenced the group commit, and a signal handler's exception kept
+                # _durable_failed from fencing the log's own state: fence it now
+                with self._lock:
+                    if self._fenced is None:
+                        self._fence(OSError(errno.EIO, "a write or fdatasync of the group commit failed"))
             raise LogFencedError(f"log {self.path}: fsync failed ({self._fenced}); reopen it")
         ok = False
         goal = group = 0
