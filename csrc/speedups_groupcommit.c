@@ -191,19 +191,26 @@ int pylog_gc_take_group(GroupCommit *g) {
     return n;
 }
 
+/* mu held: the leader's descriptor and its segment and Framer, forgotten (the caller closes
+ * the descriptor and drops the references once mu is released: a deallocation may run Python
+ * code). */
+static int forget_sync_fd_locked(GroupCommit *g, PyObject **seg, PyObject **framer) {
+    int fd = g->sync_fd;
+    g->sync_fd = -1;
+    g->orphan = 0;
+    *seg = g->sync_seg;
+    *framer = g->sync_framer;
+    g->sync_seg = g->sync_framer = NULL;
+    return fd;
+}
+
 int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double elapsed_s) {
     PyObject *seg = NULL, *framer = NULL;
     int fd = -1;
     pthread_mutex_lock(&g->mu);
     g->syncing = 0;
-    if (g->orphan) { /* the log closed during the fdatasync: the leader closes its descriptor */
-        fd = g->sync_fd;
-        g->sync_fd = -1;
-        g->orphan = 0;
-        seg = g->sync_seg;
-        framer = g->sync_framer;
-        g->sync_seg = g->sync_framer = NULL;
-    }
+    if (g->orphan) /* the log closed during the fdatasync: the leader closes its descriptor */
+        fd = forget_sync_fd_locked(g, &seg, &framer);
     if (ok) {
         g->syncs++;
         g->target = group > 1 ? group : 1;
@@ -409,16 +416,10 @@ static PyObject *gc_close_fd(PyObject *o, PyObject *unused) {
     PyObject *seg = NULL, *framer = NULL;
     int fd = -1;
     pthread_mutex_lock(&g->mu);
-    if (g->syncing) {
+    if (g->syncing)
         g->orphan = 1;
-    } else {
-        fd = g->sync_fd;
-        g->sync_fd = -1;
-        g->orphan = 0;
-        seg = g->sync_seg;
-        framer = g->sync_framer;
-        g->sync_seg = g->sync_framer = NULL;
-    }
+    else
+        fd = forget_sync_fd_locked(g, &seg, &framer);
     pthread_mutex_unlock(&g->mu);
     Py_XDECREF(seg);
     Py_XDECREF(framer);

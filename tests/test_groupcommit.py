@@ -223,14 +223,19 @@ def test_ctrl_c_reaches_a_main_thread_waiting_as_a_follower(tmp_path):
     assert lines[-1].startswith("next "), (rest, err[-2000:])
 
 
-SIGNAL_AS_ARRIVE_RETURNS = """
-import os, signal, sys, threading, time
+# the children below: a signal handler that raises Boom
+RAISING_HANDLER = """
+import json, os, signal, sys, threading, time
 import pylog
-log = pylog.Log(sys.argv[1], fsync="always")
+from pylog.errors import LogFencedError
 class Boom(Exception):
     pass
 def handler(*a):
     raise Boom()
+"""
+
+SIGNAL_AS_ARRIVE_RETURNS = RAISING_HANDLER + """
+log = pylog.Log(sys.argv[1], fsync="always")
 signal.signal(signal.SIGALRM, handler)
 n = 0
 t_end = time.monotonic() + 4
@@ -270,15 +275,8 @@ def test_a_signal_as_arrive_returns_the_lead_never_leaves_the_log_without_a_lead
     assert last.endswith("next append done") and int(last.split()[1]) > 100, last
 
 
-EIO_AND_SIGNAL = """
-import json, os, signal, sys, threading
-import pylog
-from pylog.errors import LogFencedError
+EIO_AND_SIGNAL = RAISING_HANDLER + """
 log = pylog.Log(sys.argv[1], fsync="always")
-class Boom(Exception):
-    pass
-def handler(*a):
-    raise Boom()
 signal.signal(signal.SIGUSR1, handler)
 acked, raised = 0, None
 try:
