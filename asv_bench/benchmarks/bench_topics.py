@@ -74,7 +74,7 @@ class ConsumerPoll:
     def setup(self, root: str) -> None:
         LogStore = _store_cls()
         self.store = LogStore(root)
-        self.group = "g%d" % os.getpid()
+        self.group = f"g{os.getpid()}"
         self.n = 0
 
     def teardown(self, root: str) -> None:

@@ -20,7 +20,7 @@ import os
 import random
 import shutil
 import tempfile
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -155,7 +155,7 @@ class BaseIO:
         self.__dict__.setdefault("_dirs", []).append(d)
         return d
 
-    def keep_log(self, log: "pylog.Log") -> "pylog.Log":
+    def keep_log(self, log: pylog.Log) -> pylog.Log:
         self.__dict__.setdefault("_logs", []).append(log)
         return log
 
@@ -204,7 +204,7 @@ def arrow_reader():
     except (ImportError, AttributeError):
         raise NotImplementedError("pylog has no columnar (Arrow) reader without pyspark") from None
 
-    def read(log: "pylog.Log") -> list:
+    def read(log: pylog.Log) -> list:
         out: list = []
         for s in log.segments():
             if s["sealed"] and s["next_offset"] > s["base_offset"]:
