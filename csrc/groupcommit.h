@@ -4,16 +4,14 @@
  *
  * One per Log (Log._gc). Appenders frame their records into the write buffer, then arrive
  * here and wait until an fdatasync covers their record. One of them at a time is the
- * leader, who writes out everything framed so far, fdatasyncs and steps down. A group forms
- * before it is led: the appender whose arrival makes the group as big as the last one (or
- * the first to find that about two fdatasyncs' time has passed since the group began) leads
- * it, so with N threads each fdatasync covers about N records.
+ * leader (the first to arrive while none leads), who lets its group form (it waits, at most
+ * about one fdatasync's time, until as many appenders have arrived as the last group had),
+ * writes out everything framed so far, fdatasyncs and steps down; so with N threads each
+ * fdatasync covers about N records.
  *
  * The state lives under a pthread mutex, not a Python lock, so that followers wait with the
- * GIL released, on a condition variable each, and wake straight into C. A step-down wakes
- * one follower; each follower wakes the next as it lets go of the GIL to wait again, so the
- * followers of a group take the GIL one after the other, each finding it free (see
- * docs/benchmarks.md for what that is worth).
+ * GIL released, on a condition variable, and wake straight into C: a step-down wakes them
+ * all at once, and they queue for the GIL.
  *
  * Lock order and the GIL: the log's lock (a Python RLock) comes before the mutex; the mutex
  * is held only for a few loads and stores, never while calling into Python or acquiring the
@@ -28,35 +26,25 @@
 #include <Python.h>
 #include <pthread.h>
 
-/* A follower waiting in pylog_gc_follow, on its own stack with its own condition variable,
- * in the waiting list (or, once its record is durable or it may lead, the ready list) until
- * it is woken: taken off the lists, ``woken`` set, its cv signalled. */
-typedef struct gc_waiter {
-    struct gc_waiter *next;
-    long long off; /* its record */
-    int woken;
-    pthread_cond_t cv;
-} gc_waiter;
-
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mu;
-    pthread_condattr_t cattr; /* the followers' cvs: the clock of their timed waits */
-    int ready;                /* mu and cattr were initialised */
-    gc_waiter *waiters;       /* waiting, in arrival order */
-    gc_waiter *ready_list;    /* to be woken, one at a time */
+    pthread_condattr_t cattr; /* the cvs' clock */
+    pthread_cond_t formed;    /* the gathering leader: its group arrived, or a fence */
+    pthread_cond_t done;      /* the followers: a step-down, a move of durable_next, a fence */
+    int ready;                /* mu, cattr and formed were initialised */
     int syncing;              /* a leader writes out and fdatasyncs */
-    int waiting;              /* followers in either list */
+    int waiting;              /* followers waiting on done */
     int arrived;              /* appenders arrived since the last write-out (the forming group) */
     int target;               /* the last group's size: the size at which a group has formed */
     int fenced;               /* the log is fenced: every wait ends */
+    int gathering;            /* the leader waits on formed for its group */
     long long durable_next;   /* every offset below it is durable */
     long long syncs;          /* fdatasyncs the leaders made (for tests and benchmarks) */
     long long epoch;          /* truncates (lower()) so far */
     long long lead_epoch;     /* the epoch when the leader wrote out (take_group) */
     unsigned long leader;     /* the leading thread (PyThread_get_thread_ident), when syncing */
-    long long wait_ns;        /* how long a group may take to form (about two fdatasyncs) */
-    long long formed_by;      /* when the forming group is led whatever its size (monotonic ns) */
+    long long wait_ns;        /* how long a leader waits for its group (about one fdatasync) */
     double wait_max;          /* the cap of wait_ns, seconds */
     int sync_fd;              /* the leader's dup of sync_seg's store, -1 when none */
     int orphan;               /* the log closed while a leader used sync_fd: that leader closes it */
@@ -73,14 +61,14 @@ extern PyTypeObject *pylog_gc_type;
 
 /* One appender arrived (mu held). */
 void pylog_gc_arrive_locked(GroupCommit *g);
-/* mu held: 1 if no leader syncs and the forming group is to be led now (it has formed, or
- * its time is up), else 0. */
-int pylog_gc_may_lead_locked(GroupCommit *g);
-/* mu held, the GIL held: wait until ``off`` is durable, the log is fenced, or the caller is
- * to lead (no leader, the group formed): GC_DURABLE, GC_FENCED or GC_LEAD (syncing not set
- * yet) with mu held; -1 with an exception (a signal handler's, checked every 50 ms) and mu
- * not held. */
+/* mu held, the GIL held: wait until ``off`` is durable, the log is fenced, or no leader
+ * syncs (the caller is to lead): GC_DURABLE, GC_FENCED or GC_LEAD (syncing not set yet)
+ * with mu held; -1 with an exception (a signal handler's, checked every 50 ms) and mu not
+ * held. */
 int pylog_gc_follow(GroupCommit *g, long long off);
+/* The leader, mu held, the GIL held: let the group form: wait (the GIL released) until
+ * ``arrived`` reaches ``target`` or a fence, at most wait_ns; mu released on return. */
+void pylog_gc_gather(GroupCommit *g);
 /* The log is fenced (the GIL held): every follower wakes, no one leads any more. */
 void pylog_gc_fence(GroupCommit *g);
 /* the leader, the GIL held: the number of appenders arrived since the last write-out, and

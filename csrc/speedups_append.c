@@ -449,10 +449,10 @@ PyDoc_STRVAR(append_durable_doc,
 "append_durable(value, log, gc) -> int\n\n"
 "Log.append's common record under fsync=\"always\" in one C call, while pylog.vfs holds its\n"
 "default pwrite and fdatasync. Frames ``value`` as append() does and arrives at the group\n"
-"commit ``gc`` (log._gc, a GroupCommit). While a leader writes out and fdatasyncs, or the\n"
-"group forms, it waits with the GIL released (csrc/groupcommit.h). When it is to lead (its\n"
-"arrival made the group, or the group's time is up) and the leader's descriptor was made\n"
-"for this Framer's segment, it leads: writes the write buffer and the new index entries\n"
+"commit ``gc`` (log._gc, a GroupCommit). While a leader writes out and fdatasyncs, it\n"
+"waits with the GIL released (csrc/groupcommit.h). When none leads and the leader's\n"
+"descriptor was made for this Framer's segment, it leads: lets its group form (as\n"
+"gc.gather), writes the write buffer and the new index entries\n"
 "out as ActiveSegment.write_pending does (the log's lock held, the GIL released),\n"
 "fdatasyncs (no lock held, the GIL released), moves gc.durable_next past them and wakes the\n"
 "group. Returns the offset: the record is durable if gc.durable_next is past it, else the\n"
@@ -511,9 +511,8 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
     int r = GC_LEAD;
     pthread_mutex_lock(&g->mu);
     pylog_gc_arrive_locked(g); /* under the log's lock: before any write-out of this record */
-    if (!pylog_gc_may_lead_locked(g)) {
-        /* wait for the leader, or for the group to form, with the log's lock released (the
-         * others frame meanwhile) */
+    if (g->syncing || g->fenced) {
+        /* wait for the leader with the log's lock released (the others frame meanwhile) */
         pthread_mutex_unlock(&g->mu);
         holding = 0;
         if (call_release(self->release) < 0) return NULL;
@@ -521,7 +520,6 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         r = pylog_gc_follow(g, off);
         if (r < 0) return NULL; /* mu not held */
     }
-    /* else its group has formed (one writer: a group of one): it leads, the lock held */
     if (r != GC_LEAD || g->sync_framer != o || g->sync_fd < 0) {
         /* durable; fenced; or this Framer may not lead (its segment's descriptor is not made
          * yet): the caller's _wait_durable leads or raises, arriving again */
@@ -532,7 +530,21 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
     }
     g->syncing = 1; /* the leader now */
     g->leader = PyThread_get_thread_ident();
-    pthread_mutex_unlock(&g->mu);
+    if (g->arrived < g->target && g->wait_ns > 0) {
+        /* let the group form (csrc/groupcommit.h), the log's lock released */
+        pthread_mutex_unlock(&g->mu);
+        if (holding) {
+            holding = 0;
+            if (call_release(self->release) < 0) {
+                step_down_unsynced(g);
+                return NULL;
+            }
+        }
+        pthread_mutex_lock(&g->mu);
+        pylog_gc_gather(g); /* releases mu */
+    } else {
+        pthread_mutex_unlock(&g->mu); /* one writer: a group of one, led with the lock held */
+    }
     if (!holding) {
         PyObject *res = PyObject_CallNoArgs(self->acquire);
         if (res == NULL) { /* a signal handler's exception while waiting for the lock */

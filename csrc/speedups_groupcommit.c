@@ -18,18 +18,12 @@
 
 PyTypeObject *pylog_gc_type = NULL;
 
-/* A follower waits in slices this long, the GIL released: one whose record became durable
- * but whom no one woke (the follower woken before it went back to Python and did not wait
- * again) goes at the end of its slice. Every SIGNAL_CHECK_NS it takes the GIL to see
- * whether a signal handler raised (Ctrl-C in the main thread), as threading's waits do. */
-#define FOLLOW_SLICE_NS 1000000LL
 #define SIGNAL_CHECK_NS 50000000LL
 
-/* A group may take this many of the last fdatasync's time to form (from its first arrival)
- * before it is led whatever its size. Followers take the GIL one after the other, each woken
- * by the one before; on a 2-vCPU VM a group of 16 took one to one and a half fdatasyncs to
- * form, and at one the groups were cut at about 9 records, two fdatasyncs a round of 16. */
-#define FORM_FDATASYNCS 2.0
+/* A leader waits for its group at most this many of the last fdatasync's time (never more
+ * than wait_max): the group's followers, woken together by the last step-down, come back
+ * within about one fdatasync on a 2-vCPU VM. */
+#define FORM_FDATASYNCS 1.0
 
 #if defined(__APPLE__)
 #define GC_CLOCK CLOCK_REALTIME /* no pthread_condattr_setclock there */
@@ -37,71 +31,7 @@ PyTypeObject *pylog_gc_type = NULL;
 #define GC_CLOCK CLOCK_MONOTONIC
 #endif
 
-static long long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-void pylog_gc_arrive_locked(GroupCommit *g) {
-    g->arrived++;
-    if (g->arrived == 1 && !g->syncing) g->formed_by = now_ns() + g->wait_ns; /* a group begins */
-}
-
-int pylog_gc_may_lead_locked(GroupCommit *g) {
-    if (g->syncing || g->fenced) return 0;
-    return g->arrived >= g->target || g->wait_ns <= 0 || now_ns() >= g->formed_by;
-}
-
-/* mu held: wake the first follower of the ready list (taken off it). */
-static void pass_on(GroupCommit *g) {
-    gc_waiter *w = g->ready_list;
-    if (w == NULL) return;
-    g->ready_list = w->next;
-    w->next = NULL;
-    w->woken = 1;
-    pthread_cond_signal(&w->cv);
-}
-
-/* mu held: take w off the list *head if it is there; 1 if it was. */
-static int unlink_waiter(gc_waiter **head, gc_waiter *w) {
-    for (; *head != NULL; head = &(*head)->next)
-        if (*head == w) {
-            *head = w->next;
-            w->next = NULL;
-            return 1;
-        }
-    return 0;
-}
-
-/* mu held: move the followers whose record is durable (all of them when fenced) to the ready
- * list, and, with no leader, the first of the others to its head (it leads, or waits for its
- * group to form); wake the first (every one when fenced). */
-static void wake_locked(GroupCommit *g) {
-    gc_waiter **p = &g->waiters, **tail = &g->ready_list;
-    while (*tail != NULL) tail = &(*tail)->next;
-    int lead = !g->syncing && !g->fenced;
-    while (*p != NULL) {
-        gc_waiter *w = *p;
-        if (g->fenced || w->off < g->durable_next) {
-            *p = w->next;
-            w->next = NULL;
-            *tail = w;
-            tail = &w->next;
-        } else if (lead) {
-            lead = 0;
-            *p = w->next;
-            if (tail == &g->ready_list) tail = &w->next;
-            w->next = g->ready_list;
-            g->ready_list = w;
-        } else {
-            p = &w->next;
-        }
-    }
-    do pass_on(g); while (g->fenced && g->ready_list != NULL);
-}
-
-/* The absolute time on the clock of the followers' cvs (GC_CLOCK) ``ns`` from now. */
+/* The absolute time on the cvs' clock (GC_CLOCK) ``ns`` from now. */
 static void cv_deadline(struct timespec *t, long long ns) {
     if (ns < 0) ns = 0;
     clock_gettime(GC_CLOCK, t);
@@ -110,75 +40,63 @@ static void cv_deadline(struct timespec *t, long long ns) {
     t->tv_nsec = (long)(nsec % 1000000000LL);
 }
 
-/* A follower waits on a condition variable of its own, the GIL released. It is woken by the
- * leader that made its record durable, or by the follower woken before it: a step-down
- * wakes one follower, and each follower, as it lets go of the GIL to wait, wakes the next,
- * which then finds the GIL free. So the followers of a group take the GIL one after the
- * other rather than all waking at once to queue for it (and for mu): about two context
- * switches a record instead of three to four. A follower that is to lead wakes the next
- * before it goes (it will not wait again to do it). */
+void pylog_gc_arrive_locked(GroupCommit *g) {
+    g->arrived++;
+    if (g->gathering && g->arrived >= g->target) pthread_cond_signal(&g->formed);
+}
+
+/* mu held: wake every follower: those whose record is durable return, the first of the
+ * others to see no leader leads, the rest wait on. (Waking only the followers whose record
+ * is durable, one at a time, each by the one before, made fewer context switches but
+ * serialised the wake-ups, which on a 2-vCPU VM cost 10-50 us each: docs/benchmarks.md.) */
+static void wake_locked(GroupCommit *g) {
+    if (g->waiting) pthread_cond_broadcast(&g->done);
+}
+
+/* A follower waits on the followers' condition variable, the GIL released, in slices of
+ * SIGNAL_CHECK_NS: between them it takes the GIL to see whether a signal handler raised
+ * (Ctrl-C in the main thread), as threading's waits do. */
 int pylog_gc_follow(GroupCommit *g, long long off) {
     for (;;) {
         if (g->durable_next > off) return GC_DURABLE;
         if (g->fenced) return GC_FENCED;
-        if (pylog_gc_may_lead_locked(g)) {
-            pass_on(g);
-            return GC_LEAD;
-        }
-        gc_waiter w;
-        w.off = off;
-        w.woken = 0;
-        w.next = NULL;
-        if (pthread_cond_init(&w.cv, &g->cattr) != 0) { /* no cv (never seen): poll */
-            pthread_mutex_unlock(&g->mu);
-            Py_BEGIN_ALLOW_THREADS
-            usleep(100);
-            Py_END_ALLOW_THREADS
-            if (PyErr_CheckSignals() < 0) return -1;
-            pthread_mutex_lock(&g->mu);
-            continue;
-        }
-        gc_waiter **p = &g->waiters;
-        while (*p != NULL) p = &(*p)->next;
-        *p = &w;
+        if (!g->syncing) return GC_LEAD;
+        struct timespec dl;
+        cv_deadline(&dl, SIGNAL_CHECK_NS);
+        int rc;
         g->waiting++;
-        long long started = now_ns();
         Py_BEGIN_ALLOW_THREADS
-        pass_on(g); /* the GIL is free now: the next one takes it at once */
-        for (;;) {
-            /* a slice: until woken, or 1 ms, or the forming group's time is up */
-            long long now = now_ns(), end = now + FOLLOW_SLICE_NS;
-            if (!g->syncing && g->formed_by < end) end = g->formed_by;
-            struct timespec dl;
-            cv_deadline(&dl, end - now);
-            int rc = 0;
-            while (!w.woken && rc == 0) rc = pthread_cond_timedwait(&w.cv, &g->mu, &dl);
-            if (w.woken) break;
-            if (unlink_waiter(&g->ready_list, &w)) { /* to be woken, but no one passed it on */
-                w.woken = 1;
-                break;
-            }
-            /* look again with the GIL only if something changed, or to check for signals */
-            if (g->durable_next > off || g->fenced || pylog_gc_may_lead_locked(g)
-                || now_ns() - started >= SIGNAL_CHECK_NS) {
-                unlink_waiter(&g->waiters, &w);
-                break;
-            }
-        }
+        rc = pthread_cond_timedwait(&g->done, &g->mu, &dl);
         g->waiting--;
         /* never take the GIL back holding mu: its holder may be waiting for mu */
         pthread_mutex_unlock(&g->mu);
         Py_END_ALLOW_THREADS
-        pthread_cond_destroy(&w.cv);
-        if (!w.woken && PyErr_CheckSignals() < 0) return -1;
+        if (rc != 0 && PyErr_CheckSignals() < 0) return -1; /* a timeout (or any error) */
         pthread_mutex_lock(&g->mu);
     }
+}
+
+void pylog_gc_gather(GroupCommit *g) {
+    if (g->arrived >= g->target || g->wait_ns <= 0 || g->fenced) {
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    struct timespec dl;
+    cv_deadline(&dl, g->wait_ns);
+    g->gathering = 1;
+    Py_BEGIN_ALLOW_THREADS
+    while (g->arrived < g->target && !g->fenced)
+        if (pthread_cond_timedwait(&g->formed, &g->mu, &dl) != 0) break;
+    g->gathering = 0;
+    pthread_mutex_unlock(&g->mu);
+    Py_END_ALLOW_THREADS
 }
 
 void pylog_gc_fence(GroupCommit *g) {
     pthread_mutex_lock(&g->mu);
     g->fenced = 1;
     wake_locked(g);
+    pthread_cond_broadcast(&g->formed);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -222,8 +140,7 @@ int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double
             g->wait_ns = w > 0 ? (long long)(w * 1e9) : 0;
         }
     }
-    if (g->arrived > 0) g->formed_by = now_ns() + g->wait_ns; /* those who came meanwhile */
-    if (g->waiting) wake_locked(g);
+    wake_locked(g);
     pthread_mutex_unlock(&g->mu);
     Py_XDECREF(seg); /* after the mutex: a deallocation may run Python code */
     Py_XDECREF(framer);
@@ -244,12 +161,12 @@ static PyObject *gc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     g->syncing = g->waiting = g->arrived = g->fenced = g->orphan = 0;
     g->target = 1;
     g->durable_next = 0;
-    g->wait_ns = g->formed_by = g->syncs = g->epoch = g->lead_epoch = 0;
+    g->wait_ns = g->syncs = g->epoch = g->lead_epoch = 0;
+    g->gathering = 0;
     g->leader = 0;
     g->wait_max = 0.002;
     g->sync_fd = -1;
     g->sync_seg = g->sync_framer = NULL;
-    g->waiters = g->ready_list = NULL;
     int rc = pthread_condattr_init(&g->cattr);
 #if !defined(__APPLE__)
     if (rc == 0) rc = pthread_condattr_setclock(&g->cattr, GC_CLOCK);
@@ -264,6 +181,14 @@ static PyObject *gc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         if (rc == 0) {
             rc = pthread_mutex_init(&g->mu, &ma);
             pthread_mutexattr_destroy(&ma);
+        }
+        if (rc == 0) {
+            rc = pthread_cond_init(&g->formed, &g->cattr);
+            if (rc == 0) {
+                rc = pthread_cond_init(&g->done, &g->cattr);
+                if (rc != 0) pthread_cond_destroy(&g->formed);
+            }
+            if (rc != 0) pthread_mutex_destroy(&g->mu);
         }
         if (rc != 0) pthread_condattr_destroy(&g->cattr);
     }
@@ -282,6 +207,8 @@ static void gc_dealloc(PyObject *o) {
     Py_XDECREF(g->sync_seg);
     Py_XDECREF(g->sync_framer);
     if (g->ready) {
+        pthread_cond_destroy(&g->done);
+        pthread_cond_destroy(&g->formed);
         pthread_mutex_destroy(&g->mu);
         pthread_condattr_destroy(&g->cattr);
     }
@@ -311,6 +238,20 @@ static PyObject *gc_arrive(PyObject *o, PyObject *arg) {
     }
     pthread_mutex_unlock(&g->mu);
     return PyLong_FromLong(r);
+}
+
+PyDoc_STRVAR(gather_doc,
+"gather()\n\n"
+"The leader lets its group form: it waits (the GIL released) until as many appenders have\n"
+"arrived since the last write-out as the last group had, or the log is fenced, at most about\n"
+"one fdatasync's time (wait_max at most). A group of one never waits.");
+
+static PyObject *gc_gather(PyObject *o, PyObject *unused) {
+    (void)unused;
+    GroupCommit *g = (GroupCommit *)o;
+    pthread_mutex_lock(&g->mu);
+    pylog_gc_gather(g);
+    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(take_group_doc,
@@ -397,7 +338,7 @@ static PyObject *move_durable(PyObject *o, PyObject *arg, int up) {
     pthread_mutex_lock(&g->mu);
     if (up ? n > g->durable_next : n < g->durable_next) g->durable_next = n;
     if (!up) g->epoch++; /* a leader's goal from before it no longer counts */
-    if (up && g->waiting) wake_locked(g);
+    if (up) wake_locked(g);
     pthread_mutex_unlock(&g->mu);
     Py_RETURN_NONE;
 }
@@ -428,6 +369,7 @@ static PyObject *gc_close_fd(PyObject *o, PyObject *unused) {
 
 static PyMethodDef gc_methods[] = {
     {"arrive", gc_arrive, METH_O, arrive_doc},
+    {"gather", gc_gather, METH_NOARGS, gather_doc},
     {"take_group", gc_take_group, METH_NOARGS, take_group_doc},
     {"step_down", (PyCFunction)(void (*)(void))gc_step_down, METH_FASTCALL, step_down_doc},
     {"fence", gc_fence, METH_NOARGS, fence_doc},

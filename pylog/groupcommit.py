@@ -21,9 +21,8 @@ from pylog.logstate import LogState
 from pylog.segment import ActiveSegment
 
 _perf_counter = time.perf_counter
-_monotonic_ns = time.monotonic_ns
-_GROUP_WAIT_MAX = 0.002  # seconds a group may take at most to form
-_FORM_FDATASYNCS = 2.0  # ... and at most this many of the last fdatasync's time (csrc/speedups_groupcommit.c)
+_GROUP_WAIT_MAX = 0.002  # seconds a leader waits at most for its group to form
+_FORM_FDATASYNCS = 1.0  # ... and at most this many of the last fdatasync's time (csrc/speedups_groupcommit.c)
 # what GroupCommit.arrive says: the record is durable; the caller leads; the log is fenced
 GC_DURABLE, GC_LEAD, GC_FENCED = 0, 1, 2
 
@@ -41,9 +40,9 @@ class _PyGroupCommit:
     there, else this twin, method for method. :meth:`LogGroupCommit._wait_durable` says how
     they are used."""
 
-    __slots__ = ("syncing", "waiting", "arrived", "target", "fenced", "durable_next", "wait_ns",
-                 "formed_by", "wait_max", "syncs", "epoch", "lead_epoch", "leader", "sync_fd", "orphan",
-                 "sync_seg", "sync_framer", "_lock", "_done")
+    __slots__ = ("syncing", "waiting", "arrived", "target", "fenced", "gathering", "durable_next",
+                 "wait_ns", "wait_max", "syncs", "epoch", "lead_epoch", "leader", "sync_fd", "orphan",
+                 "sync_seg", "sync_framer", "_lock", "_done", "_formed")
 
     def __init__(self) -> None:
         self.syncing = False  # a leader writes out and fdatasyncs
@@ -56,44 +55,50 @@ class _PyGroupCommit:
         self.epoch = 0  # truncates (lower()) so far
         self.lead_epoch = 0  # the epoch when the leader wrote out (take_group)
         self.leader = 0  # the leading thread's ident, when syncing
-        self.wait_ns = 0  # how long a group may take to form (about two fdatasyncs)
-        self.formed_by = 0  # when the forming group is led whatever its size (monotonic ns)
+        self.gathering = False  # the leader waits on _formed for its group
+        self.wait_ns = 0  # how long a leader waits for its group (about one fdatasync)
         self.wait_max = _GROUP_WAIT_MAX  # the cap of wait_ns, seconds
         self.sync_fd = -1  # the leader's dup of sync_seg's store (see _new_sync_fd), -1 when none
         self.orphan = False  # the log closed while a leader used sync_fd: that leader closes it
         self.sync_seg: ActiveSegment | None = None  # the segment sync_fd belongs to
         self.sync_framer: Any = None  # that segment's Framer, if it has one
         self._lock = threading.Lock()
-        self._done = threading.Condition(self._lock)
-
-    def _may_lead(self) -> bool:
-        return not self.syncing and not self.fenced and (
-            self.arrived >= self.target or self.wait_ns <= 0 or _monotonic_ns() >= self.formed_by)
+        self._done = threading.Condition(self._lock)  # followers
+        self._formed = threading.Condition(self._lock)  # the gathering leader
 
     def arrive(self, offset: int) -> int:
         """An appender whose record at ``offset`` is framed arrives, and waits while a leader
-        writes out and fdatasyncs or its group forms: GC_DURABLE (the record is durable),
-        GC_LEAD (the caller leads now) or GC_FENCED."""
+        writes out and fdatasyncs: GC_DURABLE (the record is durable), GC_LEAD (no leader:
+        the caller leads now, then calls :meth:`gather`) or GC_FENCED."""
         with self._lock:
             self.arrived += 1
-            if self.arrived == 1 and not self.syncing:  # a group begins
-                self.formed_by = _monotonic_ns() + self.wait_ns
+            if self.gathering and self.arrived >= self.target:
+                self._formed.notify()
             while self.durable_next <= offset:
                 if self.fenced:
                     return GC_FENCED
-                timeout = None
                 if not self.syncing:
-                    if self._may_lead():
-                        self.leader = threading.get_ident()  # first: abandon() knows it leads
-                        self.syncing = True
-                        return GC_LEAD
-                    timeout = max(0, self.formed_by - _monotonic_ns()) / 1e9
+                    self.leader = threading.get_ident()  # first: abandon() knows it leads
+                    self.syncing = True
+                    return GC_LEAD
                 self.waiting += 1
                 try:
-                    self._done.wait(timeout)
+                    self._done.wait()
                 finally:
                     self.waiting -= 1
             return GC_DURABLE
+
+    def gather(self) -> None:
+        """The leader lets its group form: it waits until as many appenders have arrived
+        since the last write-out as the last group had (or a fence), at most ``wait_ns``."""
+        with self._lock:
+            if self.arrived >= self.target or self.wait_ns <= 0 or self.fenced:
+                return
+            self.gathering = True
+            try:
+                self._formed.wait_for(lambda: self.arrived >= self.target or self.fenced, self.wait_ns / 1e9)
+            finally:
+                self.gathering = False
 
     def take_group(self) -> int:
         """The leader, written out: the appenders arrived since the last write-out."""
@@ -118,10 +123,8 @@ class _PyGroupCommit:
                 # (not if a truncate came between the write-out and now: goal is from before it)
                 if goal > self.durable_next and self.lead_epoch == self.epoch:
                     self.durable_next = goal
-                if group > 1:  # the next group may take about two fdatasyncs to form
+                if group > 1:  # the next leader waits at most about one fdatasync for its group
                     self.wait_ns = int(max(0.0, min(elapsed * _FORM_FDATASYNCS, self.wait_max)) * 1e9)
-            if self.arrived:  # those who came meanwhile: their group may take as long to form
-                self.formed_by = _monotonic_ns() + self.wait_ns
             if self.waiting:
                 self._done.notify_all()
             return fd
@@ -131,6 +134,7 @@ class _PyGroupCommit:
         with self._lock:
             self.fenced = True
             self._done.notify_all()
+            self._formed.notify_all()
 
     def advance(self, n: int) -> None:
         """Every offset below ``n`` is durable (a flush, a roll, an open)."""
@@ -185,10 +189,10 @@ class LogGroupCommit(LogState):
         writes out everything framed so far with one ``pwrite``, notes how far that goes,
         and fdatasyncs with no lock held, so the next group frames its records meanwhile;
         then it moves ``_gc.durable_next`` and wakes the waiters, whose records that
-        fdatasync covered. A group forms before it is led: the appender whose arrival makes
-        it as big as the last group leads it (or the first to find that about one
-        fdatasync's time has passed since the group began), so with N threads each
-        fdatasync covers about N records instead of alternating between one record and
+        fdatasync covered. Before it writes out, a leader lets the group form: it waits (at
+        most about one fdatasync's time) until as many appenders have arrived since the last
+        write-out as the last group had, so with N threads each fdatasync covers about N
+        records instead of alternating between one record and
         N - 1. One writer (a group of one) never waits. ``Framer.append_durable`` does the
         same for the common record in C; this is the path of every other append, and of the
         pure backend.
@@ -215,6 +219,7 @@ class LogGroupCommit(LogState):
         goal = group = 0
         elapsed = 0.0
         try:
+            gc.gather()  # let the group form
             with self._lock:
                 w = self._writable  # the active segment while appends may go to it, else None
                 self._write_out(w if w is not None else self._check_writable())  # raises: closed, fenced
