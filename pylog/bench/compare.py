@@ -200,6 +200,9 @@ class Run:
         # 7 alternating rounds (3 before): a single fdatasync that stalls for milliseconds
         # moves a round of 400 by several percent, in either system
         reps = 3 if q else 7
+        # the datasets written before leave gigabytes of dirty pages; their write-back would
+        # stall these fdatasyncs at random (both systems'), so it is done first
+        os.sync()
         value = os.urandom(100)
         self.log(f"[durability] fsync='always' one writer vs write+fdatasync, {k} records x {reps} ...", flush=True)
         pl: list[float] = []
