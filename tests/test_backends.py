@@ -12,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 #: The core test modules, run again with PYLOG_BACKEND=pure by test_core_suite_under_pure_backend.
 CORE_MODULES = ["test_crc32c.py", "test_index.py", "test_frame.py", "test_log.py", "test_vectors.py",
-                "test_stateful.py"]
+                "test_stateful.py", "test_groupcommit.py"]
 
 
 def test_backend_features():
