@@ -29,10 +29,9 @@
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mu;
-    pthread_condattr_t cattr; /* the cvs' clock */
     pthread_cond_t formed;    /* the gathering leader: its group arrived, or a fence */
     pthread_cond_t done;      /* the followers: a step-down, a move of durable_next, a fence */
-    int ready;                /* mu, cattr and formed were initialised */
+    int ready;                /* mu, formed and done were initialised */
     int syncing;              /* a leader writes out and fdatasyncs */
     int waiting;              /* followers waiting on done */
     int arrived;              /* appenders arrived since the last write-out (the forming group) */

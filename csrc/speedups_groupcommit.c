@@ -25,11 +25,10 @@ PyTypeObject *pylog_gc_type = NULL;
  * within about one fdatasync on a 2-vCPU VM. */
 #define FORM_FDATASYNCS 1.0
 
-#if defined(__APPLE__)
-#define GC_CLOCK CLOCK_REALTIME /* no pthread_condattr_setclock there */
-#else
-#define GC_CLOCK CLOCK_MONOTONIC
-#endif
+/* the clock of the cvs' timed waits: the default one (see gc_new). A step of the wall clock
+ * can only lengthen or shorten a wait that loops and looks again: a 50 ms slice between two
+ * looks for a signal, or a leader's wait (at most 2 ms) for a group that did not form. */
+#define GC_CLOCK CLOCK_REALTIME
 
 /* The absolute time on the cvs' clock (GC_CLOCK) ``ns`` from now. */
 static void cv_deadline(struct timespec *t, long long ns) {
@@ -167,30 +166,17 @@ static PyObject *gc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     g->wait_max = 0.002;
     g->sync_fd = -1;
     g->sync_seg = g->sync_framer = NULL;
-    int rc = pthread_condattr_init(&g->cattr);
-#if !defined(__APPLE__)
-    if (rc == 0) rc = pthread_condattr_setclock(&g->cattr, GC_CLOCK);
-#endif
+    /* default attributes only: pthread_mutexattr_* and pthread_condattr_setclock are
+     * versioned GLIBC_2.34 in glibc >= 2.34 (moved from libpthread), which would make the
+     * wheels manylinux_2_34 and leave out Debian 11, Ubuntu 20.04, Raspberry Pi OS bullseye */
+    int rc = pthread_mutex_init(&g->mu, NULL);
     if (rc == 0) {
-        pthread_mutexattr_t ma;
-        rc = pthread_mutexattr_init(&ma);
-#if defined(PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP)
-        /* held for a few loads and stores at a time: spin a little before sleeping for it */
-        if (rc == 0) pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
-#endif
+        rc = pthread_cond_init(&g->formed, NULL);
         if (rc == 0) {
-            rc = pthread_mutex_init(&g->mu, &ma);
-            pthread_mutexattr_destroy(&ma);
+            rc = pthread_cond_init(&g->done, NULL);
+            if (rc != 0) pthread_cond_destroy(&g->formed);
         }
-        if (rc == 0) {
-            rc = pthread_cond_init(&g->formed, &g->cattr);
-            if (rc == 0) {
-                rc = pthread_cond_init(&g->done, &g->cattr);
-                if (rc != 0) pthread_cond_destroy(&g->formed);
-            }
-            if (rc != 0) pthread_mutex_destroy(&g->mu);
-        }
-        if (rc != 0) pthread_condattr_destroy(&g->cattr);
+        if (rc != 0) pthread_mutex_destroy(&g->mu);
     }
     if (rc != 0) {
         Py_DECREF(g);
@@ -210,7 +196,6 @@ static void gc_dealloc(PyObject *o) {
         pthread_cond_destroy(&g->done);
         pthread_cond_destroy(&g->formed);
         pthread_mutex_destroy(&g->mu);
-        pthread_condattr_destroy(&g->cattr);
     }
     freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     tp_free(o);

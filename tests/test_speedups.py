@@ -556,3 +556,26 @@ def test_views_outlive_close_and_retention(tmp_path, view_mode):
     assert bytes(first.value) == b"00000" * 20 and bytes(sub) == b"00000" and bytes(one.value) == b"00001" * 20
     assert bytes(batch[-1].value) == b"00011" * 20 and bytes(batch[-1].key) == b"k11"
     assert first.value.shape == (100,) and first.value.strides == (1,) and first.value.readonly
+
+
+@pytest.mark.skipif(speedups is None, reason="pylog._speedups is not built")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc symbol versions are Linux's")
+def test_the_c_modules_need_no_glibc_newer_than_2_17():
+    """The built modules reference no glibc symbol version above 2.17, so the wheels stay
+    manylinux2014 (Debian 11, Ubuntu 20.04, RHEL 8, Raspberry Pi OS bullseye). glibc 2.34
+    moved libpthread into libc and gave some moved functions (pthread_mutexattr_*,
+    pthread_condattr_setclock) a GLIBC_2.34 version: using them made the ARM wheels
+    manylinux_2_34, which the ARM suite's wheel install refused."""
+    import shutil
+
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump is not installed")
+    import pylog._cffi as cffi_mod
+
+    for mod in (speedups, cffi_mod):
+        out = subprocess.run([objdump, "-T", mod.__file__], capture_output=True, text=True, check=True).stdout
+        versions = {tuple(int(x) for x in v.split(".")) for v in
+                    (w[len("GLIBC_"):].rstrip(")") for w in out.replace("(", " ").split() if w.startswith("GLIBC_2"))}
+        too_new = sorted(v for v in versions if v > (2, 17))
+        assert versions and not too_new, (mod.__file__, too_new)
