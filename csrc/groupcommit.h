@@ -43,7 +43,7 @@ typedef struct {
     long long epoch;          /* truncates (lower()) so far */
     long long lead_epoch;     /* the epoch when the leader wrote out (take_group) */
     unsigned long leader;     /* the leading thread (PyThread_get_thread_ident), when syncing */
-    long long wait_ns;        /* how long a leader waits for its group (about one fdatasync) */
+    long long wait_ns;        /* how long a leader waits for its group (the last fdatasync's time) */
     double wait_max;          /* the cap of wait_ns, seconds */
     int sync_fd;              /* the leader's dup of sync_seg's store, -1 when none */
     int orphan;               /* the log closed while a leader used sync_fd: that leader closes it */
@@ -51,7 +51,7 @@ typedef struct {
     PyObject *sync_framer;    /* that segment's Framer, if it has one (NULL: None) */
 } GroupCommit;
 
-/* what a wait in the group commit ends with */
+/* what a wait in the group commit ends with (pylog.groupcommit's GC_* are the same) */
 #define GC_DURABLE 0 /* the offset is durable */
 #define GC_LEAD 1    /* the caller leads now (arrive(): syncing set) */
 #define GC_FENCED 2  /* the log is fenced */
@@ -74,10 +74,13 @@ void pylog_gc_fence(GroupCommit *g);
  * start counting anew (called under the log's lock once the write-out is done; notes the
  * epoch). */
 int pylog_gc_take_group(GroupCommit *g);
-/* the leader steps down, the GIL held: when ``ok``, ``durable_next`` moves to ``goal`` and
- * the next group's size and time are noted (``elapsed_s``: this fdatasync's time), unless a
- * truncate came after the write-out (``epoch``); the followers whose record is durable wake. Returns the leader's descriptor when the log
- * closed meanwhile (the caller closes it), else -1. */
+/* the leader steps down, the GIL held: when ``ok``, ``durable_next`` moves to ``goal``
+ * (unless a truncate came after the write-out: ``epoch``) and the next group's size and wait
+ * are noted (``elapsed_s``: this fdatasync's time); the followers wake. Returns the leader's
+ * descriptor when the log closed meanwhile (the caller closes it), else -1. */
 int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double elapsed_s);
+/* the leader steps down without having synced (a failure, or it gives up leading), closing
+ * its descriptor if the log closed meanwhile. */
+void pylog_gc_step_down_unsynced(GroupCommit *g);
 
 #endif

@@ -334,7 +334,7 @@ static PyObject *framer_append(PyObject *o, PyObject *value) {
     return PyLong_FromLongLong((long long)off);
 }
 
-/* ---- the durable append of a group of one ------------------------------------------------ */
+/* ---- the durable append (group commit: csrc/groupcommit.h) -------------------------------- */
 
 /* pylog.vfs and the functions it holds by default (os.pwrite, its fdatasync): the durable
  * fast path is taken only while vfs still holds those (a test's or a fault injector's
@@ -403,8 +403,7 @@ static int set_int_attr(PyObject *o, PyObject *name, unsigned long long x) {
  * and the exception raised (or what _durable_failed raised). */
 static PyObject *durable_failed(Framer *self, GroupCommit *g, PyObject *log, int holding) {
     pylog_gc_fence(g);
-    int fd = pylog_gc_step_down(g, 0, 0, 0, 0.0);
-    if (fd >= 0) close(fd); /* the log closed meanwhile */
+    pylog_gc_step_down_unsynced(g);
     PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
     PyErr_NormalizeException(&exc_type, &exc_value, &exc_tb);
@@ -458,23 +457,23 @@ PyDoc_STRVAR(append_durable_doc,
 "group. Returns the offset: the record is durable if gc.durable_next is past it, else the\n"
 "caller waits in _wait_durable (a leader's descriptor to make, a roll, a fence). A negative\n"
 "status as append(), having framed nothing. A failed pwrite or fdatasync is handed\n"
-"to log._durable_failed (fence, step down), then raised.");
+"to log._durable_failed (the log fenced, the group commit fenced and stepped down in C\n"
+"first), then raised.");
 
-/* The leader steps down without a sync (nothing was written out), so that a follower or the
+/* The leader gives up leading before it wrote anything out, so that a follower or the
  * caller's _wait_durable leads; the caller's arrival is taken back (it arrives again there). */
-static void step_down_unsynced(GroupCommit *g) {
+static void give_up_unsynced(GroupCommit *g) {
     pthread_mutex_lock(&g->mu);
     if (g->arrived > 0) g->arrived--;
     pthread_mutex_unlock(&g->mu);
-    int fd = pylog_gc_step_down(g, 0, 0, 0, 0.0);
-    if (fd >= 0) close(fd);
+    pylog_gc_step_down_unsynced(g);
 }
 
 /* The leader cannot lead in C after all (the segment stopped being the append target, or
  * its state is not what the C write-out handles): step down unsynced, release the log's lock
  * and return the offset (the caller's _wait_durable takes over). */
 static PyObject *give_up_lead(Framer *self, GroupCommit *g, int64_t off) {
-    step_down_unsynced(g);
+    give_up_unsynced(g);
     if (call_release(self->release) < 0) return NULL;
     return PyLong_FromLongLong((long long)off);
 }
@@ -536,7 +535,7 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         if (holding) {
             holding = 0;
             if (call_release(self->release) < 0) {
-                step_down_unsynced(g);
+                give_up_unsynced(g);
                 return NULL;
             }
         }
@@ -548,7 +547,7 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
     if (!holding) {
         PyObject *res = PyObject_CallNoArgs(self->acquire);
         if (res == NULL) { /* a signal handler's exception while waiting for the lock */
-            step_down_unsynced(g);
+            give_up_unsynced(g);
             return NULL;
         }
         Py_DECREF(res);
@@ -565,7 +564,7 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         || (iw >= 0 && (uint64_t)iw < st->index_count /* new index entries */
             && (int_attr(seg, s_index_fd, &index_fd) < 0 || int_attr(seg, s_timeindex_fd, &timeindex_fd) < 0))) {
         Py_DECREF(seg);
-        step_down_unsynced(g);
+        give_up_unsynced(g);
         call_release(self->release); /* keeps the exception set */
         return NULL;
     }

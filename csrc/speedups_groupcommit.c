@@ -20,11 +20,6 @@ PyTypeObject *pylog_gc_type = NULL;
 
 #define SIGNAL_CHECK_NS 50000000LL
 
-/* A leader waits for its group at most this many of the last fdatasync's time (never more
- * than wait_max): the group's followers, woken together by the last step-down, come back
- * within about one fdatasync on a 2-vCPU VM. */
-#define FORM_FDATASYNCS 1.0
-
 /* the clock of the cvs' timed waits: the default one (see gc_new). A step of the wall clock
  * can only lengthen or shorten a wait that loops and looks again: a 50 ms slice between two
  * looks for a signal, or a leader's wait (at most 2 ms) for a group that did not form. */
@@ -133,9 +128,8 @@ int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double
         g->target = group > 1 ? group : 1;
         /* (not if a truncate came between the write-out and now: goal is from before it) */
         if (goal > g->durable_next && g->lead_epoch == g->epoch) g->durable_next = goal;
-        if (group > 1) { /* the next group may take about two fdatasyncs to form */
-            double w = elapsed_s * FORM_FDATASYNCS; /* as pylog.groupcommit's twin computes it */
-            if (w > g->wait_max) w = g->wait_max;
+        if (group > 1) { /* the next leader waits at most this fdatasync's time for its group */
+            double w = elapsed_s < g->wait_max ? elapsed_s : g->wait_max; /* as the Python twin */
             g->wait_ns = w > 0 ? (long long)(w * 1e9) : 0;
         }
     }
@@ -144,6 +138,11 @@ int pylog_gc_step_down(GroupCommit *g, int ok, long long goal, int group, double
     Py_XDECREF(seg); /* after the mutex: a deallocation may run Python code */
     Py_XDECREF(framer);
     return fd;
+}
+
+void pylog_gc_step_down_unsynced(GroupCommit *g) {
+    int fd = pylog_gc_step_down(g, 0, 0, 0, 0.0);
+    if (fd >= 0) close(fd); /* the log closed meanwhile */
 }
 
 /* ---- the Python type --------------------------------------------------------------------- */
@@ -269,8 +268,7 @@ static PyObject *gc_step_down(PyObject *o, PyObject *const *args, Py_ssize_t nar
         /* step down all the same (else every later appender waits for ever), then raise */
         PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-        int fd = pylog_gc_step_down((GroupCommit *)o, 0, 0, 0, 0.0);
-        if (fd >= 0) close(fd);
+        pylog_gc_step_down_unsynced((GroupCommit *)o);
         PyErr_Restore(exc_type, exc_value, exc_tb);
         return NULL;
     }
@@ -300,10 +298,7 @@ static PyObject *gc_abandon(PyObject *o, PyObject *unused) {
     pthread_mutex_lock(&g->mu);
     mine = g->syncing && g->leader == PyThread_get_thread_ident();
     pthread_mutex_unlock(&g->mu);
-    if (mine) {
-        int fd = pylog_gc_step_down(g, 0, 0, 0, 0.0);
-        if (fd >= 0) close(fd);
-    }
+    if (mine) pylog_gc_step_down_unsynced(g);
     Py_RETURN_NONE;
 }
 
@@ -376,7 +371,7 @@ static PyMemberDef gc_members[] = {
     {"syncs", T_LONGLONG, offsetof(GroupCommit, syncs), READONLY,
      "the fdatasyncs its leaders made (each covers a group)"},
     {"wait_ns", T_LONGLONG, offsetof(GroupCommit, wait_ns), READONLY,
-     "how long the forming group may take to form, ns (about two fdatasyncs)"},
+     "how long the next leader waits at most for its group, ns (the last fdatasync's time)"},
     {"wait_max", T_DOUBLE, offsetof(GroupCommit, wait_max), 0,
      "the longest a leader waits for its group, seconds (0.002)"},
     {"sync_fd", T_INT, offsetof(GroupCommit, sync_fd), 0, "the leader's dup of sync_seg's store, -1 when none"},
@@ -413,9 +408,5 @@ int pylog_speedups_groupcommit_init(PyObject *module) {
         Py_DECREF(g);
         return -1;
     }
-    if (PyModule_AddIntConstant(module, "GC_DURABLE", GC_DURABLE) < 0
-        || PyModule_AddIntConstant(module, "GC_LEAD", GC_LEAD) < 0
-        || PyModule_AddIntConstant(module, "GC_FENCED", GC_FENCED) < 0)
-        return -1;
     return 0;
 }

@@ -219,8 +219,8 @@ class LogAppending(LogGroupCommit):
                     if off >= 0:
                         return off
                 else:
-                    # "always": Framer.append_durable frames it the same way and, when the
-                    # group commit is idle (one writer), is the leader of a group of one in
+                    # "always": Framer.append_durable frames it the same way, then waits for
+                    # the group commit's leader or leads the group itself, all in
                     # the same C call (write-out, fdatasync, gc.durable_next moved past it)
                     gc = self._gc
                     off = fa(value, self, gc)

@@ -3,9 +3,9 @@
 Split out of pylog/appender.py; :class:`pylog.appender.LogAppending` inherits
 :class:`LogGroupCommit`. Appenders frame their records into the write buffer and wait in
 :meth:`LogGroupCommit._wait_durable`, where one of them at a time is the leader that writes
-out and fdatasyncs for the whole group. With pylog._speedups, a group of one (one writer) is
-led in C by ``Framer.append_durable`` in the same call that frames the record, reading and
-changing the same state (:data:`GroupCommit`, one per log as ``Log._gc``).
+out and fdatasyncs for the whole group. With pylog._speedups the group commit is C
+(:data:`GroupCommit`, one per log as ``Log._gc``), and the common record's whole durable
+append, follower or leader, is ``Framer.append_durable``, in the same call that frames it.
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ from pylog.segment import ActiveSegment
 
 _perf_counter = time.perf_counter
 _GROUP_WAIT_MAX = 0.002  # seconds a leader waits at most for its group to form
-_FORM_FDATASYNCS = 1.0  # ... and at most this many of the last fdatasync's time (csrc/speedups_groupcommit.c)
-# what GroupCommit.arrive says: the record is durable; the caller leads; the log is fenced
+# what GroupCommit.arrive says (csrc/groupcommit.h's GC_*): the record is durable; the
+# caller leads; the log is fenced
 GC_DURABLE, GC_LEAD, GC_FENCED = 0, 1, 2
 
-# Framer.append_durable: "always"'s common record, and the whole durable append of a group of
-# one, in one C call (None: a build older than it, whose Framer serves "never" and "interval" only)
+# Framer.append_durable: "always"'s common record, framed, waited for or led, in one C call
+# (None: a build older than it, whose Framer serves "never" and "interval" only)
 append_durable = getattr(getattr(speedups, "Framer", None), "append_durable", None)
 if append_durable is not None:
     speedups.set_durable_vfs(vfs, vfs.pwrite, vfs.fdatasync)
@@ -123,8 +123,8 @@ class _PyGroupCommit:
                 # (not if a truncate came between the write-out and now: goal is from before it)
                 if goal > self.durable_next and self.lead_epoch == self.epoch:
                     self.durable_next = goal
-                if group > 1:  # the next leader waits at most about one fdatasync for its group
-                    self.wait_ns = int(max(0.0, min(elapsed * _FORM_FDATASYNCS, self.wait_max)) * 1e9)
+                if group > 1:  # the next leader waits at most this fdatasync's time for its group
+                    self.wait_ns = int(max(0.0, min(elapsed, self.wait_max)) * 1e9)
             if self.waiting:
                 self._done.notify_all()
             return fd
@@ -192,8 +192,8 @@ class LogGroupCommit(LogState):
         fdatasync covered. Before it writes out, a leader lets the group form: it waits (at
         most about one fdatasync's time) until as many appenders have arrived since the last
         write-out as the last group had, so with N threads each fdatasync covers about N
-        records instead of alternating between one record and
-        N - 1. One writer (a group of one) never waits. ``Framer.append_durable`` does the
+        records instead of alternating between one record and N - 1. One writer (a group of
+        one) never waits. ``Framer.append_durable`` does the
         same for the common record in C; this is the path of every other append, and of the
         pure backend.
         """
