@@ -386,21 +386,31 @@ class LogLoading(LogState):
             tail: TailSegment = self._active  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
             if not bases:
                 return
-            known = {s.base_offset: s for s in self._sealed}
+            from pylog.tail import TailSegment
+
+            # A truncate in the writer replaces the store it cuts and deletes the later ones;
+            # appends then write new records at the same offsets, maybe in segments of the
+            # same names. It always replaces the last store: only then are the segments
+            # known here checked against the files (their bounds, the inode they map).
             cfg = self.config
+            app = tail.app
+            if bases[-1] != tail.base_offset:
+                tail = TailSegment(self.path, bases[-1], cfg)
+                check = True
+            else:
+                tail.refresh()
+                check = tail.app is not app  # the writer replaced the tail's file
+            known = {s.base_offset: s for s in self._sealed}
             sealed = []
             for i, b in enumerate(bases[:-1]):
                 s = known.get(b)
+                if s is not None and check and (s.next_offset != bases[i + 1] or _replaced(s)):
+                    self._cache.discard(s)
+                    s = None
                 if s is None:
                     s = SealedSegment(self.path, b, bases[i + 1], os.path.getsize(paths(self.path, b)[0]),
                                       cfg.index_interval_bytes, self._cache, readonly=True)
                 sealed.append(s)
-            from pylog.tail import TailSegment
-
-            if bases[-1] != tail.base_offset:
-                tail = TailSegment(self.path, bases[-1], cfg)
-            else:
-                tail.refresh()
             self._sealed = sealed
             self._sealed_bases = [s.base_offset for s in sealed]
             self._active = tail  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
@@ -479,3 +489,15 @@ class LogLoading(LogState):
             finally:
                 self._cut_hint = {}
             return offset, d
+
+
+def _replaced(s: SealedSegment) -> bool:
+    """Whether the store file of a read-only log's sealed segment is no longer the one it
+    maps (or, unmapped, may be another one than it was sized from): another process's
+    truncate replaced or deleted it."""
+    if s.ino is None:
+        return True  # unmapped: a new object costs nothing (it maps on first read)
+    try:
+        return os.stat(s.store_path).st_ino != s.ino
+    except FileNotFoundError:
+        return True

@@ -177,8 +177,8 @@ class LogReading(LogState):
             if max_records < 1:
                 raise InvalidArgumentError(f"max_records={max_records} must be >= 1")
         self._check_open()
-        if self.readonly and offset >= self.stable_offset:
-            self.refresh()
+        if self.readonly and (offset >= self.stable_offset or self._active.replaced()):  # type: ignore[attr-defined]
+            self.refresh()  # past the end, or a truncate elsewhere: the records known here may be gone
         end = self._cap  # records at or after the last stable offset are not returned
         if end is not None and offset >= end:
             if offset > self.next_offset:
@@ -281,6 +281,8 @@ class LogReading(LogState):
         """Checked ``[start, stop)`` of a read (defaults: ``start_offset``, ``next_offset``):
         ValueError when start is after stop, OffsetOutOfRangeError outside the log."""
         self._check_open()
+        if self.readonly and self._active.replaced():  # type: ignore[attr-defined]
+            self.refresh()  # a truncate elsewhere: the records known here may be gone
         first, nxt = self.start_offset, self.stable_offset
         start = first if start is None else _check_offset(start, "start")
         stop = nxt if stop is None else _check_offset(stop, "stop")

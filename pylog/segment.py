@@ -370,7 +370,7 @@ class SealedSegment(_Reader):
     """An immutable segment: ``[base_offset, next_offset)`` in ``size`` bytes of store."""
 
     __slots__ = ("dir", "base_offset", "next_offset", "_size", "store_path", "index_interval",
-                 "_maps", "_cache", "gaps", "readonly")
+                 "_maps", "_cache", "gaps", "readonly", "ino")
 
     def __init__(self, dirpath: str, base_offset: int, next_offset: int, size: int | None,
                  index_interval: int, cache: SegmentCache, readonly: bool = False) -> None:
@@ -385,6 +385,9 @@ class SealedSegment(_Reader):
         self._maps: _SealedMaps | None = None
         self._cache = cache
         self.gaps = False  # learnt from the store header when mapped
+        #: the inode of the store file the maps are of (None until mapped): a read-only log
+        #: tells by it that another process replaced the file (a truncate, see Log.refresh)
+        self.ino: int | None = None
 
     def __repr__(self) -> str:
         return f"<SealedSegment [{self.base_offset}, {self.next_offset}) {self.size} B>"
@@ -440,9 +443,11 @@ class SealedSegment(_Reader):
         sp, ip, tp = paths(self.dir, self.base_offset)
         fd = vfs.open(sp, os.O_RDONLY)
         try:
-            st = store_mod.StoreMap(fd, os.fstat(fd).st_size)
+            fst = os.fstat(fd)
+            st = store_mod.StoreMap(fd, fst.st_size)
         finally:
             vfs.close(fd)
+        self.ino = fst.st_ino
         rc, _base, flags = impl.header_check(st.mv[: fmt.FILE_HEADER_SIZE], fmt.STORE_MAGIC)
         self.gaps = bool(rc == impl.OK and flags & fmt.HEADER_COMPACTED)
         idx = index.open_mapped(ip, fmt.INDEX_SUFFIX, self.base_offset, st.length)

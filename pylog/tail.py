@@ -83,6 +83,17 @@ class TailSegment(_Reader):
     def written(self) -> int:
         return self.app.position
 
+    def replaced(self) -> bool:
+        """Whether the writer replaced or deleted this store file since the last refresh
+        (a truncate does both: records at offsets this reader knows may now differ). One
+        ``stat``."""
+        if self._ino is None:
+            return False
+        try:
+            return os.stat(self.store_path).st_ino != self._ino
+        except FileNotFoundError:
+            return True
+
     def refresh(self) -> None:
         """Walk the frames the writer added since the last refresh."""
         try:

@@ -1,0 +1,59 @@
+"""Read-only readers against a writer in another process: what a reader returns after the
+writer truncated, rolled or rewrote the segments it had mapped. Real processes (``run_py``
+children) over real files."""
+from __future__ import annotations
+
+from conftest import run_py
+
+import pylog
+
+#: A child that truncates the log at ``argv[2]`` and appends ``new-N`` records up to
+#: offset 30 (the same sizes: the segments roll at the same offsets, under the same names).
+REWRITE = """
+import sys, pylog
+with pylog.Log(sys.argv[1]) as w:
+    w.truncate(int(sys.argv[2]))
+    for i in range(int(sys.argv[2]), 30):
+        w.append(b"new-%02d" % i + b"y" * 400)
+"""
+
+
+def _old_log(path):
+    with pylog.Log(path, segment_bytes=4096, index_interval_bytes=0) as w:
+        for i in range(30):
+            w.append(b"old-%02d" % i + b"x" * 400)
+        assert len(w.segments()) > 3  # offset 7 lies in a sealed segment
+
+
+def test_readonly_refresh_after_truncate_elsewhere_returns_the_new_records(tmp_path):
+    path = str(tmp_path / "log")
+    _old_log(path)
+    r = pylog.Log(path, readonly=True)
+    assert bytes(r.read(7).value[:6]) == b"old-07"  # maps the first sealed segment
+    assert bytes(r.read(20).value[:6]) == b"old-20"
+    p = run_py(REWRITE, path, "5")
+    assert p.returncode == 0, p.stderr
+    r.refresh()
+    want = [b"old-%02d" % i for i in range(5)] + [b"new-%02d" % i for i in range(5, 30)]
+    assert [bytes(r.read(i).value[:6]) for i in range(30)] == want
+    assert [bytes(x.value[:6]) for x in r.read_batch(0, max_records=30)] == want[: len(r.read_batch(0, max_records=30))]
+    assert [bytes(x.value[:6]) for x in r.scan()] == want
+    r.close()
+
+
+def test_readonly_store_consumer_after_truncate_elsewhere(tmp_path):
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("t", segment_bytes=4096, index_interval_bytes=0)
+        t = store.topic("t")
+        for i in range(30):
+            t.append(b"old-%02d" % i + b"x" * 400, partition=0)
+    with pylog.LogStore(root, readonly=True) as ro:
+        c = ro.consumer("t")
+        got = [bytes(x.value[:6]) for x in c.poll(max_records=25)]
+        assert got == [b"old-%02d" % i for i in range(25)]
+        p = run_py(REWRITE, f"{root}/t/partition-0", "5")
+        assert p.returncode == 0, p.stderr
+        c.seek(0, 5)
+        got = [bytes(x.value[:6]) for x in c.poll(max_records=100)]
+        assert got == [b"new-%02d" % i for i in range(5, 30)]
