@@ -33,7 +33,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -42,11 +42,9 @@ from pylog.errors import ArgumentTypeError, InvalidArgumentError, require
 require("pyarrow", "pylog.arrow (read_arrow)", "arrow")
 import pyarrow as pa  # noqa: E402
 
-from pylog import format as fmt
+from pylog import columnar
 from pylog._backend import impl
 from pylog._columns import MAX_DATA, Columns
-from pylog.errors import OffsetOutOfRangeError
-from pylog.segment import corrupt_error
 
 __all__ = ["SCHEMA", "COLUMNS", "read_table", "iter_batches", "release_buffers", "BUFFER_CACHE_BYTES"]
 
@@ -60,11 +58,6 @@ COLUMNS = tuple(SCHEMA.names)
 
 #: Rows per batch :func:`iter_batches` yields unless told.
 DEFAULT_BATCH_ROWS = 1 << 17
-# Key and metadata data buffers start this small and grow (most logs have neither).
-_SMALL_DATA = 1 << 20
-_HDR = fmt.FRAME_HEADER_SIZE
-# read_table cuts a segment for threads only into parts of at least this many records.
-_MIN_PART_ROWS = 1 << 17
 _MAX_THREADS = 8
 # ... and into this many parts per thread. More parts let a thread that a busy neighbour
 # slows take fewer of them (with a busy loop beside the read, 1,000,000 x 100 B: 14-18 M rec/s
@@ -149,54 +142,14 @@ def release_buffers() -> int:
 
 
 # ----------------------------------------------------------------------------------------
-# the scan shared with pylog.spark: one buffer range -> filled Columns, batch by batch
+# the scan shared with pylog.spark and pylog.serve (pylog.columnar's, with pyarrow's allocator)
 def scan_buffer(buf: Any, length: int, pos: int, expected: int, stop: int, buffer_next: int, gaps: bool,
                 want: Collection[str], batch_rows: int | None, convert: Callable[[Columns], Any],
                 batch_bytes: int = MAX_DATA) -> Generator[Any, None, tuple[int, int, int]]:
-    """Yield ``convert(columns)`` for each batch of the frames of ``buf[pos:length]`` with
-    offsets in ``[expected, stop)``; return ``(status, end position, next offset)``.
-
-    ``buffer_next`` is the offset after the buffer's last record (it sizes the data
-    buffers); ``want`` names the columns to collect (offsets always are). A batch holds at
-    most ``batch_rows`` rows and ``batch_bytes`` of data per binary column (more only for a
-    single record; never 2 GiB, an Arrow binary array's limit). The status is OK
-    when the scan reached ``stop`` or the end of the buffer, else why a frame was refused
-    (the batches before it were yielded)."""
-    keys, metas, values = "key" in want, "metadata" in want, "value" in want
-    stamps = "timestamp" in want
-    rc = impl.OK
-    while expected < stop and pos < length:
-        left = length - pos
-        rows = max(1, min(stop - expected, left // _HDR, batch_rows or (1 << 62)))
-        # Data bytes of the next `rows` records: exact when they are all the buffer holds,
-        # else a share of it with some slack (a column that fills grows).
-        remaining = max(buffer_next - expected, rows)
-        if rows >= remaining:
-            est = left - _HDR * rows
-        else:
-            est = int(left * (rows / remaining) * 1.125) - _HDR * rows + 4096
-        est = max(0, min(est, left, batch_bytes))
-        small = min(est, _SMALL_DATA)
-        cols = Columns(rows, timestamps=stamps, key=small if keys else None,
-                       metadata=small if metas else None, value=est if values else None, alloc=_alloc)
-        while True:
-            rc, n, pos = impl.scan_columns(buf, length, pos, expected, stop, cols, gaps)
-            if n:
-                assert cols.offsets is not None  # asked for (Columns' default)
-                expected = int(cols.offsets[cols.rows - 1]) + 1
-            if rc == impl.E_SPACE and cols.grow_for_space(batch_bytes):
-                continue
-            break
-        if cols.rows:
-            yield convert(cols)
-        if rc == impl.E_SPACE:
-            if cols.rows:
-                rc = impl.OK
-                continue  # a column is full: the next batch takes the rest
-            rc = impl.E_LENGTH
-        if rc != impl.OK or cols.rows < cols.capacity:
-            break
-    return rc, pos, expected
+    """:func:`pylog.columnar.scan_buffer` with the columns in pyarrow's memory (see
+    :func:`_alloc`)."""
+    return (yield from columnar.scan_buffer(buf, length, pos, expected, stop, buffer_next, gaps, want,
+                                            batch_rows, convert, batch_bytes, alloc=_alloc))
 
 
 def _shrunk(data: np.ndarray, used: int) -> np.ndarray:
@@ -259,76 +212,15 @@ def _names(columns: Sequence[str] | None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------
-# a Log's segments
-class _Part(NamedTuple):
-    """One range of one segment to scan: records ``[off, stop)`` from store position ``pos``."""
-
-    seg: Any
-    map: Any
-    pos: int
-    off: int
-    stop: int
-    buffer_next: int
-
-
-def _segment_view(log: Any, seg: Any) -> tuple[Any, Any, int]:
-    """(store map, offset index Buffer, entries) of a segment: for the active one, after the
-    records queued or in the write buffer were handed to the OS (under the log's lock)."""
-    if seg is log._active:
-        with log._lock:
-            if log._q:
-                log._drain_locked()
-            m, ibuf, n, _ = seg._view(None)
-    else:
-        m, ibuf, n, _ = seg._view(None)
-    return m, ibuf, n
-
-
-def _parts(log: Any, start: int, stop: int, split: int) -> Iterator[_Part]:
-    """The ranges to scan for ``[start, stop)``, in offset order: one per segment, or with
-    ``split`` > 1 up to that many per segment (cut at records found through the index)."""
-    with log._lock:
-        if log._q:
-            log._drain_locked()
-        segs = [s for s in [*log._sealed, log._active] if s.base_offset < stop and s.next_offset > start]
-    split = max(1, split // max(len(segs), 1))
-    for seg in segs:
-        seg_next = seg.next_offset
-        a, b = max(start, seg.base_offset), min(stop, seg_next)
-        if a >= b:
-            continue
-        try:
-            m, ibuf, n = _segment_view(log, seg)
-        except FileNotFoundError:  # retention removed the segment meanwhile
-            raise OffsetOutOfRangeError(a, log.start_offset, log.next_offset) from None
-        rc, f = impl.find(m.buf, m.length, ibuf, n, seg.base_offset, a, seg.gaps)
-        if rc == impl.E_NOT_FOUND and seg.gaps:
-            continue  # a compacted segment keeps nothing from `a` on
-        if rc:
-            f = seg._locate_slow(m, a)  # the index was no help: a CRC-checked walk (raises if bad)
-        cuts = [(int(f[0]), int(f[1]))]
-        k = min(split, (b - a) // _MIN_PART_ROWS)
-        for i in range(1, k):
-            rc, g = impl.find(m.buf, m.length, ibuf, n, seg.base_offset, a + i * (b - a) // k, seg.gaps)
-            if rc:
-                cuts = cuts[:1]  # no cut where the index does not lead straight to a good frame
-                break
-            if cuts[-1][1] < g[1] < b:
-                cuts.append((int(g[0]), int(g[1])))
-        stops = [c[1] for c in cuts[1:]] + [b]
-        for (pos, off), end in zip(cuts, stops):
-            if off < end:
-                yield _Part(seg, m, pos, off, end, seg_next)
+# a Log's segments (pylog.columnar's)
+_Part = columnar.Part
+_segment_view = columnar.segment_view
+_parts = columnar.parts
 
 
 def _scan_part(p: _Part, names: list[str], batch_rows: int | None) -> Generator[pa.RecordBatch, None, None]:
     """Record batches of one part; raises CorruptRecordError (after the batches before it)."""
-    rc, end, nxt = yield from scan_buffer(p.map.buf, p.map.length, p.pos, p.off, p.stop, p.buffer_next,
-                                          p.seg.gaps, names, batch_rows, lambda cols: _record_batch(cols, names))
-    if rc == impl.OK and nxt < p.stop and not p.seg.gaps:
-        rc = impl.E_SHORT  # the store ends before the records the segment should hold
-    if rc != impl.OK:
-        raise corrupt_error(p.seg.store_path, end, nxt, rc)
+    yield from columnar.scan_part(p, names, batch_rows, lambda cols: _record_batch(cols, names), alloc=_alloc)
 
 
 def _collect(p: _Part, names: list[str]) -> tuple[list[pa.RecordBatch], BaseException | None]:

@@ -486,3 +486,52 @@ def test_a_damaged_sinks_file_is_a_corrupt_record_error(tmp_path):
         transactions.last_batch_id(str(tmp_path / "r"), "sink")
     assert ei.value.path == str(tmp_path / "r" / "~txn" / transactions.SINKS_FILE)
     assert "unreadable" in str(ei.value)
+
+
+# ----------------------------------------------------------------------------------------
+# the apply: staged records of several contributors, merged by timestamp, in columns
+_STAGED = st.lists(st.lists(st.tuples(
+    st.one_of(st.none(), st.binary(max_size=6)),  # value (None: a tombstone)
+    st.one_of(st.none(), st.binary(max_size=4)),  # key
+    st.one_of(st.none(), st.binary(max_size=4)),  # metadata
+    st.integers(0, 12),                            # timestamp
+), max_size=9), min_size=1, max_size=4)
+
+
+@settings(max_examples=scaled(40, 300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(contributors=_STAGED, before=st.integers(0, 14), chunk=st.integers(1, 7))
+def test_an_apply_merges_the_contributors_as_one_sorted_batch(tmp_path_factory, contributors, before, chunk):
+    """A commit applies what several contributors (Spark tasks) staged for one partition as
+    one batch stably sorted by timestamp, each timestamp raised to the partition's latest,
+    keys, metadata and tombstones as staged; in chunks of any size (the apply reads the
+    staged records as columns and takes them in runs)."""
+    root = tmp_path_factory.mktemp("apply")
+    model = []
+    for recs in contributors:  # a contributor's timestamps never decrease (its staging Log's)
+        model += sorted(recs, key=lambda r: r[3])
+    model.sort(key=lambda r: r[3])  # stable: contributors in order, then each in its order
+    expected, last = [], before
+    for v, k, m, t in model:
+        last = max(last, t)
+        expected.append((v, k, m, last))
+    saved = transactions._APPLY_CHUNK
+    transactions._APPLY_CHUNK = chunk
+    try:
+        with _store(root, a=1) as s:
+            s.topic("a").append(b"before", timestamp=before, partition=0)
+            txn = transactions.begin_external(str(root))
+            parts = []
+            for recs in contributors:
+                stager = transactions.Stager(str(root), txn)
+                for v, k, m, t in sorted(recs, key=lambda r: r[3]):
+                    stager.append("a", 0, v, k, m, t)
+                parts += stager.prepare()
+            tx = transactions.Transaction(s, txn_id=txn)
+            tx.add_staged(parts)
+            tx.commit()
+            got = [(None if r.value is None else bytes(r.value), None if r.key is None else bytes(r.key),
+                    None if r.metadata is None else bytes(r.metadata), r.timestamp)
+                   for r in s.topic("a").partition(0).scan(1)]
+    finally:
+        transactions._APPLY_CHUNK = saved
+    assert got == expected
