@@ -407,9 +407,9 @@ class LogLoading(LogState):
                 if s is not None and check and (s.next_offset != bases[i + 1] or _replaced(s)):
                     self._cache.discard(s)
                     s = None
-                if s is None:
-                    s = SealedSegment(self.path, b, bases[i + 1], os.path.getsize(paths(self.path, b)[0]),
-                                      cfg.index_interval_bytes, self._cache, readonly=True)
+                if s is None:  # sized when asked: retention elsewhere may delete it meanwhile
+                    s = SealedSegment(self.path, b, bases[i + 1], None, cfg.index_interval_bytes, self._cache,
+                                      readonly=True)
                 sealed.append(s)
             self._sealed = sealed
             self._sealed_bases = [s.base_offset for s in sealed]

@@ -394,10 +394,15 @@ class SealedSegment(_Reader):
 
     @property
     def size(self) -> int:
-        """Bytes of the store file."""
+        """Bytes of the store file (once another process deleted it, as retention does:
+        what this reader maps of it, else 0)."""
         s = self._size
         if s is None:
-            s = self._size = os.path.getsize(self.store_path)
+            try:
+                s = self._size = os.path.getsize(self.store_path)
+            except FileNotFoundError:  # deleted since the listing that found it
+                m = self._maps
+                return m.store.length if m is not None else 0
         return s
 
     @size.setter

@@ -57,3 +57,45 @@ def test_readonly_store_consumer_after_truncate_elsewhere(tmp_path):
         c.seek(0, 5)
         got = [bytes(x.value[:6]) for x in c.poll(max_records=100)]
         assert got == [b"new-%02d" % i for i in range(5, 30)]
+
+
+#: A child that applies retention: the log keeps its last two segments.
+RETENTION = """
+import sys, pylog
+with pylog.Log(sys.argv[1], retention_bytes=1) as w:
+    assert w.enforce_retention() > 0
+"""
+
+
+def test_readonly_sizes_after_retention_elsewhere(tmp_path):
+    path = str(tmp_path / "log")
+    _old_log(path)
+    r = pylog.Log(path, readonly=True)
+    n = len(r._sealed) + 1  # not sized yet (segments() would size them)
+    p = run_py(RETENTION, path)
+    assert p.returncode == 0, p.stderr
+    # the reader's listing still names the deleted segments: sizing them is no error
+    assert len(r.segments()) == n and r.size_bytes > 0
+    r.refresh()
+    assert len(r.segments()) == 1 and r.start_offset == r.segments()[0]["base_offset"]
+    r.close()
+
+
+def test_readonly_refresh_with_a_listing_older_than_a_deletion(tmp_path, monkeypatch):
+    """Retention elsewhere deletes a segment between a reader's listing and its look at the
+    file: the refresh takes the listing as it is (the read of a deleted segment is out of
+    range), it does not fail with FileNotFoundError."""
+    path = str(tmp_path / "log")
+    _old_log(path)
+    r = pylog.Log(path, readonly=True)
+    listed = r._list_bases()
+    p = run_py(RETENTION, path)
+    assert p.returncode == 0, p.stderr
+    monkeypatch.setattr(r, "_list_bases", lambda: list(listed))
+    r._sealed, r._sealed_bases = [], []  # none known yet: each is looked at
+    r.refresh()
+    assert [s["base_offset"] for s in r.segments()] == listed
+    monkeypatch.undo()
+    r.refresh()
+    assert bytes(r.read(29).value[:6]) == b"old-29"
+    r.close()
