@@ -22,7 +22,8 @@ from pylog.errors import OffsetOutOfRangeError
 from pylog.segment import corrupt_error
 
 __all__ = ["Part", "parts", "segment_view", "scan_buffer", "scan_part", "RECORD_COLUMNS", "PackedRows",
-           "same", "lengths", "packed", "Merged", "packed_rows", "merged_by_timestamp"]
+           "same", "lengths", "packed", "Merged", "packed_rows", "merged_by_timestamp", "packed_chunks",
+           "scan_logs", "merged_records"]
 
 # Key and metadata data buffers start this small and grow (most logs have neither).
 _SMALL_DATA = 1 << 20
@@ -147,12 +148,12 @@ def parts(log: Any, start: int, stop: int, split: int) -> Iterator[Part]:
 
 
 def scan_part(p: Part, want: Collection[str], batch_rows: int | None, convert: Callable[[Columns], Any],
-              alloc: Alloc | None = None) -> Generator[Any, None, None]:
-    """``convert(columns)`` for each batch of one part; raises CorruptRecordError (after
-    the batches before it) at a frame that fails its CRC or checks, or when the store ends
-    before the records the segment should hold."""
+              alloc: Alloc | None = None, batch_bytes: int = MAX_DATA) -> Generator[Any, None, None]:
+    """``convert(columns)`` for each batch of one part (as :func:`scan_buffer` makes them);
+    raises CorruptRecordError (after the batches before it) at a frame that fails its CRC
+    or checks, or when the store ends before the records the segment should hold."""
     rc, end, nxt = yield from scan_buffer(p.map.buf, p.map.length, p.pos, p.off, p.stop, p.buffer_next,
-                                          p.seg.gaps, want, batch_rows, convert, alloc=alloc)
+                                          p.seg.gaps, want, batch_rows, convert, batch_bytes, alloc=alloc)
     if rc == impl.OK and nxt < p.stop and not p.seg.gaps:
         rc = impl.E_SHORT  # the store ends before the records the segment should hold
     if rc != impl.OK:
@@ -247,3 +248,34 @@ def merged_by_timestamp(chunks: list[Columns], rows: int) -> Iterator[PackedRows
         last = np.concatenate([cut - 1, [len(take) - 1]])
         yield (cols["value"].take(take, first, last, False), cols["key"].take(take, first, last, True),
                cols["metadata"].take(take, first, last, True), ts[take])
+
+
+# ----------------------------------------------------------------------------------------
+# whole logs (read-only, their records up to the stable offset) as append_batch arguments
+def packed_chunks(log: Any, rows: int, nbytes: int) -> Iterator[PackedRows]:
+    """The records of ``log`` in chunks of at most ``rows`` rows and ``nbytes`` per column
+    (more only for a single record), as :func:`packed_rows`."""
+    for part in parts(log, log.start_offset, log.stable_offset, 1):
+        for c in scan_part(part, RECORD_COLUMNS, rows, same, batch_bytes=nbytes):
+            yield packed_rows(c)
+
+
+def scan_logs(logs: list[Any]) -> list[Columns]:
+    """The records of ``logs``, in order, as scans of :data:`RECORD_COLUMNS` (their data
+    copied into memory: for :func:`merged_by_timestamp`)."""
+    return [c for log in logs for part in parts(log, log.start_offset, log.stable_offset, 1)
+            for c in scan_part(part, RECORD_COLUMNS, None, same)]
+
+
+def merged_records(logs: list[Any], rows: int) -> Iterator[PackedRows]:
+    """:func:`merged_by_timestamp` of ``logs`` with no copy of the data: the values, keys
+    and metadata as lists of views over the logs' maps (a Record per record; for merges too
+    big to hold in memory)."""
+    recs = [r for log in logs for r in log.scan(log.start_offset, log.stable_offset)]
+    ts = np.array([r.timestamp for r in recs], np.int64)
+    if len(ts) > 1 and (np.diff(ts) < 0).any():
+        recs = [recs[i] for i in np.argsort(ts, kind="stable").tolist()]
+    for a in range(0, len(recs), rows):
+        chunk = recs[a:a + rows]
+        yield ([r.value for r in chunk], [r.key for r in chunk], [r.metadata for r in chunk],
+               np.array([r.timestamp for r in chunk], np.int64))

@@ -91,8 +91,13 @@ _NEW_PREFIX = ".new-"
 _DONE_PREFIX = ".done-"
 #: An externally coordinated transaction (Spark) untouched this long is discarded at open.
 ABANDON_SECONDS = 7 * 24 * 3600
-#: Records per append_batch call of an apply.
+#: Records per append_batch call of an apply, and bytes per column of one call (more only
+#: for a single record).
 _APPLY_CHUNK = 1 << 16
+_APPLY_BYTES = 64 << 20
+#: Staged bytes of one partition up to which several contributors' records are merged in
+#: memory as columns; above, as Records over the staged Logs' maps (no copy of the data).
+_MERGE_MAX_BYTES = 256 << 20
 
 #: What a contributor staged for one target partition: (topic, partition, path of its
 #: staging Log relative to the transaction's directory, record count). Picklable.
@@ -617,16 +622,13 @@ def _staged_records(txn_dir: str, staged: list[tuple[str, int]]) -> Iterator[col
                 raise CorruptRecordError(os.path.join(txn_dir, rel), 0, None,
                                          f"transaction {os.path.basename(txn_dir)}: staged records {rel} hold "
                                          f"{src.stable_offset - src.start_offset} records, the decision says {count}")
-        if len(srcs) == 1:
-            src = srcs[0][0]
-            for part in columnar.parts(src, src.start_offset, src.stable_offset, 1):
-                for c in columnar.scan_part(part, columnar.RECORD_COLUMNS, _APPLY_CHUNK, columnar.same):
-                    yield columnar.packed_rows(c)
-            return
-        chunks = [c for src, _rel, _count in srcs
-                  for part in columnar.parts(src, src.start_offset, src.stable_offset, 1)
-                  for c in columnar.scan_part(part, columnar.RECORD_COLUMNS, None, columnar.same)]
-        yield from columnar.merged_by_timestamp(chunks, _APPLY_CHUNK)
+        logs = [src for src, _rel, _count in srcs]
+        if len(logs) == 1:
+            yield from columnar.packed_chunks(logs[0], _APPLY_CHUNK, _APPLY_BYTES)
+        elif sum(log.size_bytes for log in logs) <= _MERGE_MAX_BYTES:
+            yield from columnar.merged_by_timestamp(columnar.scan_logs(logs), _APPLY_CHUNK)
+        else:
+            yield from columnar.merged_records(logs, _APPLY_CHUNK)
     finally:
         for src, _rel, _count in srcs:
             src.close()
