@@ -414,9 +414,12 @@ class Transaction:
             if not decided:
                 for log in marked:
                     _drop_marker(log)
+            if decided:  # the decision's rename happened: it stands, the markers stay
+                for log in marked:
+                    _fence_unfinished(log, self.id, e)
             for log in reversed(held):
                 log._lock.release()
-            if decided:  # the decision's rename happened: it stands, the markers stay
+            if decided:
                 self.state = "committed"
                 raise TransactionError(f"transaction {self.id} is committed, but failed after its commit point "
                                        f"({e}); it finishes when its partitions are next opened") from e
@@ -640,22 +643,37 @@ def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
     remove the partition's marker. The caller holds ``log._lock``."""
     start = int(entry["start"])
     with log._lock:
-        nxt = log.next_offset
-        if nxt > start:
-            log.truncate(start)  # a torn apply: cut back to the start, apply again
-        elif nxt < start:
-            raise CorruptRecordError(
-                log.path, 0, None, f"holds records up to {nxt}, but transaction {os.path.basename(txn_dir)} "
-                f"was decided to start at {start}; records before it were lost")
-        mx = log._active.app.max_timestamp
-        last = -1 if mx is None else int(mx)
-        for values, keys, metadata, stamps in _staged_records(txn_dir, [tuple(x) for x in entry["staged"]]):
-            ts = np.maximum.accumulate(stamps)
-            ts = np.maximum(ts, last)  # timestamps never decrease in a partition
-            last = int(ts[-1])
-            log.append_batch(values, keys, ts, metadata)
-        log.flush()
+        try:
+            nxt = log.next_offset
+            if nxt > start:
+                log.truncate(start)  # a torn apply: cut back to the start, apply again
+            elif nxt < start:
+                raise CorruptRecordError(
+                    log.path, 0, None, f"holds records up to {nxt}, but transaction {os.path.basename(txn_dir)} "
+                    f"was decided to start at {start}; records before it were lost")
+            mx = log._active.app.max_timestamp
+            last = -1 if mx is None else int(mx)
+            for values, keys, metadata, stamps in _staged_records(txn_dir, [tuple(x) for x in entry["staged"]]):
+                ts = np.maximum.accumulate(stamps)
+                ts = np.maximum(ts, last)  # timestamps never decrease in a partition
+                last = int(ts[-1])
+                log.append_batch(values, keys, ts, metadata)
+            log.flush()
+        except BaseException as e:
+            _fence_unfinished(log, os.path.basename(txn_dir), e)
+            raise
         _drop_marker(log)
+
+
+def _fence_unfinished(log: Log, txn_id: str, e: BaseException) -> None:
+    """A decided transaction's apply to ``log`` failed or was interrupted (Ctrl-C, damaged
+    staging, an I/O error): its marker stays, and the next writer of the partition cuts it
+    back to the decision's start and applies the transaction again. So this Log must take
+    no append meanwhile: one it acknowledged would be cut then. Fenced until reopened (the
+    reopen finishes the transaction first)."""
+    if log._fenced is None:
+        log._fence(TransactionError(f"transaction {txn_id} did not finish applying here ({e!r}); "
+                                    "it finishes when the partition is reopened"))
 
 
 # ----------------------------------------------------------------------------------------

@@ -538,3 +538,74 @@ def test_an_apply_merges_the_contributors_as_one_sorted_batch(tmp_path_factory, 
     finally:
         transactions._APPLY_CHUNK, transactions._APPLY_BYTES, transactions._MERGE_MAX_BYTES = saved
     assert got == expected
+
+
+def _interrupted_apply(monkeypatch, at_chunk):
+    """Make the apply raise KeyboardInterrupt (a Ctrl-C) before its chunk ``at_chunk``."""
+    monkeypatch.setattr(transactions, "_APPLY_CHUNK", 10)
+    orig = transactions._staged_records
+
+    def staged(*a, **k):
+        for i, chunk in enumerate(orig(*a, **k)):
+            if i == at_chunk:
+                raise KeyboardInterrupt
+            yield chunk
+
+    monkeypatch.setattr(transactions, "_staged_records", staged)
+
+
+def test_an_interrupted_apply_fences_its_partition_until_reopened(tmp_path, monkeypatch):
+    """Ctrl-C part way through a decided transaction's apply: the partition's next writer
+    cuts it back to the transaction's start and applies it again, so no append may be
+    acknowledged after the part applied (it would be cut then): the Log refuses appends
+    until it is reopened, and the reopen finishes the transaction."""
+    root = tmp_path / "r"
+    s = pylog.LogStore(root)
+    s.create_topic("t", fsync="always")
+    t = s.topic("t")
+    t.append(b"before")
+    _interrupted_apply(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        with s.transaction() as tx:
+            for i in range(50):
+                tx.append("t", b"tx%d" % i, partition=0)
+    monkeypatch.undo()
+    with pytest.raises(pylog.LogFencedError, match="reopened"):
+        t.append(b"after", partition=0)
+    assert _values(t.partition(0)) == [b"before"]  # reads stop at the stable offset
+    s.close()
+    with pylog.LogStore(root) as s:
+        t = s.topic("t")
+        assert t.append(b"after", partition=0) == (0, 51)
+        assert _values(t.partition(0)) == [b"before"] + [b"tx%d" % i for i in range(50)] + [b"after"]
+
+
+def test_a_failure_after_the_commit_point_fences_its_partitions(tmp_path, monkeypatch):
+    """The decision is renamed into place, then its directory's fsync fails: the
+    transaction is committed but not applied, so its partitions take no append (one would
+    be cut when the partition's next writer applies the transaction)."""
+    root = tmp_path / "r"
+    s = _store(root, a=1, b=2)
+    s.topic("a").append(b"a0")
+    real = transactions.fileutil.fsync_dir
+
+    def failing(path):
+        if os.path.exists(os.path.join(path, transactions.DECISION_FILE)):
+            raise OSError(5, "Input/output error (injected)", path)
+        real(path)
+
+    monkeypatch.setattr(transactions.fileutil, "fsync_dir", failing)
+    with pytest.raises(transactions.TransactionError, match="after its commit point"):
+        with s.transaction() as tx:
+            tx.append("a", b"ta", partition=0)
+            tx.append("b", b"tb", partition=1)
+    monkeypatch.undo()
+    for name, p in (("a", 0), ("b", 1)):
+        with pytest.raises(pylog.LogFencedError):
+            s.topic(name).append(b"late", partition=p)
+    assert s.topic("b").append(b"b0", partition=0) == (0, 0)  # not in the transaction
+    s.close()
+    with pylog.LogStore(root) as s:
+        assert _values(s.topic("a").partition(0)) == [b"a0", b"ta"]
+        assert _values(s.topic("b").partition(1)) == [b"tb"]
+        assert s.topic("a").append(b"a2", partition=0) == (0, 2)
