@@ -15,7 +15,7 @@ from typing import Any
 from pylog import checkpoint, fileutil, vfs
 from pylog import format as fmt
 from pylog._backend import impl
-from pylog.errors import CorruptRecordError, LogLockedError
+from pylog.errors import CorruptRecordError, LogLockedError, PylogError
 from pylog.logstate import LogState
 from pylog.segment import ActiveSegment, SealedSegment, damage_error, paths
 
@@ -501,3 +501,26 @@ def _replaced(s: SealedSegment) -> bool:
         return os.stat(s.store_path).st_ino != s.ino
     except FileNotFoundError:
         return True
+
+
+def drop_stable_file(log: LogLoading) -> None:
+    """Remove ``log``'s stable-offset marker (durably) and lift its cap."""
+    path = os.path.join(log.path, STABLE_FILE)
+    try:
+        vfs.unlink(path)
+    except FileNotFoundError:
+        pass
+    else:
+        fileutil.fsync_dir(log.path)
+    log._cap = None
+
+
+def fence_unfinished(log: LogLoading, txn_id: str, e: BaseException) -> None:
+    """A decided transaction's apply to ``log`` failed or was interrupted (Ctrl-C, damaged
+    staging, an I/O error): its marker stays, and the next writer of the partition cuts it
+    back to the decision's start and applies the transaction again. So this Log must take
+    no append meanwhile: one it acknowledged would be cut then. Fenced until reopened (the
+    reopen finishes the transaction first)."""
+    if log._fenced is None:
+        log._fence(PylogError(f"transaction {txn_id} did not finish applying here ({e!r}); "
+                              "it finishes when the partition is reopened"))

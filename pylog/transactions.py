@@ -73,6 +73,8 @@ from pylog.errors import (
     UnknownTopicError,
 )
 from pylog.loader import STABLE_FILE, STABLE_HOOKS, read_stable_file
+from pylog.loader import drop_stable_file as _drop_marker
+from pylog.loader import fence_unfinished as _fence_unfinished
 from pylog.log import Log
 
 if TYPE_CHECKING:
@@ -578,17 +580,6 @@ def _remove_txn_dir(path: str) -> None:
         pass
 
 
-def _drop_marker(log: Log) -> None:
-    path = os.path.join(log.path, STABLE_FILE)
-    try:
-        vfs.unlink(path)
-    except FileNotFoundError:
-        pass
-    else:
-        fileutil.fsync_dir(log.path)
-    log._cap = None
-
-
 def _check_late(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
     """InvalidTimestampError when a staged record's timestamp is below the partition's
     latest (they would be raised to it: ``lateTimestamps=error`` of the Spark writer)."""
@@ -663,17 +654,6 @@ def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
             _fence_unfinished(log, os.path.basename(txn_dir), e)
             raise
         _drop_marker(log)
-
-
-def _fence_unfinished(log: Log, txn_id: str, e: BaseException) -> None:
-    """A decided transaction's apply to ``log`` failed or was interrupted (Ctrl-C, damaged
-    staging, an I/O error): its marker stays, and the next writer of the partition cuts it
-    back to the decision's start and applies the transaction again. So this Log must take
-    no append meanwhile: one it acknowledged would be cut then. Fenced until reopened (the
-    reopen finishes the transaction first)."""
-    if log._fenced is None:
-        log._fence(TransactionError(f"transaction {txn_id} did not finish applying here ({e!r}); "
-                                    "it finishes when the partition is reopened"))
 
 
 # ----------------------------------------------------------------------------------------
