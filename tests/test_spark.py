@@ -119,6 +119,25 @@ def test_write_read_round_trip_sizes(spark, tmp_path):
     assert txn_dirs(tmp_path) == []
 
 
+def test_writes_into_an_fsync_always_topic(spark, tmp_path):
+    """The batch writer and the streaming sink commit into a topic whose partitions run
+    under fsync="always" (each append of the apply made durable through the group commit):
+    every row arrives once, the topic keeps its policy, no staging is left behind."""
+    with pylog.LogStore(str(tmp_path)) as store:
+        store.create_topic("dur", partitions=3, fsync="always")
+    make_topic(tmp_path, "src", partitions=2, records=50)
+    values = [b"b%d" % i for i in range(300)]
+    df = spark.createDataFrame([(v, b"k%d" % (i % 11)) for i, v in enumerate(values)], "value binary, key binary")
+    df.write.format("pylog").mode("append").option("path", str(tmp_path)).option("topic", "dur").save()
+    _stream_copy(spark, tmp_path, "src", "dur", ckpt=str(tmp_path / "ckpt"))
+    got = [v for part in log_contents(tmp_path, "dur").values() for (_o, _t, _k, v, _m) in part]
+    want = values + [b"v%d-%d" % (p, i) for p in range(2) for i in range(50)]
+    assert sorted(got) == sorted(want)
+    with pylog.LogStore(str(tmp_path)) as store:
+        assert store.topic("dur").config.fsync == "always"
+    assert txn_dirs(tmp_path) == []
+
+
 def test_write_columns_partition_timestamp_metadata_and_strings(spark, tmp_path):
     df = spark.createDataFrame(
         [("a", 1, 1_700_000_000_000, "m1"), ("b", 0, 1_700_000_000_500, None), ("c", 1, 1_700_000_000_100, "m3")],

@@ -25,10 +25,10 @@ from pylog.log import STABLE_FILE
 STRACE = strace_path()
 
 
-def _store(root, **topics):
+def _store(root, config=None, **topics):
     s = pylog.LogStore(root)
     for name, n in topics.items():
-        s.create_topic(name, partitions=n)
+        s.create_topic(name, partitions=n, **(config or {}))
     return s
 
 
@@ -178,8 +178,8 @@ _CHILD = textwrap.dedent("""
 _PARTS = [("a", 0), ("a", 1), ("b", 0)]
 
 
-def _setup(root):
-    s = _store(root, a=2, b=1)
+def _setup(root, config=None):
+    s = _store(root, config, a=2, b=1)
     s.topic("a").append(b"old-a", partition=0)
     s.topic("b").append(b"old-b")
     s.close()
@@ -225,13 +225,18 @@ def _check_after_kill(root, committed_ack):
 
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace")
-@pytest.mark.parametrize("syscalls", ["rename,renameat,renameat2", "fsync,fdatasync"])
-def test_sigkill_at_every_rename_and_fsync_of_the_commit(tmp_path, syscalls):
+@pytest.mark.parametrize(("syscalls", "fsync"), [("rename,renameat,renameat2", None), ("fsync,fdatasync", None),
+                                                 ("fsync,fdatasync", "always")])
+def test_sigkill_at_every_rename_and_fsync_of_the_commit(tmp_path, syscalls, fsync):
+    """SIGKILL of the committing process at each rename, or at each fsync: all or nothing
+    after recovery, never a part of the transaction visible. Also with the topics under
+    fsync="always", whose apply makes every append_batch durable through the group commit
+    (the Spark sink commits into such topics the same way)."""
     outcomes = []
     n = 1
     while True:
         root = tmp_path / f"r{n}"
-        _setup(root)
+        _setup(root, None if fsync is None else {"fsync": fsync})
         p = subprocess.run([STRACE, "-f", "-o", os.devnull, "-e", f"inject={syscalls}:signal=SIGKILL:when={n}",
                             sys.executable, "-c", _CHILD, str(root)], capture_output=True, text=True,
                            env=py_env(), timeout=120)
