@@ -72,9 +72,7 @@ from pylog.errors import (
     PylogError,
     UnknownTopicError,
 )
-from pylog.loader import STABLE_FILE, STABLE_HOOKS, read_stable_file
-from pylog.loader import drop_stable_file as _drop_marker
-from pylog.loader import fence_unfinished as _fence_unfinished
+from pylog.loader import STABLE_FILE, STABLE_HOOKS, drop_stable_file, fence_unfinished, read_stable_file
 from pylog.log import Log
 
 if TYPE_CHECKING:
@@ -283,6 +281,7 @@ class Transaction:
         self._extra: list[StagedPart] = []
         self._sinks: dict[str, int] = {}
         self._rr: dict[str, Any] = {}
+        self._ids: dict[str, str | None] = {}  # the id of each topic records were staged for
 
     # -- staging -----------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -291,6 +290,7 @@ class Transaction:
 
     def _target(self, topic: str, key: Any, partition: int | None) -> tuple[Any, int]:
         t = self.store.topic(topic)
+        self._ids.setdefault(topic, t.id)
         if partition is not None:
             return t, t._check_partition(partition)
         if key is None:
@@ -389,6 +389,8 @@ class Transaction:
                 t = self.store.topic(topic)
             except UnknownTopicError:
                 raise TransactionError(f"transaction {self.id}: topic {topic!r} does not exist") from None
+            if self._ids.get(topic, t.id) != t.id:  # never into a topic created again under the name
+                raise TransactionError(f"transaction {self.id}: topic {topic!r} was deleted since records were staged")
             if not 0 <= p < t.partitions:
                 raise TransactionError(f"transaction {self.id}: topic {topic!r} has no partition {p}")
             logs.append((t.partition(p), {"topic": topic, "partition": p, "staged": staged}))
@@ -415,10 +417,10 @@ class Transaction:
             decided = os.path.exists(os.path.join(self.dir, DECISION_FILE))
             if not decided:
                 for log in marked:
-                    _drop_marker(log)
+                    drop_stable_file(log)
             if decided:  # the decision's rename happened: it stands, the markers stay
                 for log in marked:
-                    _fence_unfinished(log, self.id, e)
+                    fence_unfinished(log, self.id, e)
             for log in reversed(held):
                 log._lock.release()
             if decided:
@@ -651,9 +653,9 @@ def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
                 log.append_batch(values, keys, ts, metadata)
             log.flush()
         except BaseException as e:
-            _fence_unfinished(log, os.path.basename(txn_dir), e)
+            fence_unfinished(log, os.path.basename(txn_dir), e)
             raise
-        _drop_marker(log)
+        drop_stable_file(log)
 
 
 # ----------------------------------------------------------------------------------------
@@ -672,7 +674,7 @@ def _roll_forward(log: Log) -> None:
     if decision is None:
         # never decided (the committer held this partition's writer lock until it died):
         # nothing after the marker belongs to the transaction
-        _drop_marker(log)
+        drop_stable_file(log)
         return
     topic = os.path.basename(topic_dir)
     part = os.path.basename(pdir)
@@ -680,7 +682,7 @@ def _roll_forward(log: Log) -> None:
         if entry["topic"] == topic and f"partition-{entry['partition']}" == part:
             _apply(log, txn_dir, entry)
             return
-    _drop_marker(log)  # not a partition of this transaction: a stray marker
+    drop_stable_file(log)  # not a partition of this transaction: a stray marker
 
 
 STABLE_HOOKS.append(_roll_forward)

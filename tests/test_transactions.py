@@ -614,3 +614,27 @@ def test_a_failure_after_the_commit_point_fences_its_partitions(tmp_path, monkey
         assert _values(s.topic("a").partition(0)) == [b"a0", b"ta"]
         assert _values(s.topic("b").partition(1)) == [b"tb"]
         assert s.topic("a").append(b"a2", partition=0) == (0, 2)
+
+
+def test_a_topic_deleted_and_created_again_elsewhere_gets_none_of_the_staged_records(tmp_path):
+    """Records staged for topic t, then another process deletes t and creates a new t: the
+    commit is refused and aborted; the new topic holds only its own records."""
+    root = tmp_path / "r"
+    with _store(root, t=1) as s:
+        s.topic("t").append(b"old0")
+    s = pylog.LogStore(root, metadata_refresh_ms=0)
+    tx = s.transaction()
+    tx.append("t", b"staged-for-the-old-t", partition=0)
+    p = run_py("""
+        import sys, pylog
+        with pylog.LogStore(sys.argv[1]) as s:
+            s.delete_topic("t"); s.create_topic("t"); s.topic("t").append(b"new0")
+    """, str(root))
+    assert p.returncode == 0, p.stderr
+    with pytest.raises(transactions.TransactionError, match="'t' was deleted"):
+        tx.commit()
+    assert tx.state == "aborted"
+    s.close()
+    with pylog.LogStore(root) as s:
+        assert _values(s.topic("t").partition(0)) == [b"new0"]
+        assert not os.path.exists(os.path.join(root, transactions.TXN_DIR, tx.id))
