@@ -368,7 +368,21 @@ class LogReading(LogState):
         persisted recovery report holds and the walk did not find again (what recovery cut,
         or found in a segment since removed) until :meth:`clear_recovery_report`. A damaged
         region with valid frames after it is stepped over (one error for the region).
-        ``progress``, if given, is called with the bytes checked after each segment."""
+        ``progress``, if given, is called with the bytes checked after each segment.
+
+        A read-only log reports only what a second look, after :meth:`refresh`, finds
+        again: a truncate in the writer's process replaces and deletes files under the walk
+        (a segment then seems to end short of the next one's base)."""
+        bad = self._verify_walk(progress)
+        if bad and self.readonly:
+            self.refresh()
+            again = {(e.path, e.position, e.offset) for e in self._verify_walk(None)}
+            bad = [e for e in bad if (e.path, e.position, e.offset) in again]
+        seen = {(os.path.basename(e.path), e.position) for e in bad}
+        return bad + [e for e in self.saved_recovery_report() if (os.path.basename(e.path), e.position) not in seen]
+
+    def _verify_walk(self, progress: Any) -> list[CorruptRecordError]:
+        """The bad frames :meth:`verify` finds in the segments as this log knows them."""
         self._check_open()
         with self._lock:
             if self._q:
@@ -387,5 +401,4 @@ class LogReading(LogState):
                     continue
             if progress is not None:
                 progress(s.size)
-        seen = {(os.path.basename(e.path), e.position) for e in bad}
-        return bad + [e for e in self.saved_recovery_report() if (os.path.basename(e.path), e.position) not in seen]
+        return bad

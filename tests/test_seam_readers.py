@@ -99,3 +99,25 @@ def test_readonly_refresh_with_a_listing_older_than_a_deletion(tmp_path, monkeyp
     r.refresh()
     assert bytes(r.read(29).value[:6]) == b"old-29"
     r.close()
+
+
+def test_readonly_verify_does_not_report_a_truncate_elsewhere_as_damage(tmp_path):
+    """The reader knows segments [.., 18, 27); the writer then cuts the log inside segment
+    18 (its store replaced by a shorter copy, 27 deleted): a verify that walks the new copy
+    of 18 against the old listing must not report 'segment ends at offset 20, the next one
+    starts at 27' on a healthy log (pylog verify would exit 1)."""
+    path = str(tmp_path / "log")
+    _old_log(path)
+    r = pylog.Log(path, readonly=True)
+    bases = r._sealed_bases
+    assert len(bases) >= 3
+    cut = bases[-1] + 2  # inside the last sealed segment
+    p = run_py("""
+        import sys, pylog
+        with pylog.Log(sys.argv[1]) as w:
+            w.truncate(int(sys.argv[2]))
+    """, path, str(cut))
+    assert p.returncode == 0, p.stderr
+    assert r.verify() == []
+    assert r.next_offset == cut
+    r.close()
