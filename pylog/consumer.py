@@ -407,7 +407,7 @@ class Consumer:
         """Position ``partitions`` (default: all owned) at their first record with a
         timestamp >= ``timestamp_ms`` (at the end where there is none)."""
         for p, off in self.offsets_for_time(timestamp_ms, partitions).items():
-            self._pos[p] = off if off is not None else self._reader(p).next_offset
+            self._pos[p] = off if off is not None else self._reader(p).stable_offset
 
     # -- polling ---------------------------------------------------------------------------
     def poll(self, max_records: int = 500, timeout_ms: int = 0) -> list[Record]:

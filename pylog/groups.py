@@ -182,7 +182,8 @@ def reset_group(store: LogStore, group: str, topic: str, *, to_earliest: bool = 
                 dry_run: bool = False) -> list[dict[str, Any]]:
     """Set the committed offsets of ``group`` on ``topic``; exactly one of:
 
-    ``to_earliest`` (each partition's start_offset), ``to_latest`` (its log end),
+    ``to_earliest`` (each partition's start_offset), ``to_latest`` (its log end: its last
+    stable offset, short of a transaction still being applied),
     ``to_offset=N``, ``to_datetime`` (the first offset whose timestamp is >= it, else the log
     end; a datetime or an ISO 8601 string, UTC unless it names a zone), ``shift_by=N``
     (the committed offset plus N, which may be negative; from the start_offset when nothing
@@ -218,7 +219,9 @@ def reset_group(store: LogStore, group: str, topic: str, *, to_earliest: bool = 
             log = t.reader(p)
             if log.readonly:
                 log.refresh()
-            start, end = log.start_offset, log.next_offset
+            # the log end a reset may reach is the last stable offset: past it are the
+            # records of a transaction still being applied, which a group must not skip
+            start, end = log.start_offset, log.stable_offset
             old, _damaged = _read_offset(os.path.join(gdir, f"partition-{p}.offset"))
             if to_earliest:
                 new = start

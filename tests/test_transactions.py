@@ -638,3 +638,35 @@ def test_a_topic_deleted_and_created_again_elsewhere_gets_none_of_the_staged_rec
     with pylog.LogStore(root) as s:
         assert _values(s.topic("t").partition(0)) == [b"new0"]
         assert not os.path.exists(os.path.join(root, transactions.TXN_DIR, tx.id))
+
+
+def test_seek_to_timestamp_and_group_reset_stop_at_the_stable_offset(tmp_path, monkeypatch):
+    """While a decided transaction is half applied (its first records are in the file, the
+    marker says where it starts), a consumer that seeks past every timestamp and a group
+    reset to the latest offset (the CLI, another process) stop at the stable offset: once
+    the transaction is finished, the group reads every record of it, none is skipped."""
+    root = tmp_path / "r"
+    s = pylog.LogStore(root)
+    s.create_topic("t", fsync="always")  # each applied chunk is in the file at once
+    s.topic("t").append(b"before")
+    _interrupted_apply(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        with s.transaction() as tx:
+            for i in range(50):
+                tx.append("t", b"tx%d" % i, partition=0)
+    monkeypatch.undo()
+    with pylog.LogStore(root, readonly=True) as ro:
+        log = ro.topic("t").reader(0)
+        assert log.stable_offset == 1 and log.next_offset == 21
+        c = ro.consumer("t")
+        c.seek_to_timestamp(2**42)
+        assert c.position(0) == 1
+    p = subprocess.run([sys.executable, "-m", "pylog", "--root", str(root), "group", "reset", "g", "-t", "t",
+                        "--to-latest", "--format", "json"], capture_output=True, text=True, env=py_env())
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["partitions"][0]["new"] == 1
+    s.close()
+    with pylog.LogStore(root) as s:  # finishes the transaction
+        c = s.consumer("t", group="g")
+        assert [bytes(r.value) for r in c.poll(max_records=100)] == [b"tx%d" % i for i in range(50)]
+        c.close()
