@@ -415,8 +415,8 @@ class Transaction:
                                   json.dumps(decision, sort_keys=True).encode())  # the commit point
         except BaseException as e:
             decided = os.path.exists(os.path.join(self.dir, DECISION_FILE))
-            if not decided:
-                for log in marked:
+            if not decided:  # every held one: a marker's write may fail after its rename
+                for log in held:
                     drop_stable_file(log)
             if decided:  # the decision's rename happened: it stands, the markers stay
                 for log in marked:

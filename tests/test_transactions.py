@@ -670,3 +670,36 @@ def test_seek_to_timestamp_and_group_reset_stop_at_the_stable_offset(tmp_path, m
         c = s.consumer("t", group="g")
         assert [bytes(r.value) for r in c.poll(max_records=100)] == [b"tx%d" % i for i in range(50)]
         c.close()
+
+
+def test_a_marker_whose_fsync_fails_does_not_hide_later_appends_from_readers(tmp_path, monkeypatch):
+    """The stable-offset marker is renamed into place, then its directory's fsync fails:
+    the commit aborts, and the marker goes too, or readers in other processes would stop at
+    it, not seeing the appends this writer goes on to make, for as long as it stays open."""
+    root = tmp_path / "r"
+    s = _store(root, t=1)
+    t = s.topic("t")
+    t.append(b"a0", partition=0)
+    real = transactions.fileutil.fsync_dir
+
+    def failing(path):
+        if os.path.exists(os.path.join(path, STABLE_FILE)):
+            raise OSError(5, "Input/output error (injected)", path)
+        real(path)
+
+    monkeypatch.setattr(transactions.fileutil, "fsync_dir", failing)
+    with pytest.raises(OSError, match="injected"):
+        with s.transaction() as tx:
+            tx.append("t", b"tx", partition=0)
+    monkeypatch.undo()
+    assert tx.state == "aborted"
+    t.append(b"a1", partition=0)
+    t.partition(0).flush()
+    p = run_py("""
+        import sys, pylog
+        with pylog.LogStore(sys.argv[1], readonly=True) as ro:
+            print([bytes(r.value) for r in ro.topic("t").reader(0).scan()])
+    """, str(root))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[b'a0', b'a1']"
+    s.close()
