@@ -17,6 +17,7 @@ from pylog.errors import (
     InvalidArgumentError,
     OffsetOutOfRangeError,
     PylogError,
+    ReadOnlyLogError,
 )
 from pylog.logstate import LogState
 from pylog.reading import _check_offset, _last_timestamp
@@ -227,6 +228,9 @@ class LogRetention(LogState):
     def enforce_retention(self) -> int:
         """Apply ``retention_ms`` and ``retention_bytes`` (whole sealed segments, oldest
         first, never the active one); returns how many segments were deleted."""
+        self._check_open()  # closed or read-only: an error, also with no retention set
+        if self.readonly:
+            raise ReadOnlyLogError(f"log {self.path} was opened read-only")
         cfg = self.config
         removed = 0
         if cfg.retention_ms is not None:

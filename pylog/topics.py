@@ -654,6 +654,8 @@ class Topic:
             return log
         r = self._readers.get(i)
         if r is None:
+            if self._closed or self.store._closed:  # else a reader no one would ever close
+                raise LogClosedError(f"topic {self.name!r} is closed")
             with self._open_lock:
                 r = self._readers.get(i)
                 if r is None:

@@ -210,7 +210,7 @@ def test_readonly_log_refuses_writes(tmp_path):
     before = snapshot(path)
     with pylog.Log(path, readonly=True) as r:
         for call in (lambda: r.append(b"y"), lambda: r.append_batch([b"y"]), lambda: r.truncate(0),
-                     r.flush, r.roll, lambda: r.remove_expired(0)):
+                     r.flush, r.roll, lambda: r.remove_expired(0), r.enforce_retention):
             with pytest.raises(pylog.ReadOnlyLogError) as e:
                 call()
             assert path in str(e.value)
@@ -225,7 +225,8 @@ def test_closed_log_refuses_everything(tmp_path):
     before = snapshot(path)
     for call in (lambda: lg.append(b"y"), lambda: lg.append_batch([b"y"]), lambda: lg.read(0),
                  lambda: lg.read_batch(0), lambda: list(lg.scan()), lambda: lg.truncate(0), lg.flush,
-                 lg.roll, lambda: lg.offset_for_time(0), lg.verify, lambda: lg.next_offset):
+                 lg.roll, lambda: lg.offset_for_time(0), lg.verify, lambda: lg.next_offset,
+                 lg.enforce_retention, lambda: lg.remove_expired(0)):
         with pytest.raises(pylog.LogClosedError) as e:
             call()
         assert path in str(e.value)

@@ -121,3 +121,24 @@ def test_readonly_verify_does_not_report_a_truncate_elsewhere_as_damage(tmp_path
     assert r.verify() == []
     assert r.next_offset == cut
     r.close()
+
+
+def test_a_closed_store_opens_no_reader(tmp_path):
+    """A topic handle of a closed store (writable or read-only) raises LogClosedError from
+    reader() as from every other method; it used to open a new read-only Log (never closed)."""
+    root = str(tmp_path / "root")
+    s = pylog.LogStore(root)
+    s.create_topic("t")
+    t = s.topic("t")
+    t.append(b"x")
+    ro = pylog.LogStore(root, readonly=True)
+    rt = ro.topic("t")
+    s.close()
+    ro.close()
+    for topic in (t, rt):
+        try:
+            topic.reader(0)
+        except pylog.LogClosedError as e:
+            assert "'t' is closed" in str(e)
+        else:
+            raise AssertionError("reader() of a closed store's topic returned a Log")
