@@ -18,12 +18,12 @@ from pylog import format as fmt
 from pylog._backend import impl
 from pylog._columns import MAX_DATA, Alloc, BinaryColumn, Columns
 from pylog.appender import PackedBytes
-from pylog.errors import OffsetOutOfRangeError
+from pylog.errors import CorruptRecordError, OffsetOutOfRangeError
 from pylog.segment import corrupt_error
 
 __all__ = ["Part", "parts", "segment_view", "scan_buffer", "scan_part", "RECORD_COLUMNS", "PackedRows",
-           "same", "lengths", "packed", "Merged", "packed_rows", "merged_by_timestamp", "packed_chunks",
-           "scan_logs", "merged_records"]
+           "same", "lengths", "packed", "Slice", "Merged", "packed_rows", "merged_by_timestamp", "packed_chunks",
+           "merged_logs"]
 
 # Key and metadata data buffers start this small and grow (most logs have neither).
 _SMALL_DATA = 1 << 20
@@ -174,12 +174,12 @@ def same(cols: Columns) -> Columns:
     return cols
 
 
-def lengths(col: BinaryColumn, n: int) -> np.ndarray:
-    """The lengths of the first ``n`` rows of a scanned binary column, NULL_LEN for a null."""
-    lens = np.diff(col.offsets[:n + 1]).astype(np.uint32)
+def lengths(col: BinaryColumn, n: int, start: int = 0) -> np.ndarray:
+    """The lengths of rows ``[start, n)`` of a scanned binary column, NULL_LEN for a null."""
+    lens = np.diff(col.offsets[start:n + 1]).astype(np.uint32)
     if col.null_count:
-        valid = np.unpackbits(col.validity[:(n + 7) // 8], count=n, bitorder="little")
-        lens[valid == 0] = fmt.NULL_LEN
+        bits = np.unpackbits(col.validity[start >> 3:(n + 7) >> 3], bitorder="little")
+        lens[bits[start & 7:(start & 7) + n - start] == 0] = fmt.NULL_LEN
     return lens
 
 
@@ -191,20 +191,26 @@ def packed(col: BinaryColumn | None, n: int, none_if_null: bool) -> PackedBytes 
     return PackedBytes(col.data[:int(col.offsets[n])], lengths(col, n))
 
 
-class Merged:
-    """One binary column of several scanned Columns, as one buffer, for taking rows in any
-    order: a run of rows that lie together is one slice."""
+#: Rows ``[a, b)`` of a scan.
+Slice = tuple[Columns, int, int]
 
-    def __init__(self, chunks: list[Columns], name: str) -> None:
+
+class Merged:
+    """One binary column of several scanned Columns (or :data:`Slice` s of them), as one
+    buffer, for taking rows in any order: a run of rows that lie together is one slice."""
+
+    def __init__(self, chunks: list[Columns] | list[Slice], name: str) -> None:
         lens, starts, datas = [], [], []
         base = 0
-        for c in chunks:
+        for chunk in chunks:
+            c, a, b = (chunk, 0, chunk.rows) if isinstance(chunk, Columns) else chunk
             col = getattr(c, name)
-            lens.append(lengths(col, c.rows))
-            starts.append(col.offsets[:c.rows].astype(np.int64) + base)
-            used = int(col.offsets[c.rows])
-            datas.append(col.data[:used])
-            base += used
+            lens.append(lengths(col, b, a))
+            offs = col.offsets[a:b + 1].astype(np.int64)
+            lo, hi = int(offs[0]), int(offs[-1])
+            starts.append(offs[:-1] + (base - lo))
+            datas.append(col.data[lo:hi])
+            base += hi - lo
         self.lens = np.concatenate(lens)
         self.starts = np.concatenate(starts)
         self.sizes = np.where(self.lens == fmt.NULL_LEN, 0, self.lens).astype(np.int64)
@@ -232,14 +238,16 @@ def packed_rows(c: Columns) -> PackedRows:
     return packed(c.value, n, False), packed(c.key, n, True), packed(c.metadata, n, True), c.timestamps[:n]
 
 
-def merged_by_timestamp(chunks: list[Columns], rows: int) -> Iterator[PackedRows]:
-    """The rows of ``chunks`` (scans of :data:`RECORD_COLUMNS`, in order) stably sorted by
-    timestamp, at most ``rows`` at a time: one sorted batch of them all."""
+def merged_by_timestamp(chunks: list[Columns] | list[Slice], rows: int) -> Iterator[PackedRows]:
+    """The rows of ``chunks`` (scans of :data:`RECORD_COLUMNS`, or :data:`Slice` s of them,
+    in order) stably sorted by timestamp, at most ``rows`` at a time: one sorted batch of
+    them all. Their data is copied into one buffer per column."""
     if not chunks:
         return
-    ts = np.concatenate([c.timestamps[:c.rows] for c in chunks if c.timestamps is not None])
+    spans = [(c, 0, c.rows) if isinstance(c, Columns) else c for c in chunks]
+    ts = np.concatenate([c.timestamps[a:b] for c, a, b in spans if c.timestamps is not None])
     order = np.argsort(ts, kind="stable") if len(ts) > 1 and (np.diff(ts) < 0).any() else None
-    cols = {name: Merged(chunks, name) for name in ("value", "key", "metadata")}
+    cols = {name: Merged(spans, name) for name in ("value", "key", "metadata")}
     for a in range(0, len(ts), rows):
         take = np.arange(a, min(a + rows, len(ts))) if order is None else order[a:a + rows]
         # runs: rows that follow each other in the merged buffers, each taken as one slice
@@ -260,22 +268,62 @@ def packed_chunks(log: Any, rows: int, nbytes: int) -> Iterator[PackedRows]:
             yield packed_rows(c)
 
 
-def scan_logs(logs: list[Any]) -> list[Columns]:
-    """The records of ``logs``, in order, as scans of :data:`RECORD_COLUMNS` (their data
-    copied into memory: for :func:`merged_by_timestamp`)."""
-    return [c for log in logs for part in parts(log, log.start_offset, log.stable_offset, 1)
-            for c in scan_part(part, RECORD_COLUMNS, None, same)]
+def _ordered_chunks(log: Any, rows: int, nbytes: int) -> Iterator[Columns]:
+    """Scans of :data:`RECORD_COLUMNS` of ``log``'s records, as :func:`packed_chunks`
+    reads them; CorruptRecordError if its timestamps ever decrease (a Log's never do)."""
+    last = -1
+    for part in parts(log, log.start_offset, log.stable_offset, 1):
+        for c in scan_part(part, RECORD_COLUMNS, rows, same, batch_bytes=nbytes):
+            assert c.timestamps is not None and c.offsets is not None  # scanned
+            ts = c.timestamps[:c.rows]
+            down = np.flatnonzero(np.diff(ts, prepend=last) < 0)
+            if len(down):
+                raise CorruptRecordError(part.seg.store_path, 0, int(c.offsets[down[0]]),
+                                         f"timestamp {int(ts[down[0]])} is below the one before it")
+            last = int(ts[-1])
+            yield c
 
 
-def merged_records(logs: list[Any], rows: int) -> Iterator[PackedRows]:
-    """:func:`merged_by_timestamp` of ``logs`` with no copy of the data: the values, keys
-    and metadata as lists of views over the logs' maps (a Record per record; for merges too
-    big to hold in memory)."""
-    recs = [r for log in logs for r in log.scan(log.start_offset, log.stable_offset)]
-    ts = np.array([r.timestamp for r in recs], np.int64)
-    if len(ts) > 1 and (np.diff(ts) < 0).any():
-        recs = [recs[i] for i in np.argsort(ts, kind="stable").tolist()]
-    for a in range(0, len(recs), rows):
-        chunk = recs[a:a + rows]
-        yield ([r.value for r in chunk], [r.key for r in chunk], [r.metadata for r in chunk],
-               np.array([r.timestamp for r in chunk], np.int64))
+def merged_logs(logs: list[Any], rows: int, nbytes: int) -> Iterator[PackedRows]:
+    """The records of ``logs`` (read-only, up to their stable offsets) as one stable sort of
+    them all by timestamp would order them (ties: ``logs`` in order, each log in its
+    order), at most ``rows`` at a time, with bounded memory: each log is read in chunks of
+    ``rows // len(logs)`` rows and ``nbytes // len(logs)`` bytes per column (more only for
+    a single record), and each round merges every row read that no row still unread can
+    precede. A log's timestamps never decrease, so no unread row of log ``k`` precedes
+    ``(its last read timestamp, k)``; the least of these bounds the round, and the log
+    that holds it has all its chunk taken."""
+    k = len(logs)
+    its = [_ordered_chunks(log, max(1, rows // k), max(1, nbytes // k)) for log in logs]
+    heads: list[list[Any] | None] = [None] * k  # [chunk, first row not taken yet] per log
+
+    def fill(i: int) -> None:
+        heads[i] = next(([c, 0] for c in its[i] if c.rows), None)
+
+    for i in range(k):
+        fill(i)
+    while True:
+        live = [i for i in range(k) if heads[i] is not None]
+        if not live:
+            return
+        bound_ts, bound_i = min((int(heads[i][0].timestamps[heads[i][0].rows - 1]), i)  # type: ignore[index]
+                                for i in live)
+        spans: list[Slice] = []
+        for i in live:
+            head = heads[i]
+            assert head is not None
+            c, p = head
+            if i == bound_i:
+                n = c.rows
+            else:  # rows before (bound_ts, bound_i): ties go to the earlier log
+                ts = c.timestamps[p:c.rows]
+                n = p + int(np.searchsorted(ts, bound_ts, side="right") if i < bound_i
+                            else np.searchsorted(ts, bound_ts, side="left"))
+            if n > p:
+                spans.append((c, p, n))
+                head[1] = n
+        yield from merged_by_timestamp(spans, rows)
+        for i in live:
+            head = heads[i]
+            if head is not None and head[1] == head[0].rows:
+                fill(i)

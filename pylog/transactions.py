@@ -92,12 +92,10 @@ _DONE_PREFIX = ".done-"
 #: An externally coordinated transaction (Spark) untouched this long is discarded at open.
 ABANDON_SECONDS = 7 * 24 * 3600
 #: Records per append_batch call of an apply, and bytes per column of one call (more only
-#: for a single record).
+#: for a single record); several contributors of one partition are read in chunks of a
+#: share of these each (pylog.columnar.merged_logs), whatever they staged.
 _APPLY_CHUNK = 1 << 16
 _APPLY_BYTES = 64 << 20
-#: Staged bytes of one partition up to which several contributors' records are merged in
-#: memory as columns; above, as Records over the staged Logs' maps (no copy of the data).
-_MERGE_MAX_BYTES = 256 << 20
 
 #: What a contributor staged for one target partition: (topic, partition, path of its
 #: staging Log relative to the transaction's directory, record count). Picklable.
@@ -604,7 +602,7 @@ def _staged_records(txn_dir: str, staged: list[tuple[str, int]]) -> Iterator[col
     """The staged records of one partition in chunks, checked against the decision's
     counts, as columns (a CRC-checked C scan of each staged Log: no Python object per
     record). Several staged Logs (contributors) are merged by timestamp (stable), as one
-    sorted batch would be."""
+    sorted batch would be, reading each in chunks (bounded memory)."""
     srcs = []
     try:
         for rel, count in staged:
@@ -621,10 +619,8 @@ def _staged_records(txn_dir: str, staged: list[tuple[str, int]]) -> Iterator[col
         logs = [src for src, _rel, _count in srcs]
         if len(logs) == 1:
             yield from columnar.packed_chunks(logs[0], _APPLY_CHUNK, _APPLY_BYTES)
-        elif sum(log.size_bytes for log in logs) <= _MERGE_MAX_BYTES:
-            yield from columnar.merged_by_timestamp(columnar.scan_logs(logs), _APPLY_CHUNK)
         else:
-            yield from columnar.merged_records(logs, _APPLY_CHUNK)
+            yield from columnar.merged_logs(logs, _APPLY_CHUNK, _APPLY_BYTES)
     finally:
         for src, _rel, _count in srcs:
             src.close()

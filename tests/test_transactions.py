@@ -505,13 +505,13 @@ _STAGED = st.lists(st.lists(st.tuples(
 
 @settings(max_examples=scaled(40, 300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(contributors=_STAGED, before=st.integers(0, 14), chunk=st.integers(1, 7),
-       chunk_bytes=st.sampled_from([1, 7, 64 << 20]), in_memory=st.booleans())
+       chunk_bytes=st.sampled_from([1, 7, 20, 64 << 20]))
 def test_an_apply_merges_the_contributors_as_one_sorted_batch(tmp_path_factory, contributors, before, chunk,
-                                                              chunk_bytes, in_memory):
+                                                              chunk_bytes):
     """A commit applies what several contributors (Spark tasks) staged for one partition as
     one batch stably sorted by timestamp, each timestamp raised to the partition's latest,
-    keys, metadata and tombstones as staged; in chunks of any number of rows and bytes,
-    merged in memory as columns (taken in runs) or, past the size limit, as Records."""
+    keys, metadata and tombstones as staged; in chunks of any number of rows and bytes
+    (each contributor read in chunks of a share of them, merged as columns taken in runs)."""
     root = tmp_path_factory.mktemp("apply")
     model = []
     for recs in contributors:  # a contributor's timestamps never decrease (its staging Log's)
@@ -521,9 +521,8 @@ def test_an_apply_merges_the_contributors_as_one_sorted_batch(tmp_path_factory, 
     for v, k, m, t in model:
         last = max(last, t)
         expected.append((v, k, m, last))
-    saved = transactions._APPLY_CHUNK, transactions._APPLY_BYTES, transactions._MERGE_MAX_BYTES
+    saved = transactions._APPLY_CHUNK, transactions._APPLY_BYTES
     transactions._APPLY_CHUNK, transactions._APPLY_BYTES = chunk, chunk_bytes
-    transactions._MERGE_MAX_BYTES = saved[2] if in_memory else -1
     try:
         with _store(root, a=1) as s:
             s.topic("a").append(b"before", timestamp=before, partition=0)
@@ -541,7 +540,7 @@ def test_an_apply_merges_the_contributors_as_one_sorted_batch(tmp_path_factory, 
                     None if r.metadata is None else bytes(r.metadata), r.timestamp)
                    for r in s.topic("a").partition(0).scan(1)]
     finally:
-        transactions._APPLY_CHUNK, transactions._APPLY_BYTES, transactions._MERGE_MAX_BYTES = saved
+        transactions._APPLY_CHUNK, transactions._APPLY_BYTES = saved
     assert got == expected
 
 

@@ -1,0 +1,185 @@
+"""The apply of a decided transaction (pylog.transactions._apply over pylog.columnar): staged
+Logs of several segments, values larger than an apply's chunk, damaged staging, and memory
+that stays bounded however much several contributors staged for one partition."""
+from __future__ import annotations
+
+import glob
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import pylog
+from pylog import transactions
+
+
+def _b(x):
+    return None if x is None else bytes(x)
+
+
+@pytest.fixture
+def small_segments(monkeypatch):
+    """Staging Logs roll every 4 KiB (Stager._log opens them with the defaults)."""
+    real = transactions.Log
+
+    def log(path, *a, **kw):
+        if not kw.get("readonly"):
+            kw["segment_bytes"] = 4096
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(transactions, "Log", log)
+
+
+def _commit(root, contributors, before=()):
+    """Stage ``contributors`` (lists of (value, key, metadata, timestamp), each in
+    timestamp order) for partition 0 of topic "a" (holding ``before``), commit; return what
+    the transaction appended and the segments of each staging Log."""
+    with pylog.LogStore(root) as s:
+        s.create_topic("a", partitions=1)
+        for v, k, m, t in before:
+            s.topic("a").append(v, key=k, metadata=m, timestamp=t, partition=0)
+        txn = transactions.begin_external(str(root))
+        parts, segments = [], []
+        for recs in contributors:
+            stager = transactions.Stager(str(root), txn)
+            for v, k, m, t in recs:
+                stager.append("a", 0, v, k, m, t)
+            segments += [len(log.segments()) for log in stager._logs.values()]
+            parts += stager.prepare()
+        tx = transactions.Transaction(s, txn_id=txn)
+        tx.add_staged(parts)
+        tx.commit()
+        got = [(_b(r.value), _b(r.key), _b(r.metadata), r.timestamp)
+               for r in s.topic("a").partition(0).scan(len(before))]
+    return got, segments
+
+
+def _model(contributors, before=()):
+    """One stable sort by timestamp of the contributors' records (in their order), each
+    timestamp raised to the partition's latest."""
+    recs = sorted((r for c in contributors for r in c), key=lambda r: r[3])
+    last = max((t for *_x, t in before), default=-1)
+    out = []
+    for v, k, m, t in recs:
+        last = max(last, t)
+        out.append((v, k, m, last))
+    return out
+
+
+def _records(rng, n, tmax, big=0):
+    """``n`` records in timestamp order: tombstones, empty values beside nulls, null and
+    empty keys and metadata; with ``big``, some values of up to that many bytes."""
+    out = []
+    for t in sorted(rng.integers(0, tmax + 1, n).tolist()):
+        c = rng.random()
+        if c < 0.2:
+            v = None
+        elif c < 0.4:
+            v = b""
+        elif big and c > 0.8:
+            v = rng.bytes(int(rng.integers(big // 2, big + 1)))
+        else:
+            v = rng.bytes(int(rng.integers(1, 60)))
+        k = [None, b"", b"k%d" % t][int(rng.integers(0, 3))]
+        m = [None, b"", b"m"][int(rng.integers(0, 3))]
+        out.append((v, k, m, t))
+    return out
+
+
+@pytest.mark.parametrize("contributors", [1, 3])
+@pytest.mark.parametrize(("chunk", "chunk_bytes"), [(1 << 16, 64 << 20), (37, 1000)])
+def test_staged_logs_of_several_segments_apply_whole(tmp_path, small_segments, contributors, chunk, chunk_bytes,
+                                                     monkeypatch):
+    rng = np.random.default_rng(contributors * 1000 + chunk)
+    monkeypatch.setattr(transactions, "_APPLY_CHUNK", chunk)
+    monkeypatch.setattr(transactions, "_APPLY_BYTES", chunk_bytes)
+    staged = [_records(rng, 700, 40) for _ in range(contributors)]
+    before = [(b"x", b"", None, 20)]  # some staged timestamps are below it: raised
+    got, segments = _commit(tmp_path / "r", staged, before)
+    assert min(segments) >= 5
+    assert got == _model(staged, before)
+
+
+@pytest.mark.parametrize("contributors", [1, 2])
+def test_values_larger_than_an_apply_chunk(tmp_path, monkeypatch, contributors):
+    """Values of MiB, some larger than the bytes of an apply's chunk (each goes alone)."""
+    rng = np.random.default_rng(contributors)
+    monkeypatch.setattr(transactions, "_APPLY_BYTES", 1 << 20)
+    staged = [_records(rng, 16, 6, big=3 << 19) for _ in range(contributors)]
+    assert max(len(v or b"") for c in staged for v, *_x in c) > 1 << 20
+    got, _segments = _commit(tmp_path / "r", staged)
+    assert got == _model(staged)
+
+
+@pytest.mark.parametrize("contributors", [1, 3])
+@pytest.mark.parametrize("where", ["middle", "last"])
+def test_a_flipped_byte_in_a_staged_store_appends_nothing(tmp_path, small_segments, contributors, where):
+    """A staging store damaged after prepare: the commit raises CorruptRecordError, no
+    reader sees a record of the transaction, and every reopen raises it again (the
+    transaction stays decided) rather than append a byte of it."""
+    root = tmp_path / "r"
+    s = pylog.LogStore(root)
+    s.create_topic("a", partitions=1)
+    s.topic("a").append(b"before", partition=0)
+    txn = transactions.begin_external(str(root))
+    parts = []
+    for c in range(contributors):
+        stager = transactions.Stager(str(root), txn)
+        stager.append_batch("a", 0, [b"<%d:%05d>" % (c, i) * 4 for i in range(300)])
+        parts += stager.prepare()
+    stores = sorted(glob.glob(str(root / "~txn" / txn / "*" / "a" / "0" / "*.log")))
+    assert len(stores) >= 5 * contributors
+    path = stores[len(stores) // 2] if where == "middle" else stores[-1]
+    with open(path, "r+b") as f:
+        data = f.read()
+        at = data.rfind(b"<")
+        f.seek(at + 3)
+        f.write(bytes([data[at + 3] ^ 1]))
+    tx = transactions.Transaction(s, txn_id=txn)
+    tx.add_staged(parts)
+    with pytest.raises(pylog.CorruptRecordError):
+        tx.commit()
+    assert [bytes(r.value) for r in s.topic("a").partition(0).scan()] == [b"before"]
+    s.close()
+    for _ in range(2):
+        with pytest.raises(pylog.CorruptRecordError):
+            pylog.LogStore(root)
+    reader = pylog.Log(str(root / "a" / "partition-0"), readonly=True)
+    assert [bytes(x.value) for x in reader.scan()] == [b"before"]
+    reader.close()
+
+
+def _apply_peak(root, contributors, n):
+    """Peak bytes traced (Python and numpy) while ``contributors`` staging Logs of ``n``
+    records each, in interleaved timestamps, are applied to one partition."""
+    with pylog.LogStore(root) as s:
+        s.create_topic("a", partitions=1)
+        txn = transactions.begin_external(str(root))
+        parts = []
+        for c in range(contributors):
+            stager = transactions.Stager(str(root), txn)
+            stager.append_batch("a", 0, [b"v%07d" % i for i in range(n)],
+                                timestamps=[contributors * i + c for i in range(n)])
+            parts += stager.prepare()
+        tx = transactions.Transaction(s, txn_id=txn)
+        tx.add_staged(parts)
+        tracemalloc.start()
+        try:
+            tx.commit()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        got = [bytes(r.value) for r in s.topic("a").partition(0).scan()]
+        assert got == [b"v%07d" % i for i in range(n) for _c in range(contributors)]
+    return peak
+
+
+@pytest.mark.parametrize("contributors", [2, 4])
+def test_a_merge_holds_a_bounded_share_of_the_staged_records(tmp_path, monkeypatch, contributors):
+    """Several contributors for one partition: the apply reads them in chunks, so its
+    memory does not grow with what they staged (4x the records: not 4x the memory)."""
+    monkeypatch.setattr(transactions, "_APPLY_CHUNK", 400)
+    monkeypatch.setattr(transactions, "_APPLY_BYTES", 16 << 10)
+    small = _apply_peak(tmp_path / "small", contributors, 2_000)
+    large = _apply_peak(tmp_path / "large", contributors, 8_000)
+    assert large < 1.5 * small, (small, large)
