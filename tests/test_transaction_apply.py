@@ -4,13 +4,21 @@ that stays bounded however much several contributors staged for one partition.""
 from __future__ import annotations
 
 import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
 import tracemalloc
 
 import numpy as np
 import pytest
+from conftest import py_env, strace_path
 
 import pylog
 from pylog import transactions
+
+STRACE = strace_path()
 
 
 def _b(x):
@@ -183,3 +191,64 @@ def test_a_merge_holds_a_bounded_share_of_the_staged_records(tmp_path, monkeypat
     small = _apply_peak(tmp_path / "small", contributors, 2_000)
     large = _apply_peak(tmp_path / "large", contributors, 8_000)
     assert large < 1.5 * small, (small, large)
+
+
+# ----------------------------------------------------------------------------------------
+# a SIGKILL during a merge's apply: the next open rolls it forward, every record once
+_COMMIT_CHILD = """
+import json, sys, pylog
+from pylog import transactions
+transactions._APPLY_CHUNK = 40
+root, txn, parts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+s = pylog.LogStore(root)
+tx = transactions.Transaction(s, txn_id=txn)
+tx.add_staged([tuple(p) for p in parts])
+tx.commit()
+print("committed", flush=True)
+"""
+
+
+@pytest.mark.skipif(STRACE is None, reason="needs strace")
+def test_sigkill_during_a_merge_apply_leaves_every_record_once(tmp_path):
+    """Three contributors staged interleaved timestamps for one partition (which rolls
+    segments while the merge is applied); the committing process is killed at every n-th
+    write, rename, fsync or truncate: after the next open the partition holds its record
+    from before and either none of the transaction or all of it, in merged order, once."""
+    template = tmp_path / "template"
+    staged = [[(b"<%d:%04d>" % (c, i) + b"." * 3000, None if i % 3 else b"k", None, 3 * i + c) for i in range(120)]
+              for c in range(3)]
+    with pylog.LogStore(template) as s:
+        s.create_topic("a", partitions=1, segment_bytes=64 << 10)
+        s.topic("a").append(b"before", timestamp=0, partition=0)
+        txn = transactions.begin_external(str(template))
+        parts = []
+        for recs in staged:
+            stager = transactions.Stager(str(template), txn)
+            for v, k, m, t in recs:
+                stager.append("a", 0, v, k, m, t)
+            parts += stager.prepare()
+    whole = [(b"before", None, None, 0), *_model(staged)]
+    outcomes = []
+    n = 1
+    while True:
+        root = tmp_path / f"r{n}"
+        shutil.copytree(template, root)
+        p = subprocess.run([STRACE, "-f", "-o", os.devnull, "-e",
+                            f"inject=pwrite64,pwritev,write,rename,renameat,renameat2,fsync,fdatasync,ftruncate:"
+                            f"signal=SIGKILL:when={n}",
+                            sys.executable, "-c", _COMMIT_CHILD, str(root), txn, json.dumps(parts)],
+                           capture_output=True, text=True, env=py_env(), timeout=120)
+        acked = "committed" in p.stdout
+        decided = os.path.exists(root / "~txn" / txn / transactions.DECISION_FILE) or not os.path.isdir(
+            root / "~txn" / txn)
+        with pylog.LogStore(root) as s:
+            got = [(_b(r.value), _b(r.key), _b(r.metadata), r.timestamp) for r in s.topic("a").partition(0).scan()]
+        assert got == (whole if decided or acked else whole[:1]), (n, len(got))
+        outcomes.append(decided)
+        shutil.rmtree(root)
+        if acked:
+            break
+        n += 3
+        assert n < 600
+    # killed before the decision, and after it, part way through the apply (several times)
+    assert False in outcomes and outcomes.count(True) >= 4, outcomes
