@@ -276,7 +276,7 @@ def _ordered_chunks(log: Any, rows: int, nbytes: int) -> Iterator[Columns]:
         for c in scan_part(part, RECORD_COLUMNS, rows, same, batch_bytes=nbytes):
             assert c.timestamps is not None and c.offsets is not None  # scanned
             ts = c.timestamps[:c.rows]
-            down = np.flatnonzero(np.diff(ts, prepend=last) < 0)
+            down = np.flatnonzero(np.diff(ts, prepend=np.int64(last)) < 0)
             if len(down):
                 raise CorruptRecordError(part.seg.store_path, 0, int(c.offsets[down[0]]),
                                          f"timestamp {int(ts[down[0]])} is below the one before it")

@@ -252,3 +252,30 @@ def test_sigkill_during_a_merge_apply_leaves_every_record_once(tmp_path):
         assert n < 600
     # killed before the decision, and after it, part way through the apply (several times)
     assert False in outcomes and outcomes.count(True) >= 4, outcomes
+
+
+def test_a_staged_log_whose_timestamps_decrease_is_a_corrupt_record_error(tmp_path, small_segments):
+    """A merge relies on each staging Log's timestamps never decreasing (a Log refuses
+    that): a staged Log made to hold 10 then 5 (a segment swapped in from another, every
+    frame CRC-valid) stops the commit with CorruptRecordError, nothing appended."""
+    root = tmp_path / "r"
+    s = pylog.LogStore(root)
+    s.create_topic("a", partitions=1)
+    txn = transactions.begin_external(str(root))
+    parts, dirs = [], []
+    for c, ts in enumerate(([5, 5], [10, 10], [7])):
+        stager = transactions.Stager(str(root), txn)
+        for t in ts:
+            stager.append("a", 0, b"%d" % c * 3000, None, None, t)  # a segment per record
+        dirs.append(stager._logs["a", 0].path)
+        parts += stager.prepare()
+    first = "0" * 20
+    for ext in (".log", ".index", ".timeindex"):  # contributor 0: offset 0 at 10, offset 1 at 5
+        if os.path.exists(os.path.join(dirs[1], first + ext)):
+            shutil.copyfile(os.path.join(dirs[1], first + ext), os.path.join(dirs[0], first + ext))
+    tx = transactions.Transaction(s, txn_id=txn)
+    tx.add_staged(parts)
+    with pytest.raises(pylog.CorruptRecordError, match="timestamp 5 is below"):
+        tx.commit()
+    assert len(s.topic("a").partition(0)) == 0
+    s.close()
