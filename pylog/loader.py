@@ -138,6 +138,10 @@ class LogLoading(LogState):
         if mark is None:
             return
         self._cap = mark[1]
+        # the roll forward lives in the layer above (it registers itself in STABLE_HOOKS when
+        # imported): a process that never imported it must still finish the apply before its
+        # own appends, which the roll forward would otherwise cut
+        from pylog import transactions  # noqa: F401
         for hook in STABLE_HOOKS:
             hook(self)
 

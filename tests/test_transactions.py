@@ -702,3 +702,32 @@ def test_a_marker_whose_fsync_fails_does_not_hide_later_appends_from_readers(tmp
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[b'a0', b'a1']"
     s.close()
+
+
+def test_a_plain_log_writer_in_a_process_that_never_imported_transactions_rolls_forward(tmp_path, monkeypatch):
+    """The roll forward registers itself when pylog.transactions is imported; a process
+    that only uses pylog.Log must still finish a decided, half-applied transaction before
+    its own appends: else the next store open cuts them back to the transaction's start
+    (an acknowledged append lost)."""
+    root = tmp_path / "r"
+    s = pylog.LogStore(root)
+    s.create_topic("t", fsync="always")
+    s.topic("t").append(b"before")
+    _interrupted_apply(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        with s.transaction() as tx:
+            for i in range(50):
+                tx.append("t", b"tx%d" % i, partition=0)
+    monkeypatch.undo()
+    s.close()
+    p = run_py("""
+        import sys, pylog
+        assert "pylog.transactions" not in sys.modules
+        with pylog.Log(sys.argv[1], fsync="always") as log:
+            print(log.append(b"acknowledged"))
+    """, str(root / "t" / "partition-0"))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "51"
+    with pylog.LogStore(root) as s:
+        want = [b"before"] + [b"tx%d" % i for i in range(50)] + [b"acknowledged"]
+        assert _values(s.topic("t").partition(0)) == want
