@@ -480,9 +480,21 @@ class Consumer:
         return out
 
     def __iter__(self) -> Any:
-        """Records forever (each poll waits up to a second); stop with ``break``."""
+        """Records forever (each poll waits up to a second); stop with ``break``. A position
+        moves past a record only once the record is yielded, so :meth:`commit` after a
+        ``break`` commits only what the loop took (not the rest of the poll's batch). A
+        :meth:`seek` inside the loop drops the rest of that partition's batch."""
         while True:
-            yield from self.poll(timeout_ms=1000)
+            batch = self.poll_partitions(timeout_ms=1000)
+            for p, recs in batch.items():
+                self._pos[p] = recs[0][0]  # back to the first record not yet handed out
+            for p, recs in batch.items():
+                want = recs[0][0]
+                for r in recs:
+                    if self._pos.get(p) != want:
+                        break  # sought meanwhile, or revoked
+                    self._pos[p] = want = r[0] + 1  # handed out as it is yielded
+                    yield r
 
     # -- committing ------------------------------------------------------------------------
     def _offset_path(self, p: int) -> str:

@@ -316,3 +316,42 @@ def test_consumer_against_model(tmp_path_factory, ops):
             assert [c.position(p) for p in (0, 1)] == pos
     finally:
         s.close()
+
+
+def test_iterating_commits_only_what_the_loop_took(store):
+    """``for rec in consumer: ... break`` then commit(): the group resumes right after the
+    last record the loop took, not after the rest of the poll's batch (it used to commit
+    the whole batch: records never handed out were skipped by the group)."""
+    t = store.create_topic("t", partitions=2)
+    fill(t, 10)
+    c = store.consumer("t", group="g")
+    took = []
+    for rec in c:
+        took.append(bytes(rec.value))
+        if len(took) == 3:
+            break
+    c.commit()
+    c.close()
+    part = int(took[0][1:2])
+    assert took == [b"p%d-%d" % (part, i) for i in range(3)]
+    c = store.consumer("t", group="g")
+    assert c.committed() == {part: 3, 1 - part: 0}
+    rest = c.poll(max_records=100)
+    assert sorted(bytes(r.value) for r in rest) == sorted(
+        [b"p%d-%d" % (part, i) for i in range(3, 10)] + [b"p%d-%d" % (1 - part, i) for i in range(10)])
+    c.close()
+
+
+def test_seek_inside_the_iteration_is_obeyed(store):
+    t = store.create_topic("t")
+    fill(t, 6)
+    c = store.consumer("t", group="g")
+    took = []
+    for rec in c:
+        took.append(rec.offset)
+        if rec.offset == 3 and len(took) == 4:
+            c.seek(0, 1)  # the rest of this batch (4, 5) is not handed out
+        if len(took) == 9:
+            break
+    assert took == [0, 1, 2, 3, 1, 2, 3, 4, 5]
+    c.close()
