@@ -284,46 +284,73 @@ def _ordered_chunks(log: Any, rows: int, nbytes: int) -> Iterator[Columns]:
             yield c
 
 
+#: Rows of a chunk that :func:`merged_logs` reads from one log, however many logs it
+#: merges (unless ``rows`` is fewer): ~28 bytes of arrays each, beside the data.
+_MERGE_MIN_ROWS = 1024
+
+
 def merged_logs(logs: list[Any], rows: int, nbytes: int) -> Iterator[PackedRows]:
     """The records of ``logs`` (read-only, up to their stable offsets) as one stable sort of
     them all by timestamp would order them (ties: ``logs`` in order, each log in its
     order), at most ``rows`` at a time, with bounded memory: each log is read in chunks of
-    ``rows // len(logs)`` rows and ``nbytes // len(logs)`` bytes per column (more only for
-    a single record), and each round merges every row read that no row still unread can
+    ``rows // len(logs)`` rows (at least :data:`_MERGE_MIN_ROWS`, fewer rounds) and
+    ``nbytes // len(logs)`` bytes per column (more only for a single record), and each
+    round takes every row read that no row still unread can
     precede. A log's timestamps never decrease, so no unread row of log ``k`` precedes
     ``(its last read timestamp, k)``; the least of these bounds the round, and the log
-    that holds it has all its chunk taken."""
+    that holds it has all its chunk taken. Rounds are merged (one stable sort by
+    timestamp: a round's rows all precede the next round's) once they hold ``rows`` rows
+    or ``nbytes`` bytes."""
     k = len(logs)
-    its = [_ordered_chunks(log, max(1, rows // k), max(1, nbytes // k)) for log in logs]
-    heads: list[list[Any] | None] = [None] * k  # [chunk, first row not taken yet] per log
+    share = max(rows // k, min(rows, _MERGE_MIN_ROWS))
+    its = [_ordered_chunks(log, share, max(1, nbytes // k)) for log in logs]
+    heads: list[Any] = [None] * k  # each log's chunk read, and its first row not taken
+    pos = [0] * k
+    done = np.iinfo(np.int64).max
+    first = np.full(k, done, np.int64)  # timestamp of each log's first row not taken
+    last = np.full(k, done, np.int64)  # of its last row read
 
     def fill(i: int) -> None:
-        heads[i] = next(([c, 0] for c in its[i] if c.rows), None)
+        c = heads[i] = next((c for c in its[i] if c.rows), None)
+        pos[i] = 0
+        if c is not None:
+            assert c.timestamps is not None  # scanned
+            first[i], last[i] = c.timestamps[0], c.timestamps[c.rows - 1]
+        else:
+            first[i] = last[i] = done
+
+    def size(c: Columns, a: int, b: int) -> int:
+        return sum(int(col.offsets[b]) - int(col.offsets[a]) for _name, col in c.binary())
 
     for i in range(k):
         fill(i)
+    spans: list[Slice] = []
+    held = held_bytes = 0
     while True:
-        live = [i for i in range(k) if heads[i] is not None]
-        if not live:
-            return
-        bound_ts, bound_i = min((int(heads[i][0].timestamps[heads[i][0].rows - 1]), i)  # type: ignore[index]
-                                for i in live)
-        spans: list[Slice] = []
-        for i in live:
-            head = heads[i]
-            assert head is not None
-            c, p = head
-            if i == bound_i:
+        b = int(np.argmin(last))  # the least (last timestamp read, log)
+        bound = int(last[b])
+        if bound == done:
+            break
+        took = np.flatnonzero(first <= bound).tolist()  # the logs with rows to take, in order
+        for i in took:
+            c, p = heads[i], pos[i]
+            if i == b:
                 n = c.rows
-            else:  # rows before (bound_ts, bound_i): ties go to the earlier log
+            else:  # rows before (bound, b): ties go to the earlier log
                 ts = c.timestamps[p:c.rows]
-                n = p + int(np.searchsorted(ts, bound_ts, side="right") if i < bound_i
-                            else np.searchsorted(ts, bound_ts, side="left"))
+                n = p + int(np.searchsorted(ts, bound, side="right") if i < b
+                            else np.searchsorted(ts, bound, side="left"))
             if n > p:
                 spans.append((c, p, n))
-                head[1] = n
-        yield from merged_by_timestamp(spans, rows)
-        for i in live:
-            head = heads[i]
-            if head is not None and head[1] == head[0].rows:
+                held += n - p
+                held_bytes += size(c, p, n)
+                pos[i] = n
+                if n < c.rows:
+                    first[i] = c.timestamps[n]
+        if held >= rows or held_bytes >= nbytes:
+            yield from merged_by_timestamp(spans, rows)
+            spans, held, held_bytes = [], 0, 0
+        for i in took:
+            if pos[i] == heads[i].rows:
                 fill(i)
+    yield from merged_by_timestamp(spans, rows)
