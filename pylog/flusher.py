@@ -1,8 +1,14 @@
 """One background thread that serves every open log's ``flush_ms`` timer, and an
-``atexit`` hook that hands buffered appends to the OS when the interpreter exits."""
+``atexit`` hook that hands buffered appends to the OS when the interpreter exits.
+
+A process forked from one with open logs (``os.fork``, ``multiprocessing``'s "fork") starts
+its own thread when it opens a log, and fences the logs it inherited: their lock, write
+buffer and files belong to the parent, so a child that appended through them would
+overwrite the parent's records (appends "acknowledged" in neither process)."""
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 import weakref
@@ -12,6 +18,7 @@ from typing import Protocol
 class _Flushable(Protocol):
     def _timer_flush(self, now_ms: int) -> None: ...
     def write_out(self) -> None: ...
+    def _forked(self) -> None: ...
 
 
 _logs: weakref.WeakSet[_Flushable] = weakref.WeakSet()
@@ -60,3 +67,23 @@ def _at_exit() -> None:
             log.write_out()
         except Exception:
             pass
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: no flusher thread runs here (threads do not survive a fork), a
+    parent thread may have held the lock, and the parent's logs are not this process's to
+    write or flush: each is fenced (``Log._forked``) and forgotten."""
+    global _lock, _thread
+    _lock = threading.Lock()
+    _thread = None
+    inherited = list(_logs)
+    _logs.clear()
+    for log in inherited:
+        try:
+            log._forked()
+        except Exception:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -49,6 +49,7 @@ from pylog.errors import (
     InvalidTimestampError,
     LogClosedError,
     LogFencedError,
+    PylogError,
     ReadOnlyLogError,
     RecordTooLargeError,
 )
@@ -432,6 +433,26 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                 self._close_sync_fd()
                 self._cache.clear()
                 self._release_lock()
+
+    def _forked(self) -> None:
+        """This process was forked from the one that opened the log (see pylog.flusher):
+        fence it here, touching neither its lock nor its files, which stay the parent's.
+        Reads still work; appends raise LogFencedError; close() closes only this process's
+        descriptors. The lock file's descriptor is closed at once, so the parent's lock
+        goes when the parent closes the log, not when this process ends."""
+        self._lock = threading.RLock()  # a thread of the parent may have held the old one
+        self._fenced = PylogError(f"opened by process {os.getppid()}, which this process was forked from: "
+                                  "open the log again in this process")
+        self._writable = None
+        self._framer = self._frame_fast = self._fast_append = None
+        self._queueing = False
+        self._q, self._q_ts = [], []
+        if self._lock_fd >= 0:
+            try:
+                os.close(self._lock_fd)
+            except OSError:
+                pass
+            self._lock_fd = -1
 
     def remove(self) -> None:
         """Close the log and delete its files (and its directory, if nothing else is in it)."""
