@@ -505,3 +505,40 @@ def test_walk_against_a_model_in_both_backends(values, damages, data):
         lost.update(range(first, end))
     assert lost <= bad_offsets
     assert lost | {o for o in bad_offsets if o >= nxt} == bad_offsets
+
+
+@pytest.mark.parametrize("kept", [0, 5, fmt.FILE_HEADER_SIZE - 1])
+def test_a_torn_roll_is_not_reported_as_damage(tmp_path, kept):
+    """A writer killed during a roll (the new store file made, its header not all written;
+    or a roll in progress in another process) leaves a last segment with less than a file
+    header. Readers read every record; read-only verify() and ``pylog verify`` report no
+    damage (they said "bad file header: torn frame" and exited 1); the writer's next open
+    makes it the active segment with a whole header; a whole header that is wrong is still
+    damage."""
+    root = str(tmp_path / "data")
+    with pylog.LogStore(root) as s:
+        t = s.create_topic("t", partitions=1, segment_bytes=4096)
+        t.append_batch([value(i) for i in range(100)], partition=0)
+    part = os.path.join(root, "t", "partition-0")
+    torn = os.path.join(part, f"{100:020d}.log")
+    header = _native.header_encode(fmt.STORE_MAGIC, 100)
+    with open(torn, "wb") as f:
+        f.write(header[:kept])
+    with pylog.Log(part, readonly=True) as ro:
+        assert ro.next_offset == 100 and bytes(ro.read(99).value) == value(99)
+        assert ro.verify() == []
+    v = cli("verify", root=root)
+    assert v.returncode == 0 and v.stdout.startswith("ok"), v
+    with pylog.Log(part) as w:  # the writer's open finishes the roll
+        assert w.next_offset == 100 and w.verify() == []
+        assert w.append(b"after") == 100
+    with open(torn, "rb") as f:
+        assert f.read(fmt.FILE_HEADER_SIZE) == header
+    os.truncate(torn, 0)
+    for ext in (".index", ".timeindex"):
+        os.unlink(torn[:-4] + ext)
+    # a whole header that names another base offset is damage, in the last segment too
+    with open(torn, "wb") as f:
+        f.write(_native.header_encode(fmt.STORE_MAGIC, 7))
+    with pylog.Log(part, readonly=True) as ro:
+        assert any("bad file header" in str(e) for e in ro.verify())
