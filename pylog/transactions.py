@@ -335,10 +335,13 @@ class Transaction:
                                       sub(metadata), t.config.max_record_bytes)
         return parts
 
-    def add_staged(self, parts: Iterable[StagedPart]) -> None:
+    def add_staged(self, parts: Iterable[StagedPart], topic_ids: dict[str, str | None] | None = None) -> None:
         """Include records other contributors staged (what their :meth:`Stager.prepare`
-        returned) in this transaction."""
+        returned) in this transaction; ``topic_ids``: the id each topic had when they staged
+        (``Topic.id``), so the commit refuses a topic deleted and created again since."""
         self._check_open()
+        for topic, tid in (topic_ids or {}).items():
+            self._ids.setdefault(str(topic), tid)
         for part in parts:
             topic, p, rel, count = part
             if not isinstance(rel, str) or os.path.isabs(rel) or ".." in rel.split(os.sep):

@@ -434,6 +434,32 @@ def test_late_task_cannot_recreate_an_aborted_staging(tmp_path):
     assert txn_dirs(tmp_path) == []
 
 
+@pytest.mark.parametrize("recreate", [True, False])
+def test_a_write_never_commits_into_a_topic_deleted_since_it_was_planned(tmp_path, recreate):
+    """A batch write planned for topic f, whose commit comes after another process deleted
+    f (and, or not, created a new f): the commit fails and no staged row lands anywhere
+    (it committed them into the new f, a different topic, or made f again)."""
+    import pyarrow as pa
+
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    make_topic(tmp_path, "f", partitions=2, records=1)
+    w = pylog_spark.PylogWriter({"path": str(tmp_path), "topic": "f"},
+                                StructType([StructField("value", BinaryType())]))
+    staged = w.write(iter([pa.RecordBatch.from_pydict({"value": [b"a", b"b"]})]))
+    with pylog.LogStore(str(tmp_path)) as store:
+        store.delete_topic("f")
+        if recreate:
+            store.create_topic("f", partitions=2).append(b"new", partition=0)
+    with pytest.raises(pylog.transactions.TransactionError, match="deleted since|does not exist"):
+        w.commit([staged])
+    if recreate:
+        assert sorted(v for part in log_contents(tmp_path, "f").values() for (*_x, v, _m) in part) == [b"new"]
+    else:
+        assert not os.path.exists(os.path.join(str(tmp_path), "f"))
+    assert txn_dirs(tmp_path) == []
+
+
 def test_packed_bytes_append(tmp_path):
     from pylog.log import PackedBytes
 

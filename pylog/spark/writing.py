@@ -56,10 +56,12 @@ SINK_ID_FILE = "pylog-sink-id"
 @dataclass
 class _Staged(WriterCommitMessage):
     """What one write task staged into transaction ``txn``: ``parts`` as
-    :meth:`pylog.transactions.Stager.prepare` returns them."""
+    :meth:`pylog.transactions.Stager.prepare` returns them, for the topic that had id
+    ``topic_id`` when the write was planned (None: it did not exist yet)."""
 
     txn: str = ""
     parts: list[tuple[str, int, str, int]] = field(default_factory=list)
+    topic_id: str | None = None
 
 
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
@@ -108,10 +110,11 @@ class _StagingWriter:
     transaction (a :class:`pylog.transactions.Stager` per task attempt)."""
 
     def __init__(self, root: str, txn: str, topic: str, n_partitions: int, late: str,
-                 max_record_bytes: int | None) -> None:
+                 max_record_bytes: int | None, topic_id: str | None = None) -> None:
         self.root = root
         self.txn = txn
         self.topic = topic
+        self.topic_id = topic_id
         self.n = n_partitions
         self.late = late
         self.max_record_bytes = max_record_bytes
@@ -167,7 +170,7 @@ class _StagingWriter:
                 for p, g in groups:
                     log = stager.log_for(self.topic, p, self.max_record_bytes)
                     _append_table(log, pa.Table.from_batches([g]), self.late, self.topic, p)
-            return _Staged(self.txn, stager.prepare())
+            return _Staged(self.txn, stager.prepare(), self.topic_id)
         except BaseException:
             stager.discard()
             raise
@@ -245,6 +248,7 @@ class _Committer:
             raise _err("lateTimestamps", f"expected error or clamp, got {options.get('latetimestamps')!r}")
         self.tag = tag
         self.max_record_bytes: int | None = None
+        self.topic_id: str | None = None  # the topic's id when the job was planned
         self.txn = ""
 
     def begin(self) -> None:
@@ -253,7 +257,7 @@ class _Committer:
 
     def partition_count(self) -> int:
         try:
-            n, cfg = topicmeta._read_topic_file(_topic_dir(self.root, self.topic), self.topic)  # noqa: SLF001
+            n, cfg, self.topic_id = topicmeta._read_topic_meta(_topic_dir(self.root, self.topic), self.topic)  # noqa: SLF001
             self.max_record_bytes = cfg.max_record_bytes
             return n
         except UnknownTopicError:
@@ -286,8 +290,14 @@ class _Committer:
         if len(task_txns) > 1:
             raise PylogError(f"pylog: the tasks of one write staged into {len(task_txns)} transactions")
         txn = task_txns.pop() if task_txns else self.txn
+        # the topic's id when the tasks' write was planned (a streaming commit runs on a
+        # fresh writer: the tasks' messages say); never commit into a topic made since
+        ids = {m.topic_id for m in staged if m.topic_id is not None} or {self.topic_id} - {None}
         try:
-            self._ensure_topic(n_partitions)
+            if len(ids) > 1:
+                raise transactions.TransactionError(f"transaction {txn}: topic {self.topic!r} was deleted since "
+                                                    "records were staged")
+            self._ensure_topic(n_partitions, planned=bool(ids))
             with pylog.LogStore(self.root) as store:  # its open finishes what crashed commits left
                 if sink is not None:
                     done = transactions.last_batch_id(self.root, sink[0])
@@ -295,7 +305,7 @@ class _Committer:
                         return  # a replayed batch: already committed
                 tx = transactions.Transaction(store, txn_id=txn)
                 tx._late_error = self.late == "error"  # noqa: SLF001
-                tx.add_staged([p for m in staged for p in m.parts])
+                tx.add_staged([p for m in staged for p in m.parts], {self.topic: ids.pop()} if ids else None)
                 if sink is not None:
                     tx.set_sink(sink[0], sink[1])
                 try:
@@ -306,14 +316,16 @@ class _Committer:
         finally:
             self.cleanup(messages)
 
-    def _ensure_topic(self, n_partitions: int) -> None:
+    def _ensure_topic(self, n_partitions: int, planned: bool = False) -> None:
         """Create the topic (LogStore layout) if it does not exist yet: only now, when the
-        job commits, so a failed job leaves no trace."""
+        job commits, so a failed job leaves no trace. Not one that existed when the write
+        was planned (``planned``): it was deleted since, and the commit refuses it."""
         try:
             _partitions_of(self.root, self.topic)
             return
         except UnknownTopicError:
-            pass
+            if planned:
+                return
         with pylog.LogStore(self.root) as store:
             try:
                 store.create_topic(self.topic, partitions=n_partitions)
@@ -344,7 +356,7 @@ def _writer_parts(options: dict[str, str], schema: StructType,
     n_partitions = committer.partition_count()
     committer.begin()
     return committer, n_partitions, _StagingWriter(root, committer.txn, committer.topic, n_partitions,
-                                                   committer.late, committer.max_record_bytes)
+                                                   committer.late, committer.max_record_bytes, committer.topic_id)
 
 
 def _local_dir(location: str) -> str:
