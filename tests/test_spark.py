@@ -440,7 +440,6 @@ def test_a_write_never_commits_into_a_topic_deleted_since_it_was_planned(tmp_pat
     f (and, or not, created a new f): the commit fails and no staged row lands anywhere
     (it committed them into the new f, a different topic, or made f again)."""
     import pyarrow as pa
-
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     make_topic(tmp_path, "f", partitions=2, records=1)

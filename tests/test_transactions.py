@@ -558,22 +558,30 @@ def _interrupted_apply(monkeypatch, at_chunk):
     monkeypatch.setattr(transactions, "_staged_records", staged)
 
 
-def test_an_interrupted_apply_fences_its_partition_until_reopened(tmp_path, monkeypatch):
-    """Ctrl-C part way through a decided transaction's apply: the partition's next writer
-    cuts it back to the transaction's start and applies it again, so no append may be
-    acknowledged after the part applied (it would be cut then): the Log refuses appends
-    until it is reopened, and the reopen finishes the transaction."""
-    root = tmp_path / "r"
+def _half_applied(root, monkeypatch):
+    """A store whose topic t (fsync="always": each applied chunk is in the file at once)
+    holds b"before" and a decided transaction of 50 records interrupted after two chunks
+    of 10 of its apply; returns the store (its partition fenced)."""
     s = pylog.LogStore(root)
     s.create_topic("t", fsync="always")
-    t = s.topic("t")
-    t.append(b"before")
+    s.topic("t").append(b"before")
     _interrupted_apply(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         with s.transaction() as tx:
             for i in range(50):
                 tx.append("t", b"tx%d" % i, partition=0)
     monkeypatch.undo()
+    return s
+
+
+def test_an_interrupted_apply_fences_its_partition_until_reopened(tmp_path, monkeypatch):
+    """Ctrl-C part way through a decided transaction's apply: the partition's next writer
+    cuts it back to the transaction's start and applies it again, so no append may be
+    acknowledged after the part applied (it would be cut then): the Log refuses appends
+    until it is reopened, and the reopen finishes the transaction."""
+    root = tmp_path / "r"
+    s = _half_applied(root, monkeypatch)
+    t = s.topic("t")
     with pytest.raises(pylog.LogFencedError, match="reopened"):
         t.append(b"after", partition=0)
     assert _values(t.partition(0)) == [b"before"]  # reads stop at the stable offset
@@ -645,15 +653,7 @@ def test_seek_to_timestamp_and_group_reset_stop_at_the_stable_offset(tmp_path, m
     reset to the latest offset (the CLI, another process) stop at the stable offset: once
     the transaction is finished, the group reads every record of it, none is skipped."""
     root = tmp_path / "r"
-    s = pylog.LogStore(root)
-    s.create_topic("t", fsync="always")  # each applied chunk is in the file at once
-    s.topic("t").append(b"before")
-    _interrupted_apply(monkeypatch, 2)
-    with pytest.raises(KeyboardInterrupt):
-        with s.transaction() as tx:
-            for i in range(50):
-                tx.append("t", b"tx%d" % i, partition=0)
-    monkeypatch.undo()
+    s = _half_applied(root, monkeypatch)
     with pylog.LogStore(root, readonly=True) as ro:
         log = ro.topic("t").reader(0)
         assert log.stable_offset == 1 and log.next_offset == 21
@@ -710,15 +710,7 @@ def test_a_plain_log_writer_in_a_process_that_never_imported_transactions_rolls_
     its own appends: else the next store open cuts them back to the transaction's start
     (an acknowledged append lost)."""
     root = tmp_path / "r"
-    s = pylog.LogStore(root)
-    s.create_topic("t", fsync="always")
-    s.topic("t").append(b"before")
-    _interrupted_apply(monkeypatch, 2)
-    with pytest.raises(KeyboardInterrupt):
-        with s.transaction() as tx:
-            for i in range(50):
-                tx.append("t", b"tx%d" % i, partition=0)
-    monkeypatch.undo()
+    s = _half_applied(root, monkeypatch)
     s.close()
     p = run_py("""
         import sys, pylog
