@@ -328,10 +328,8 @@ class _Reader:
     def verify(self, expected_next: int | None) -> list[CorruptRecordError]:
         """CRC-check every frame of the segment: the file header's own check, then one
         error per damaged region stepped over (:func:`walk`) and one for bad bytes at the end
-        with no valid frame after them. The last segment (``expected_next`` None) with less
-        than a whole file header is a torn tail, not damage: a roll that the writer's
-        process has begun (the file made, its header not yet written) or that a crash tore
-        (the writer's next open removes it); it holds no record."""
+        with no valid frame after them. A last segment (``expected_next`` None) shorter than
+        a file header is a roll begun or torn by a crash: no record, no damage."""
         m, *_ = self._view(None)
         if expected_next is None and m.length < fmt.FILE_HEADER_SIZE:
             return []
