@@ -4,7 +4,9 @@ are the parent's), and a log the child opens itself gets its ``flush_ms`` timer.
 from __future__ import annotations
 
 import os
+import select
 import time
+import traceback
 
 import pytest
 
@@ -75,6 +77,9 @@ def test_the_parents_lock_goes_when_the_parent_closes_even_while_a_child_lives(t
         os.waitpid(pid, 0)
 
 
+@pytest.mark.skipif(bool(os.environ.get("QEMU_CPU")), reason=(
+    "qemu-user (the ARM suite) aborts a forked child of a threaded process when the child "
+    "starts a thread: 'qemu_plugin_vcpu_init_hook: assertion failed', seen on armhf -cpu max"))
 def test_a_forked_child_runs_the_flush_timer_of_the_logs_it_opens(tmp_path):
     """The flusher thread does not survive a fork; a child that opened a log of its own
     never had its flush_ms timer run (records stayed in its write buffer until close)."""
@@ -91,13 +96,18 @@ def test_a_forked_child_runs_the_flush_timer_of_the_logs_it_opens(tmp_path):
         log.close()
 
     pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
+    if pid == 0:  # pragma: no cover - the child: says "1", or why it failed
         try:
             child()
+        except BaseException:
+            os.write(w, traceback.format_exc().encode()[-3000:])
         finally:
             os._exit(0)
+    os.close(w)  # a child that dies before it writes gives an end of file, not a hang
     try:
-        os.read(r, 1)
+        assert select.select([r], [], [], 120)[0], "the forked child said nothing in 120 s"
+        said = os.read(r, 4096)
+        assert said == b"1", f"the forked child failed: {said.decode(errors='replace') or 'it died'}"
         deadline = time.monotonic() + 3
         seen = 0
         while time.monotonic() < deadline and not seen:
