@@ -2,10 +2,25 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import click
 
-from pylog.cli._common import CONTEXT
+from pylog.cli._common import _SIZE_UNITS, CONTEXT, _parse_duration, _with_unit
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    n = _with_unit(value, _SIZE_UNITS, "size", f"--{param.name.replace('_', '-')}" if param.name else "")
+    if n < 1:
+        raise click.BadParameter(f"{value!r} is not a positive size", param=param)
+    return n
+
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    ms = _parse_duration(value, f"--{param.name.replace('_', '-')}" if param.name else "")
+    if ms < 1:
+        raise click.BadParameter(f"{value!r} is not a positive duration", param=param)
+    return ms / 1000
 
 
 @click.command(context_settings=CONTEXT)
@@ -17,13 +32,33 @@ from pylog.cli._common import CONTEXT
 @click.option("--tls-key", default=None, metavar="PEM", help="The TLS certificate's private key (PEM).")
 @click.option("--users", default=None, metavar="FILE",
               help="SASL users file (PLAIN over TLS, SCRAM-SHA-256): every client must log in.")
+# the bounds (docs/serve.md, "Limits and defaults"), with Kafka's names
+@click.option("--max-request-bytes", default="100MiB", show_default=True, callback=_size, metavar="SIZE",
+              help="Largest request frame (socket.request.max.bytes).")
+@click.option("--queued-max-request-bytes", default="100MiB", show_default=True, callback=_size, metavar="SIZE",
+              help="Bytes of large request frames held at once over all connections (queued.max.request.bytes).")
+@click.option("--fetch-max-bytes", default="55MiB", show_default=True, callback=_size, metavar="SIZE",
+              help="Most record bytes in one Fetch response (fetch.max.bytes).")
+@click.option("--max-decompressed-bytes", default="32MiB", show_default=True, callback=_size, metavar="SIZE",
+              help="Most bytes one Produce request's compressed batches may decompress to, in all.")
+@click.option("--max-connections", default=1000, show_default=True, type=click.IntRange(1),
+              help="Connections open at once (max.connections).")
+@click.option("--max-connections-per-ip", default=1000, show_default=True, type=click.IntRange(1),
+              help="Connections open at once from one IP address (max.connections.per.ip).")
+@click.option("--request-timeout", default="30s", show_default=True, callback=_seconds, metavar="DURATION",
+              help="Time a started request frame (its size included) may take to arrive.")
+@click.option("--idle-timeout", default="10m", show_default=True, callback=_seconds, metavar="DURATION",
+              help="Time a connection may stay silent between requests (connections.max.idle.ms).")
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int, advertise: str | None, tls_cert: str | None,
-          tls_key: str | None, users: str | None) -> None:
+def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tls_cert: str | None,
+          tls_key: str | None, users: str | None, **limits: Any) -> None:
     """Serve the root over Kafka's wire protocol until SIGTERM (docs/serve.md)."""
     from pylog.serve import serve as run
 
     if advertise is not None and not re.fullmatch(r"[^\s:]*:\d{1,5}", advertise):
         raise click.BadParameter(f"{advertise!r} is not HOST:PORT", param_hint="--advertise")
+    if limits["queued_max_request_bytes"] < limits["max_request_bytes"]:
+        raise click.BadParameter("must be at least --max-request-bytes (or no request of that size is read)",
+                                 param_hint="--queued-max-request-bytes")
     run(ctx.obj["root"], host, port, advertise=advertise, tls_cert=tls_cert, tls_key=tls_key, users=users,
-        ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))
+        ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"), **limits)

@@ -37,6 +37,7 @@ from pylog.serve.producers import Producers, batch_producer
 from pylog.serve.records import (
     HEADER_SIZE,
     BatchError,
+    Budget,
     decode_records,
     encode_columns_within,
     encode_records,
@@ -78,14 +79,19 @@ class Broker:
         Create an unknown topic (one partition) when Metadata asks for it with
         ``allow_auto_topic_creation`` (Kafka's ``auto.create.topics.enable``).
     max_decompressed_bytes
-        The most one compressed batch may decompress to.
+        The most the compressed batches of one Produce request may decompress to, summed
+        over all its batches and partitions (docs/serve.md, "Limits and defaults").
+    fetch_max_bytes
+        The most record bytes of one Fetch response, whatever the request asks (Kafka's
+        ``fetch.max.bytes``; its first record may go over it, KIP-74).
     append_threads
         Threads that append (and wait for fsyncs); with one, concurrent producers could not
         share an fsync.
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092, auto_create: bool = True,
-                 max_decompressed_bytes: int = 64 << 20, append_threads: int = 4) -> None:
+                 max_decompressed_bytes: int = 32 << 20, append_threads: int = 4,
+                 fetch_max_bytes: int = 55 << 20) -> None:
         self.store = LogStore(root)
         # one broker per root: it is the writer of every partition, so a second one would
         # fail partition by partition; it fails here instead, before it listens
@@ -100,6 +106,8 @@ class Broker:
         self.port = port
         self.auto_create = auto_create
         self.max_decompressed_bytes = max_decompressed_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.closing = False  # set by the server when it stops: long polls return at once
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
@@ -164,13 +172,14 @@ class Broker:
         os.close(self._lock_fd)  # releases the root
 
     # -- produce -----------------------------------------------------------------------------
-    def _append(self, name: str, i: int, records: Any) -> tuple[int, int, int]:
-        """Decode and append one partition's data, all or nothing: (error, base offset, start)."""
+    def _append(self, name: str, i: int, records: Any, budget: Budget | None = None) -> tuple[int, int, int]:
+        """Decode and append one partition's data, all or nothing: (error, base offset, start).
+        ``budget``: what the request may still decompress (a fresh one when None)."""
         log, err = self.partition(name, i)
         if log is None:
             return err, -1, -1
         try:
-            d = decode_records(records, self.max_decompressed_bytes)
+            d = decode_records(records, budget or Budget(self.max_decompressed_bytes))
         except BatchError as e:
             return e.code, -1, -1
         if d.transactional:  # transactions over the protocol come with InitProducerId (next step)
@@ -217,12 +226,12 @@ class Broker:
         self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
         return 0, first, log.start_offset
 
-    def _append_checked(self, name: str, i: int, records: Any) -> tuple[int, int, int]:
+    def _append_checked(self, name: str, i: int, records: Any, budget: Budget | None = None) -> tuple[int, int, int]:
         """:meth:`_append`, inside the idempotent producer check (:mod:`.producers`): a
         retried batch is answered with its first append's base offset, not appended again."""
         prod = batch_producer(records)
         if prod is None:
-            return self._append(name, i, records)
+            return self._append(name, i, records, budget)
         log, err = self.partition(name, i)
         if log is None:
             return err, -1, -1
@@ -231,7 +240,7 @@ class Broker:
             return (0, base, log.start_offset) if not code else (code, -1, -1)
         result: tuple[int, int, int] = (E.unknown_server_error, -1, -1)
         try:
-            result = self._append(name, i, records)
+            result = self._append(name, i, records, budget)
         finally:
             # the state entry is made durable exactly when the records are: under fsync=always
             # the append fsynced them, so the entry is fsynced too before the answer (else a
@@ -250,7 +259,9 @@ class Broker:
                 jobs.append((t.name, p.index, p.records))
 
         def run() -> list[tuple[int, int, int]]:
-            return [self._append_checked(n, i, r) if r is not None else (E.corrupt_message, -1, -1) for n, i, r in jobs]
+            budget = Budget(self.max_decompressed_bytes)  # one for the whole request
+            return [self._append_checked(n, i, r, budget) if r is not None else (E.corrupt_message, -1, -1)
+                    for n, i, r in jobs]
 
         results = await loop.run_in_executor(self._pool, run)
         self.notify()
@@ -268,18 +279,35 @@ class Broker:
             self._appended.set()
             self._appended = None
 
+    @staticmethod
+    def _wanted(req: Any) -> list[tuple[str, list[Any]]]:
+        """A Fetch's partitions, each once, grouped by topic as Kafka's broker answers them:
+        a partition named twice keeps its first place and its last fetch offset and limit
+        (Kafka reads the request into a map), so a request cannot multiply its response."""
+        wanted: dict[tuple[str, int], Any] = {}
+        for t in req.topics:
+            for p in t.partitions:
+                wanted[(t.topic, p.partition)] = p  # an update keeps the first place
+        out: list[tuple[str, list[Any]]] = []
+        for (topic, _), p in wanted.items():
+            if not out or out[-1][0] != topic:
+                out.append((topic, []))
+            out[-1][1].append(p)
+        return out
+
     def _read_all(self, req: Any) -> tuple[list[dict[str, Any]], int]:
         committed = getattr(req, "isolation_level", 0) == 1
-        budget = max(req.max_bytes, 0) if hasattr(req, "max_bytes") else 1 << 30
+        # the request's max_bytes, within the broker's own cap (fetch.max.bytes)
+        budget = min(max(req.max_bytes, 0) if hasattr(req, "max_bytes") else 1 << 30, self.fetch_max_bytes)
         total = 0
         out = []
-        for t in req.topics:
+        for topic, partitions in self._wanted(req):
             parts = []
-            for p in t.partitions:
+            for p in partitions:
                 r: dict[str, Any] = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": [], "preferred_read_replica": -1, "records": b""}
-                log, err = self.partition(t.topic, p.partition)
+                log, err = self.partition(topic, p.partition)
                 if log is None:
                     r["error_code"] = err
                     parts.append(r)
@@ -307,7 +335,7 @@ class Broker:
                         total += len(data)
                         budget -= len(data)
                 parts.append(r)
-            out.append({"topic": t.topic, "partitions": parts})
+            out.append({"topic": topic, "partitions": parts})
         return out, total
 
     @staticmethod
@@ -364,7 +392,7 @@ class Broker:
         while True:
             out, total = self._read_all(req)
             left = deadline - time.monotonic()
-            if total >= req.min_bytes or left <= 0:
+            if total >= req.min_bytes or left <= 0 or self.closing:  # closing: answer now
                 break
             if self._appended is None:
                 self._appended = asyncio.Event()

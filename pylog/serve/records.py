@@ -24,8 +24,8 @@ import numpy as np
 from pylog import _backend, crc32c
 from pylog import format as fmt
 
-__all__ = ["BatchError", "Decoded", "decode_records", "encode_records", "encode_columns", "encode_columns_within",
-           "fit_batch"]
+__all__ = ["BatchError", "Budget", "Decoded", "decode_records", "encode_records", "encode_columns",
+           "encode_columns_within", "fit_batch"]
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = _HEADER.size  # 61
@@ -46,6 +46,7 @@ class BatchError(Exception):
 
 
 CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
@@ -64,9 +65,26 @@ class Decoded:
     transactional: bool
 
 
+class Budget:
+    """The bytes a request may still decompress: one budget is shared by every batch of
+    every partition of a Produce (docs/serve.md, "Limits and defaults"), so a request of
+    many small bombs is held to the same total as one large one."""
+
+    __slots__ = ("limit", "left")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def take(self, n: int) -> None:
+        """Count ``n`` more decompressed bytes against the budget."""
+        self.left -= n
+
+
 def _bounded(chunks_out: int, limit: int) -> None:
     if chunks_out > limit:
-        raise BatchError(CORRUPT_MESSAGE, f"a batch decompresses to more than {limit} bytes")
+        raise BatchError(MESSAGE_TOO_LARGE, f"compressed data decompresses to more than the {limit} bytes "
+                                            f"left of the request's decompression budget")
 
 
 def _snappy_raw(data: bytes, limit: int) -> bytes:
@@ -132,15 +150,19 @@ def decompress(codec: int, data: bytes, limit: int) -> bytes:
     raise BatchError(UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {codec} is unknown")
 
 
-def decode_records(data: bytes | memoryview, max_decompressed: int) -> Decoded:
+def decode_records(data: bytes | memoryview, max_decompressed: int | Budget) -> Decoded:
     """Every batch of a Produce's partition data, checked and decoded into one set of columns.
+    ``max_decompressed``: the bytes its compressed batches may decompress to in all, or the
+    request's :class:`Budget` (shared with its other partitions, and taken from).
 
     Raises
     ------
     BatchError
         A batch that is not RecordBatch v2, fails its CRC32C, is truncated, lies about a
-        length, or does not decompress; nothing of the partition's data is then appended.
+        length, or does not decompress (CORRUPT_MESSAGE), or decompresses past the budget
+        (MESSAGE_TOO_LARGE); nothing of the partition's data is then appended.
     """
+    budget = max_decompressed if isinstance(max_decompressed, Budget) else Budget(max_decompressed)
     mv = memoryview(data).cast("B")
     pos, n = 0, len(mv)
     parts: list[tuple[Any, ...]] = []
@@ -161,7 +183,8 @@ def decode_records(data: bytes | memoryview, max_decompressed: int) -> Decoded:
         codec = attributes & 7
         section: Any = mv[pos + HEADER_SIZE : end]
         if codec:
-            section = decompress(codec, bytes(section), max_decompressed)
+            section = decompress(codec, bytes(section), max(budget.left, 0))
+            budget.take(len(section))
         rc, ts, od, keys, values, headers = _impl.kafka_decode(section, count)
         if rc != 0:
             raise BatchError(CORRUPT_MESSAGE, f"batch at {pos}: its {count} records do not parse (status {rc})")

@@ -8,16 +8,27 @@ the same with hand-written buffering and timers.
 
 Each connection handles its requests one at a time, in order (Kafka answers a
 connection's requests in the order they came). A frame's size is checked against
-``max_request_bytes`` before anything is read, and the bytes are read as they arrive, so
-a lying size allocates nothing; a frame that does not decode, an API key or version not
-served, or a frame not finished within ``request_timeout`` closes that connection only.
+``max_request_bytes`` before anything is read; a frame that does not decode, an API key or
+version not served, or a frame (its 4-byte size included, once its first byte came) not
+finished within ``request_timeout`` closes that connection only.
+
+Bounds (docs/serve.md, "Limits and defaults"): connections over ``max_connections`` or
+``max_connections_per_ip`` are closed at accept, before a TLS handshake or any read; a
+frame over :data:`SMALL_FRAME` bytes first takes its size from a pool shared by every
+connection (``queued_max_request_bytes``) and nothing more is read from its socket until
+it has it, so unfinished large frames hold at most the pool; a frame's bytes are freed once
+decoded.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import resource
 import signal
+import socket
 import struct
+import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError
@@ -34,6 +45,106 @@ _SIZE = struct.Struct(">i")
 UNSUPPORTED_VERSION = 35
 #: Bytes per write of a large response (see Server._write_large).
 WRITE_SLICE = 1 << 20
+#: Frames up to this size are read without the shared pool (heartbeats, metadata, fetch
+#: requests, small produces keep flowing while large frames wait for the pool).
+SMALL_FRAME = 1 << 16
+#: Bytes read from a socket per step of a frame's body.
+READ_STEP = 1 << 20
+#: Seconds between two log lines about refused connections.
+REFUSED_LOG_INTERVAL = 10.0
+
+
+class _Pool:
+    """Bytes of large request frames being read or handled, over every connection (Kafka's
+    ``queued.max.request.bytes``). :meth:`take` waits, first come first served, until the
+    bytes are free: the connection's socket is not read meanwhile (back-pressure)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    async def take(self, n: int) -> None:
+        """Wait until ``n`` bytes (at most the capacity) are free, and take them."""
+        if not self._waiting and self.used + n <= self.capacity:
+            self.used += n
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.append((n, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # granted as it was cancelled
+                self.give(n)
+            else:
+                self._waiting.remove((n, fut))
+                self._grant()
+            raise
+
+    def give(self, n: int) -> None:
+        """Return ``n`` bytes taken by :meth:`take`."""
+        self.used -= n
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiting and self.used + self._waiting[0][0] <= self.capacity:
+            n, fut = self._waiting.popleft()
+            self.used += n
+            fut.set_result(None)
+
+
+class _Accepted(socket.socket):
+    """An accepted connection's socket: closing it (the transport does, however the
+    connection ends, a failed TLS handshake included) gives its place back."""
+
+    __slots__ = ("_on_close",)
+
+    def close(self) -> None:
+        """Close the socket and give its place back (once)."""
+        done, self._on_close = getattr(self, "_on_close", None), None
+        super().close()
+        if done is not None:
+            done()
+
+
+class _Listener(socket.socket):
+    """A listening socket that refuses connections over the server's limits at accept, so
+    that a refused connection costs no transport, task, TLS handshake or read."""
+
+    __slots__ = ("admit",)
+    admit: Any  # Server._admit
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        """The next connection within the limits (the others are closed here); raises
+        BlockingIOError when none is waiting, as a non-blocking accept does."""
+        while True:
+            fd, addr = self._accept()  # type: ignore[attr-defined]
+            conn = _Accepted(self.family, self.type, self.proto, fileno=fd)
+            on_close = self.admit(addr[0])
+            if on_close is not None:
+                conn._on_close = on_close
+                return conn, addr
+            conn.close()
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (each connection and each
+    open partition holds descriptors, docs/serve.md); returns (old soft, new soft)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:  # the kernel's own ceiling
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                target = int(f.read())
+        except (OSError, ValueError):
+            return soft, soft
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError):
+            return soft, soft
+        return soft, target
+    return soft, soft
 
 
 class Server:
@@ -49,7 +160,8 @@ class Server:
     max_request_bytes
         The largest request frame accepted (Kafka's ``socket.request.max.bytes``).
     request_timeout
-        Seconds a started frame may take to arrive completely.
+        Seconds a started frame may take to arrive completely: its 4-byte size once the
+        first of them came, then its body (also a TLS handshake's bound).
     idle_timeout
         Seconds a connection may stay silent between requests (Kafka's
         ``connections.max.idle.ms``).
@@ -60,13 +172,36 @@ class Server:
     advertise
         ``HOST:PORT`` that Metadata and FindCoordinator name instead of the listening
         address (Kafka's ``advertised.listeners``), e.g. behind a proxy.
+    max_connections, max_connections_per_ip
+        Connections open at once, in all and from one IP address (Kafka's
+        ``max.connections``, ``max.connections.per.ip``): more are closed at accept.
+    queued_max_request_bytes
+        Bytes of request frames over :data:`SMALL_FRAME` read or handled at once over all
+        connections (Kafka's ``queued.max.request.bytes``); at least ``max_request_bytes``.
+    fetch_max_bytes
+        The most record bytes of one Fetch response (Kafka's ``fetch.max.bytes``).
+    max_decompressed_bytes
+        The most the compressed batches of one Produce request may decompress to, over all
+        its batches and partitions; more is answered MESSAGE_TOO_LARGE.
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
                  max_request_bytes: int = 100 << 20, request_timeout: float = 30.0,
                  idle_timeout: float = 600.0, auto_create: bool = True,
                  cleanup_interval: float | None = 300.0, advertise: str | None = None,
-                 tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None) -> None:
+                 tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None,
+                 max_connections: int = 1000, max_connections_per_ip: int = 1000,
+                 queued_max_request_bytes: int = 100 << 20, fetch_max_bytes: int = 55 << 20,
+                 max_decompressed_bytes: int = 32 << 20) -> None:
+        for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
+                            ("max_connections_per_ip", max_connections_per_ip),
+                            ("queued_max_request_bytes", queued_max_request_bytes),
+                            ("fetch_max_bytes", fetch_max_bytes), ("max_decompressed_bytes", max_decompressed_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be a positive integer, not {value!r}")
+        if queued_max_request_bytes < max_request_bytes:
+            raise InvalidArgumentError(f"queued_max_request_bytes ({queued_max_request_bytes}) must be at least "
+                                       f"max_request_bytes ({max_request_bytes}), or no frame of that size is read")
         self.root = root
         self.host = host
         self.port = port
@@ -88,17 +223,34 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[asyncio.Task[Any]] = set()
         self._busy: set[asyncio.Task[Any]] = set()
+        self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_decompressed_bytes = max_decompressed_bytes
+        self._pool = _Pool(queued_max_request_bytes)
+        self._servers: list[asyncio.base_events.Server] = []
+        self._open = 0  # accepted sockets not yet closed, in all and per IP address
+        self._open_per_ip: collections.Counter[str] = collections.Counter()
+        self._refused = 0  # connections refused since the last log line about them
+        self._refused_logged = -REFUSED_LOG_INTERVAL
+        self._stopping = False
 
     async def start(self) -> None:
         """Open the data root and listen."""
-        self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create)
+        self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create,
+                             max_decompressed_bytes=self.max_decompressed_bytes, fetch_max_bytes=self.fetch_max_bytes)
         try:
-            self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16,
-                                                      ssl=self.tls)
+            for sock in self._listen():
+                self._servers.append(await asyncio.start_server(
+                    self._connection, sock=sock, limit=1 << 16, ssl=self.tls,
+                    ssl_handshake_timeout=self.request_timeout if self.tls else None))
         except BaseException:
+            for srv in self._servers:
+                srv.close()
             self.broker.close()
             self.broker = None
             raise
+        self._server = self._servers[0]
         self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
         if self.advertise:  # what Metadata and FindCoordinator tell clients (a proxy, a NAT)
             host, _, port = self.advertise.rpartition(":")
@@ -109,6 +261,60 @@ class Server:
             self._cleaner = asyncio.create_task(self._cleanup_loop(self.cleanup_interval))
         log.info("pylog serve: listening on %s:%d, root %s", self.host, self.port, self.root)
 
+    def _listen(self) -> list[_Listener]:
+        """Listening sockets on every address of ``host`` (as asyncio.start_server binds
+        them; with port 0 the first one's port for all), refusing at accept what is over
+        the connection limits."""
+        socks: list[_Listener] = []
+        port = self.port
+        try:
+            for family, kind, proto, _, addr in dict.fromkeys(
+                    socket.getaddrinfo(self.host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
+                sock = _Listener(family, kind, proto)
+                socks.append(sock)
+                sock.admit = self._admit
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((addr[0], port, *addr[2:]))
+                port = sock.getsockname()[1]
+                sock.listen(100)
+                sock.setblocking(False)
+        except BaseException:
+            for sock in socks:
+                sock.close()
+            raise
+        return socks
+
+    def _admit(self, ip: str) -> Any:
+        """At accept: a callable that gives the connection's place back when it closes,
+        or None when ``ip`` is over a limit (the connection is then closed, unread)."""
+        if self._stopping:
+            return None
+        if self._open >= self.max_connections:
+            self._refuse(f"max.connections ({self.max_connections}) reached")
+            return None
+        if self._open_per_ip[ip] >= self.max_connections_per_ip:
+            self._refuse(f"max.connections.per.ip ({self.max_connections_per_ip}) reached by {ip}")
+            return None
+        self._open += 1
+        self._open_per_ip[ip] += 1
+
+        def closed() -> None:
+            self._open -= 1
+            self._open_per_ip[ip] -= 1
+            if not self._open_per_ip[ip]:
+                del self._open_per_ip[ip]
+        return closed
+
+    def _refuse(self, why: str) -> None:
+        """Count a refused connection; log at most one line per :data:`REFUSED_LOG_INTERVAL`."""
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refused_logged >= REFUSED_LOG_INTERVAL:
+            log.warning("refusing connections: %s (%d refused since the last such line)", why, self._refused)
+            self._refused, self._refused_logged = 0, now
+
     async def _cleanup_loop(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
@@ -116,9 +322,15 @@ class Server:
                 await self.broker.run_cleanup()
 
     async def stop(self) -> None:
-        """Stop listening, let requests in flight finish, close connections, close the logs."""
-        if self._server is not None:
-            self._server.close()
+        """Stop listening, let requests in flight finish, close connections, close the logs.
+        A request that arrives meanwhile closes its connection unanswered; long polls are
+        answered at once with what they have."""
+        self._stopping = True
+        for srv in self._servers:
+            srv.close()
+        if self.broker is not None:
+            self.broker.closing = True
+            self.broker.notify()
         if self.coordinator is not None:  # answers the joins and syncs that wait
             await self.coordinator.close()
         if self._cleaner is not None:
@@ -134,19 +346,47 @@ class Server:
             await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
             self.broker = None
 
-    async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
+    async def _read_frame(self, reader: asyncio.StreamReader) -> tuple[bytearray, int] | None:
+        """The next request frame (after its size) and the pool bytes it holds (to give
+        back once handled), or None: the client left, was silent for ``idle_timeout``,
+        took over ``request_timeout`` for the size or the body, or sent a size over
+        ``max_request_bytes``."""
         try:
-            head = await asyncio.wait_for(reader.readexactly(4), self.idle_timeout)
+            first = await asyncio.wait_for(reader.readexactly(1), self.idle_timeout)
+            # from its first byte on, the size is part of a request: the request timeout
+            head = first + await asyncio.wait_for(reader.readexactly(3), self.request_timeout)
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
             return None
         (size,) = _SIZE.unpack(head)
         if size < 8 or size > self.max_request_bytes:
             log.info("closing a connection: a request frame of %d bytes (limit %d)", size, self.max_request_bytes)
             return None
-        try:  # readexactly takes what arrives, in chunks: a lying size allocates nothing
-            return await asyncio.wait_for(reader.readexactly(size), self.request_timeout)
+        held = size if size > SMALL_FRAME else 0
+        if held:  # nothing more is read from this socket until the pool has room
+            await self._pool.take(held)
+        try:
+            return await asyncio.wait_for(self._read_body(reader, size), self.request_timeout), held
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
+            self._pool.give(held)
             return None
+        except BaseException:
+            self._pool.give(held)
+            raise
+
+    @staticmethod
+    async def _read_body(reader: asyncio.StreamReader, size: int) -> bytearray:
+        """``size`` bytes into one buffer, as they arrive (no second copy of the whole)."""
+        buf = bytearray(size)
+        view = memoryview(buf)
+        pos = 0
+        while pos < size:
+            chunk = await reader.read(min(size - pos, READ_STEP))
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", size)
+            view[pos : pos + len(chunk)] = chunk
+            pos += len(chunk)
+        view.release()
+        return buf
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -157,12 +397,19 @@ class Server:
         security.SESSION.set(session)
         try:
             while True:
-                frame = await self._read_frame(reader)
-                if frame is None:
+                got = await self._read_frame(reader)
+                if got is None or self._stopping:  # stopping: closed, unanswered (stop())
+                    if got is not None:
+                        self._pool.give(got[1])
                     break
+                frame, held = got
                 self._busy.add(task)
                 try:
-                    out = await self._handle(frame)
+                    try:
+                        out = await self._handle(frame)
+                    finally:
+                        del frame
+                        self._pool.give(held)
                     if out is False:
                         break
                     if isinstance(out, list):  # a large response's buffers
@@ -194,13 +441,22 @@ class Server:
                 writer.write(mv[i : i + WRITE_SLICE])
                 await asyncio.wait_for(writer.drain(), self.request_timeout)
 
-    async def _handle(self, frame: bytes) -> Any:
-        """The response frame of one request, None (acks=0) or False (close the connection)."""
+    async def _handle(self, frame: bytearray) -> Any:
+        """The response frame of one request, None (acks=0) or False (close the connection).
+        The frame's memory is freed once it is decoded (the request holds copies of what
+        it needs)."""
+        view = memoryview(frame).toreadonly()
         try:
-            req = decode_request(frame)
+            req = decode_request(view)
         except RequestError as e:
             log.info("closing a connection: %s", e)
             return False
+        finally:
+            view.release()
+            try:
+                frame.clear()
+            except BufferError:  # a view of it still held: freed with the request instead
+                pass
         if req.body is None:  # ApiVersions at a version not served: answered at v0
             keys = handlers.api_versions(self.broker, None, 0)["api_keys"]
             payload = build(req.response_cls, {"error_code": UNSUPPORTED_VERSION, "api_keys": keys})
@@ -267,10 +523,14 @@ class Server:
 
 def serve(root: str, host: str = "127.0.0.1", port: int = 9092, ready: Any = None, **options: Any) -> None:
     """Run a broker until SIGTERM or SIGINT, then stop it cleanly (requests in flight are
-    answered, logs flushed and closed). ``ready(server)`` is called once it listens."""
+    answered, logs flushed and closed). ``ready(server)`` is called once it listens. The
+    soft limit of open files is first raised to the hard limit."""
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    old, new = raise_open_files_limit()
+    if new != old:
+        log.info("open files limit (RLIMIT_NOFILE) raised from %d to %d", old, new)
 
     async def main() -> None:
         server = Server(root, host, port, **options)
