@@ -10,7 +10,7 @@ requests that arrive while the broker stops are answered or closed, never a trac
 """
 from __future__ import annotations
 
-import os
+import shutil
 import signal
 import socket
 import struct
@@ -20,7 +20,6 @@ import threading
 import time
 import zlib
 
-import numpy as np
 import pytest
 
 pytest.importorskip("kio")
@@ -32,9 +31,7 @@ from serve_util import (  # noqa: E402
     batch,
     call,
     connect,
-    create_topic,
     frame,
-    produce,
     recv_exact,
     wait_for,
 )
@@ -73,7 +70,7 @@ CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 def compress(codec: str, data: bytes) -> bytes:
     """``data`` compressed as a Kafka producer does it for ``codec``."""
     if codec == "gzip":
-        c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        c = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
         return c.compress(data) + c.flush()
     if codec == "snappy":
         import cramjam
@@ -88,10 +85,11 @@ def compress(codec: str, data: bytes) -> bytes:
     return bytes(zstandard.ZstdCompressor(level=3).compress(data))
 
 
-def bomb(codec: str, size: int) -> bytes:
-    """A valid RecordBatch v2 of one record whose value is ``size`` zero bytes, its records
-    section compressed with ``codec``: a few KB on the wire that decompress to ``size``."""
-    plain = batch([bytes(size)])
+def bomb(codec: str, size: int, records: int = 1) -> bytes:
+    """A valid RecordBatch v2 of ``records`` records whose values are ``size`` zero bytes in
+    all, its records section compressed with ``codec``: little on the wire, ``size`` when
+    decompressed."""
+    plain = batch([bytes(size // records)] * records)
     section = compress(codec, plain[61:])
     (base, _len, epoch, magic, _crc, _attrs, last, ts, mts, pid, pep, seq, count) = HEADER.unpack_from(plain)
     head = bytearray(HEADER.pack(base, 49 + len(section), epoch, magic, 0, CODECS[codec], last, ts, mts, pid, pep,
@@ -140,3 +138,261 @@ def decode_response(data: bytes, key: int, version: int):  # type: ignore[no-unt
     cls = load_response_schema(key, version)
     _hdr, used = entity_reader(cls.__header_schema__)(data, 0)
     return entity_reader(cls)(data, used)[0]
+
+
+def close_soon(sock: socket.socket) -> bool:
+    """The broker closed ``sock`` without answering (EOF or a reset), within its timeout."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def source(ip: str) -> socket.socket:
+    """A connection from the loopback address ``ip`` (127.0.0.2, ...: another client IP)."""
+    s = socket.socket()
+    s.settimeout(20)
+    s.bind((ip, 0))
+    return s
+
+
+def served(b: BrokerProcess) -> bool:
+    """A new connection is answered (not refused)."""
+    try:
+        return api_versions_ok(b)
+    except ConnectionError:
+        return False
+
+
+# -- memory ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """A broker with default limits over a root holding topic ``big``: two partitions of
+    40 MiB (1 MiB records), and topic ``z`` (four partitions) for the bombs."""
+    root = str(tmp_path_factory.mktemp("limits") / "root")
+    store = pylog.LogStore(root)
+    t = store.create_topic("big", partitions=2)
+    for p in range(2):
+        for _ in range(40):
+            t.append(bytes(MiB), partition=p)
+    store.create_topic("z", partitions=4)
+    store.close()
+    b = BrokerProcess(root)
+    yield b
+    assert b.stop() == 0, b.stderr()
+    assert "Traceback" not in b.stderr()
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_zip_bombs_stay_within_the_request_budget(loaded, codec):
+    """Twelve batches of 31 MiB of zeros over two partitions of one Produce (each batch
+    alone is within the 32 MiB budget; their sum, 372 MiB, is not): the partition whose
+    batch goes over the budget is refused MESSAGE_TOO_LARGE, the broker's peak RSS stays
+    under the bound, and it serves on."""
+    one = bomb(codec, 31 * MiB)
+    req = produce_many("z", {0: one * 6, 1: one * 6})
+    assert len(req) < 12 * len(one) + 1000
+    reset_peak(loaded.proc.pid)
+    with connect(loaded) as s:
+        s.settimeout(120)
+        s.sendall(req)
+        got = read_response(s)
+    assert got is not None
+    codes = [p.error_code for p in decode_response(got, 0, 9).responses[0].partition_responses]
+    assert codes == [10, 10]  # MESSAGE_TOO_LARGE: each partition's second batch is over what is left
+    assert peak_rss(loaded.proc.pid) < RSS_BOUND
+    assert api_versions_ok(loaded)
+
+
+def test_decompression_budget_is_shared_by_the_partitions_of_a_request(loaded):
+    """20 MiB of gzip per partition: one partition fits in the 32 MiB budget, the second
+    does not (in its own request it would)."""
+    twenty = bomb("gzip", 20 * MiB, records=20)  # 1 MiB records: within max.message.bytes
+    with connect(loaded) as s:
+        s.settimeout(60)
+        s.sendall(produce_many("z", {2: twenty, 3: twenty}))
+        got = read_response(s)
+        assert got is not None
+        codes = [p.error_code for p in decode_response(got, 0, 9).responses[0].partition_responses]
+        assert codes == [0, 10]
+        s.sendall(produce_many("z", {3: twenty}))
+        got = read_response(s)
+        assert got is not None
+        assert [p.error_code for p in decode_response(got, 0, 9).responses[0].partition_responses] == [0]
+
+
+def test_decode_records_takes_from_a_shared_budget():
+    from pylog.serve.records import BatchError, Budget, decode_records
+
+    data = bomb("zstd", 1 << 20, records=4)
+    budget = Budget(3 << 19)  # 1.5 MiB: one batch of 1 MiB, not two
+    assert decode_records(data, budget).count == 4
+    assert budget.left == (3 << 19) - (len(batch([bytes(1 << 18)] * 4)) - 61)  # its records section
+    with pytest.raises(BatchError) as e:
+        decode_records(data, budget)
+    assert e.value.code == 10 and "decompression budget" in str(e.value)
+    assert decode_records(data, 1 << 21).count == 4  # an int: a budget of its own
+
+
+def test_fetch_naming_partitions_many_times_is_answered_once_within_fetch_max_bytes(loaded):
+    """A Fetch of both 40 MiB partitions, each named ten times, asking for 2 GiB: each
+    partition is answered once, the records are at most fetch.max.bytes (55 MiB) in all,
+    and the broker's peak RSS stays under the bound."""
+    reset_peak(loaded.proc.pid)
+    with connect(loaded) as s:
+        s.settimeout(120)
+        s.sendall(fetch_many("big", [0, 1] * 10))
+        got = read_response(s)
+    assert got is not None and len(got) < 56 * MiB
+    r = decode_response(got, 1, 12)
+    assert [t.topic for t in r.responses] == ["big"]
+    parts = r.responses[0].partitions
+    assert [p.partition_index for p in parts] == [0, 1]
+    sizes = [len(p.records or b"") for p in parts]
+    assert 50 * MiB < sum(sizes) <= 55 * MiB
+    assert peak_rss(loaded.proc.pid) < RSS_BOUND
+
+
+def test_a_partition_named_twice_takes_its_last_offset_and_first_place(loaded):
+    """Kafka reads a Fetch into a map: a repeated partition keeps its first place and its
+    last fetch offset and limit."""
+    from kafka.record.memory_records import MemoryRecords
+
+    req = frame(1, 12, {"max_wait": 0, "min_bytes": 0, "max_bytes": 4 * MiB, "isolation_level": 0, "topics": [
+        {"topic": "big", "partitions": [{"partition": 1, "fetch_offset": 0, "partition_max_bytes": MiB + 200},
+                                        {"partition": 0, "fetch_offset": 7, "partition_max_bytes": MiB + 200}]},
+        {"topic": "big", "partitions": [{"partition": 1, "fetch_offset": 3, "partition_max_bytes": MiB + 200}]}]})
+    with connect(loaded) as s:
+        s.sendall(req)
+        got = read_response(s)
+    assert got is not None
+    r = decode_response(got, 1, 12)
+    assert [(t.topic, [p.partition_index for p in t.partitions]) for t in r.responses] == [("big", [1, 0])]
+    firsts = []
+    for p in r.responses[0].partitions:
+        recs = MemoryRecords(bytes(p.records))
+        firsts.append(next(iter(recs.next_batch())).offset)
+    assert firsts == [3, 7]
+
+
+def test_unfinished_frames_on_many_connections_wait_for_the_pool(loaded):
+    """Eight connections each send 90 MiB of a 90 MiB frame, less one byte, and twenty
+    send half of a 60 KB frame: the large frames take their bytes from the shared pool
+    (queued.max.request.bytes, 100 MiB), so one is read and the others are not; small
+    requests are still answered, a 2 MiB Produce waits for the pool and is answered
+    once the attackers leave, and the peak RSS stays under the bound."""
+    reset_peak(loaded.proc.pid)
+    big = [connect(loaded) for _ in range(8)]
+    small = [connect(loaded) for _ in range(20)]
+    for s in small:
+        s.sendall(struct.pack(">i", 60_000) + bytes(30_000))
+    sent = [0] * len(big)
+
+    def push(i: int) -> None:
+        s = big[i]
+        s.settimeout(1.0)
+        try:
+            s.sendall(struct.pack(">i", 90 * MiB))
+            chunk = bytes(MiB)
+            while sent[i] < 90 * MiB - MiB:
+                s.sendall(chunk)
+                sent[i] += MiB
+            s.sendall(chunk[: MiB - 1])
+            sent[i] += MiB - 1
+        except TimeoutError:  # the broker stopped reading this socket (or its buffers are full)
+            pass
+
+    threads = [threading.Thread(target=push, args=(i,)) for i in range(len(big))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert max(sent) == 90 * MiB - 1  # one frame was read all but its last byte
+    assert sorted(sent)[-2] < 20 * MiB  # the others wait for the pool: kernel buffers at most
+    assert api_versions_ok(loaded)  # small frames do not wait for the pool
+    waiting = connect(loaded)
+    waiting.sendall(produce_many("z", {0: batch([bytes(MiB)] * 2)}))
+    waiting.settimeout(1.0)
+    with pytest.raises(TimeoutError):
+        waiting.recv(1)  # its 2 MiB frame waits behind the attackers' in the pool
+    assert peak_rss(loaded.proc.pid) < RSS_BOUND
+    for s in big + small:
+        s.close()
+    waiting.settimeout(30)
+    got = read_response(waiting)
+    waiting.close()
+    assert got is not None
+    assert [p.error_code for p in decode_response(got, 0, 9).responses[0].partition_responses] == [0]
+    assert peak_rss(loaded.proc.pid) < RSS_BOUND
+
+
+# -- connections ----------------------------------------------------------------------------------
+def test_connection_limits_refuse_at_accept_and_log_once(tmp_path):
+    b = BrokerProcess(str(tmp_path / "root"), "--max-connections", "4", "--max-connections-per-ip", "2")
+    try:
+        held = [connect(b), connect(b)]
+        for s in held:  # both served
+            assert call(s, frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}), 18, 3)
+        with connect(b) as s:  # a third from 127.0.0.1: closed at accept, nothing read
+            assert close_soon(s)
+        for ip in ("127.0.0.2", "127.0.0.3"):  # other addresses, up to max.connections
+            s = source(ip)
+            s.connect(("127.0.0.1", b.port))
+            assert call(s, frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}), 18, 3)
+            held.append(s)
+        s = source("127.0.0.4")
+        s.connect(("127.0.0.1", b.port))
+        assert close_soon(s)  # max.connections (4) reached
+        s.close()
+        for _ in range(200):  # a flood of refused connections: one log line, no traceback
+            with connect(b) as s:
+                assert close_soon(s)
+        held.pop(0).close()  # its place comes back (once the broker has seen it close)
+        assert wait_for(lambda: served(b), 10)
+        for s in held:
+            s.close()
+    finally:
+        assert b.stop() == 0
+    err = b.stderr()
+    assert "Traceback" not in err
+    lines = [x for x in err.splitlines() if "refusing connections" in x]
+    assert 1 <= len(lines) <= 3, lines
+    assert "max.connections.per.ip (2) reached by 127.0.0.1" in lines[0] or "max.connections (4)" in lines[0]
+
+
+def test_a_started_size_is_under_the_request_timeout(tmp_path):
+    """Three bytes of a frame's size, then silence: closed after the request timeout
+    (1 s here), not after the idle timeout (10 minutes); a silent connection that has
+    started nothing stays open."""
+    b = BrokerProcess(str(tmp_path / "root"), "--request-timeout", "1s")
+    try:
+        idle = connect(b)
+        with connect(b) as s:
+            s.sendall(b"\0\0\0")
+            start = time.monotonic()
+            assert close_soon(s)  # within the 20 s socket timeout
+            assert time.monotonic() - start < 15
+        assert call(idle, frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}), 18, 3)
+        idle.close()
+    finally:
+        assert b.stop() == 0
+
+
+def test_open_files_soft_limit_raised_to_hard(tmp_path):
+    """Started with a soft RLIMIT_NOFILE of 256 (hard 4096), the broker runs with 4096."""
+    if not shutil.which("prlimit"):
+        pytest.skip("prlimit (util-linux) is not installed")
+    cmd = ["prlimit", "--nofile=256:4096", "--", sys.executable, "-m", "pylog.cli", "--root", str(tmp_path / "r"),
+           "serve", "--port", "0"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=py_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert "listening on" in proc.stdout.readline()
+        with open(f"/proc/{proc.pid}/limits") as f:
+            row = next(x for x in f if x.startswith("Max open files")).split()
+        assert row[3:5] == ["4096", "4096"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "raised from 256 to 4096" in err

@@ -365,28 +365,38 @@ class Server:
         if held:  # nothing more is read from this socket until the pool has room
             await self._pool.take(held)
         try:
-            return await asyncio.wait_for(self._read_body(reader, size), self.request_timeout), held
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
-            self._pool.give(held)
-            return None
+            body = await asyncio.wait_for(self._read_body(reader, size), self.request_timeout)
+        except (asyncio.TimeoutError, ConnectionError):
+            body = None
         except BaseException:
             self._pool.give(held)
             raise
+        if body is None:
+            self._pool.give(held)
+            return None
+        return body, held
 
     @staticmethod
-    async def _read_body(reader: asyncio.StreamReader, size: int) -> bytearray:
-        """``size`` bytes into one buffer, as they arrive (no second copy of the whole)."""
+    async def _read_body(reader: asyncio.StreamReader, size: int) -> bytearray | None:
+        """``size`` bytes into one buffer, as they arrive (no second copy of the whole); None
+        when the client leaves first. However it ends early (also a timeout's cancel), the
+        buffer is dropped here: an exception's traceback would keep it alive until the
+        garbage collector breaks the task's reference cycle."""
         buf = bytearray(size)
         view = memoryview(buf)
         pos = 0
-        while pos < size:
-            chunk = await reader.read(min(size - pos, READ_STEP))
-            if not chunk:
-                raise asyncio.IncompleteReadError(b"", size)
-            view[pos : pos + len(chunk)] = chunk
-            pos += len(chunk)
-        view.release()
-        return buf
+        try:
+            while pos < size:
+                chunk = await reader.read(min(size - pos, READ_STEP))
+                if not chunk:
+                    break
+                view[pos : pos + len(chunk)] = chunk
+                pos += len(chunk)
+        finally:
+            view.release()
+            if pos < size:
+                buf = bytearray()
+        return buf if pos == size else None
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
