@@ -10,6 +10,7 @@ requests that arrive while the broker stops are answered or closed, never a trac
 """
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -31,7 +32,10 @@ from serve_util import (  # noqa: E402
     batch,
     call,
     connect,
+    create_topic,
+    fetch,
     frame,
+    produce,
     recv_exact,
     wait_for,
 )
@@ -185,13 +189,13 @@ def loaded(tmp_path_factory):
 
 @pytest.mark.parametrize("codec", list(CODECS))
 def test_zip_bombs_stay_within_the_request_budget(loaded, codec):
-    """Twelve batches of 31 MiB of zeros over two partitions of one Produce (each batch
-    alone is within the 32 MiB budget; their sum, 372 MiB, is not): the partition whose
+    """Sixteen batches of 31 MiB of zeros over two partitions of one Produce (each batch
+    alone is within the 32 MiB budget; their sum, 496 MiB, is not): the partition whose
     batch goes over the budget is refused MESSAGE_TOO_LARGE, the broker's peak RSS stays
     under the bound, and it serves on."""
     one = bomb(codec, 31 * MiB)
-    req = produce_many("z", {0: one * 6, 1: one * 6})
-    assert len(req) < 12 * len(one) + 1000
+    req = produce_many("z", {0: one * 8, 1: one * 8})
+    assert len(req) < 16 * len(one) + 1000
     reset_peak(loaded.proc.pid)
     with connect(loaded) as s:
         s.settimeout(120)
@@ -396,3 +400,57 @@ def test_open_files_soft_limit_raised_to_hard(tmp_path):
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "raised from 256 to 4096" in err
+
+
+# -- shutdown -------------------------------------------------------------------------------------
+def test_requests_during_shutdown_are_answered_or_closed_without_tracebacks(tmp_path):
+    """SIGTERM while clients produce, fetch, ask for metadata and open new connections, and
+    one long poll waits (max_wait 60 s): the long poll is answered at once, every other
+    request is answered or its connection closed, the broker exits 0 and logs no traceback."""
+    b = BrokerProcess(str(tmp_path / "root"))
+    with connect(b) as s:
+        create_topic(s, "sd", 2)
+    stop = threading.Event()
+    answered = [0] * 4
+    problems: list[str] = []
+    reqs = [(produce("sd", batch([b"v" * 100] * 10)), 0, 9), (fetch("sd", 0, max_wait=50), 1, 12),
+            (frame(3, 12, {"topics": None}), 3, 12)]
+
+    def client(i: int) -> None:
+        while not stop.is_set():
+            try:
+                with connect(b) as s:
+                    for _ in range(20):
+                        data, key, version = reqs[(i + answered[i]) % len(reqs)]
+                        s.sendall(data)
+                        got = read_response(s)
+                        if got is None:
+                            return  # closed by the broker: allowed
+                        decode_response(got, key, version)  # whole and well-formed
+                        answered[i] += 1
+            except (ConnectionError, TimeoutError):
+                return  # refused or reset while stopping: allowed
+            except Exception as e:  # noqa: BLE001 - a malformed answer is the failure we look for
+                problems.append(repr(e))
+                return
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    poll = connect(b)
+    poll.sendall(fetch("sd", 1 << 20, max_wait=60_000, min_bytes=1))  # past the end: waits for data
+    assert wait_for(lambda: min(answered) >= 5, 30)
+    start = time.monotonic()
+    os.kill(b.proc.pid, signal.SIGTERM)
+    poll.settimeout(20)
+    got = read_response(poll)  # answered when the broker stops, not after 60 s or never
+    poll.close()
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert b.proc.wait(30) == 0
+    assert time.monotonic() - start < 20
+    assert got is not None and decode_response(got, 1, 12).responses[0].partitions[0].records in (None, b"")
+    assert not problems, problems
+    err = b.stderr()
+    assert "Traceback" not in err and " ERROR " not in err, err
