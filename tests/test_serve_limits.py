@@ -402,6 +402,45 @@ def test_open_files_soft_limit_raised_to_hard(tmp_path):
     assert "raised from 256 to 4096" in err
 
 
+def test_out_of_descriptors_refuses_at_accept_without_tracebacks(tmp_path):
+    """Under a hard RLIMIT_NOFILE of 64, 150 clients connect: those without a descriptor
+    are closed at accept and counted in one warning line, not a traceback per attempt
+    (asyncio's accept loop logs up to 100 per round), and the broker serves once they go."""
+    if not shutil.which("prlimit"):
+        pytest.skip("prlimit (util-linux) is not installed")
+    cmd = ["prlimit", "--nofile=64:64", "--", sys.executable, "-m", "pylog.cli", "--root", str(tmp_path / "r"),
+           "serve", "--port", "0"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=py_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline().rsplit(":", 1)[1])
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(150)]
+        refused = 0
+        for s in socks[-60:]:  # past the limit: closed unanswered
+            s.sendall(frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}))
+            refused += close_soon(s)
+        assert refused == 60
+        for s in socks:
+            s.close()
+
+        def fresh() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                    return call(s, frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}),
+                                18, 3) is not None
+            except ConnectionError:
+                return False
+        assert wait_for(fresh, 10)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err[:3000]
+    lines = [x for x in err.splitlines() if "refusing connections: no descriptor left (EMFILE" in x]
+    assert 1 <= len(lines) <= 3, err[:3000]
+    assert "open files limit (64) is below max.connections (1000)" in err
+
+
 # -- shutdown -------------------------------------------------------------------------------------
 def test_requests_during_shutdown_are_answered_or_closed_without_tracebacks(tmp_path):
     """SIGTERM while clients produce, fetch, ask for metadata and open new connections, and

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import logging
+import os
 import resource
 import signal
 import socket
@@ -109,22 +111,57 @@ class _Accepted(socket.socket):
 
 class _Listener(socket.socket):
     """A listening socket that refuses connections over the server's limits at accept, so
-    that a refused connection costs no transport, task, TLS handshake or read."""
+    that a refused connection costs no transport, task, TLS handshake or read.
 
-    __slots__ = ("admit",)
+    Out of descriptors (EMFILE, ENFILE), it closes a spare descriptor kept for this, takes
+    the waiting connection, closes it and opens the spare again: the connection is refused
+    like one over max.connections. (asyncio's own accept loop logs a traceback per attempt,
+    up to its backlog each time, and the connection stays queued.)"""
+
+    __slots__ = ("admit", "refuse", "spare")
     admit: Any  # Server._admit
+    refuse: Any  # Server._refuse
+    spare: int  # a descriptor on /dev/null, -1 when there is none
 
     def accept(self) -> tuple[socket.socket, Any]:
         """The next connection within the limits (the others are closed here); raises
         BlockingIOError when none is waiting, as a non-blocking accept does."""
         while True:
-            fd, addr = self._accept()  # type: ignore[attr-defined]
+            try:
+                fd, addr = self._accept()  # type: ignore[attr-defined]
+            except OSError as e:
+                if e.errno not in (errno.EMFILE, errno.ENFILE) or self.spare < 0:
+                    raise
+                self._shed(e)
+                continue
             conn = _Accepted(self.family, self.type, self.proto, fileno=fd)
             on_close = self.admit(addr[0])
             if on_close is not None:
                 conn._on_close = on_close
                 return conn, addr
             conn.close()
+
+    def _shed(self, e: OSError) -> None:
+        """Refuse the first waiting connection with the spare descriptor's place."""
+        os.close(self.spare)
+        self.spare = -1
+        try:
+            fd, _ = self._accept()  # type: ignore[attr-defined]
+            os.close(fd)
+        finally:
+            try:
+                self.spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:  # taken meanwhile: asyncio's handling from now on
+                pass
+        self.refuse(f"no descriptor left ({errno.errorcode.get(e.errno or 0, e.errno)}: raise the open files "
+                    f"limit or lower --max-connections)")
+
+    def close(self) -> None:
+        """Close the socket and its spare descriptor."""
+        if getattr(self, "spare", -1) >= 0:
+            os.close(self.spare)
+            self.spare = -1
+        super().close()
 
 
 def raise_open_files_limit() -> tuple[int, int]:
@@ -255,6 +292,11 @@ class Server:
         if self.advertise:  # what Metadata and FindCoordinator tell clients (a proxy, a NAT)
             host, _, port = self.advertise.rpartition(":")
             self.broker.advertised_host, self.broker.port = host or self.host, int(port)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft != resource.RLIM_INFINITY and soft < self.max_connections + 100:
+            log.warning("the open files limit (%d) is below max.connections (%d) + 100: connections are refused "
+                        "when descriptors run out (raise ulimit -n, or lower --max-connections)",
+                        soft, self.max_connections)
         self.coordinator = GroupCoordinator(self.broker)
         self.coordinator.start()
         if self.cleanup_interval is not None:
@@ -272,7 +314,8 @@ class Server:
                     socket.getaddrinfo(self.host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
                 sock = _Listener(family, kind, proto)
                 socks.append(sock)
-                sock.admit = self._admit
+                sock.admit, sock.refuse = self._admit, self._refuse
+                sock.spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
