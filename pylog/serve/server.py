@@ -458,10 +458,9 @@ class Server:
                 frame, held = got
                 self._busy.add(task)
                 try:
-                    try:
+                    try:  # _handle frees the frame's memory once decoded
                         out = await self._handle(frame)
                     finally:
-                        del frame
                         self._pool.give(held)
                     if out is False:
                         break
