@@ -330,6 +330,42 @@ def test_unfinished_frames_on_many_connections_wait_for_the_pool(loaded):
     assert peak_rss(loaded.proc.pid) < RSS_BOUND
 
 
+def test_fetch_responses_nobody_reads_hold_at_most_the_response_pool(loaded):
+    """Ten connections each ask for both 40 MiB partitions and never read: the responses
+    being written hold at most twice fetch.max.bytes in all (the first two get 55 MiB, the
+    others what is left, at least one record), so the peak RSS stays under the bound; once
+    they go, a consumer is answered."""
+    import select
+
+    reset_peak(loaded.proc.pid)
+    greedy = [connect(loaded) for _ in range(10)]
+    for s in greedy:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        s.sendall(fetch_many("big", [0, 1]))
+
+    def answered() -> list[socket.socket]:
+        return select.select(greedy, [], [], 0)[0]
+
+    seen, still = -1, 0
+    while still < 4:  # until no new connection has got an answer for 2 s
+        time.sleep(0.5)
+        n = len(answered())
+        still = still + 1 if n == seen else 0
+        seen = n
+    sizes = [struct.unpack(">i", s.recv(4, socket.MSG_PEEK))[0] for s in answered()]
+    assert sum(sizes) <= 2 * 55 * MiB + len(sizes) * (MiB + 1000), sizes  # the pool, and a record each over
+    assert peak_rss(loaded.proc.pid) < RSS_BOUND
+    for s in greedy:
+        s.close()
+    with connect(loaded) as s:
+        s.settimeout(30)
+        s.sendall(fetch_many("big", [0], max_bytes=3 * MiB))
+        got = read_response(s)
+    assert got is not None
+    assert 2 * MiB < len(decode_response(got, 1, 12).responses[0].partitions[0].records) <= 3 * MiB
+    assert peak_rss(loaded.proc.pid) < RSS_BOUND
+
+
 # -- connections ----------------------------------------------------------------------------------
 def test_connection_limits_refuse_at_accept_and_log_once(tmp_path):
     b = BrokerProcess(str(tmp_path / "root"), "--max-connections", "4", "--max-connections-per-ip", "2")

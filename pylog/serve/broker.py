@@ -33,6 +33,7 @@ from pylog.errors import (
     UnknownTopicError,
 )
 from pylog.log import Log, PackedBytes
+from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.producers import Producers, batch_producer
 from pylog.serve.records import (
     HEADER_SIZE,
@@ -59,6 +60,10 @@ SERVE_LOCK = ".serve.lock"
 _WANT = ("key", "metadata", "value", "timestamp")
 _MIN_RECORD = 7  # the wire size of an empty record (no key, value or headers)
 _MIN_BATCH = HEADER_SIZE + _MIN_RECORD
+
+
+#: The least a Fetch response waits for from the response pool (less when it asks for less).
+RESPONSE_LEAST = 1 << 20
 
 
 def _batch_rows(batch: Any) -> int:
@@ -108,6 +113,9 @@ class Broker:
         self.max_decompressed_bytes = max_decompressed_bytes
         self.fetch_max_bytes = fetch_max_bytes
         self.closing = False  # set by the server when it stops: long polls return at once
+        #: Fetch responses take their bytes from this pool (set by the server) while built and
+        #: written; without it (the library's own use) they take none
+        self.responses: Pool | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
@@ -295,10 +303,14 @@ class Broker:
             out[-1][1].append(p)
         return out
 
-    def _read_all(self, req: Any) -> tuple[list[dict[str, Any]], int]:
+    def _fetch_limit(self, req: Any) -> int:
+        """The request's max_bytes, within the broker's own cap (fetch.max.bytes)."""
+        return min(max(req.max_bytes, 0) if hasattr(req, "max_bytes") else 1 << 30, self.fetch_max_bytes)
+
+    def _read_all(self, req: Any, budget: int | None = None) -> tuple[list[dict[str, Any]], int]:
         committed = getattr(req, "isolation_level", 0) == 1
-        # the request's max_bytes, within the broker's own cap (fetch.max.bytes)
-        budget = min(max(req.max_bytes, 0) if hasattr(req, "max_bytes") else 1 << 30, self.fetch_max_bytes)
+        if budget is None:
+            budget = self._fetch_limit(req)
         total = 0
         out = []
         for topic, partitions in self._wanted(req):
@@ -389,10 +401,26 @@ class Broker:
         """Fetch: up to max_bytes; waits up to max_wait for min_bytes (a long poll)."""
         wait_ms = req.max_wait.total_seconds() * 1000
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
+        limit = self._fetch_limit(req)
+        pool = self.responses
+        hold = RESPONSE_HOLD.get(None) if pool is not None else None
         while True:
-            out, total = self._read_all(req)
+            got = limit
+            if pool is not None and hold is not None:
+                # its bytes while it is built and written: under pressure a smaller response
+                # (at least RESPONSE_LEAST), or a wait holding nothing
+                got = await pool.take_upto(limit, min(limit, RESPONSE_LEAST))
+            out, total = self._read_all(req, got)
             left = deadline - time.monotonic()
-            if total >= req.min_bytes or left <= 0 or self.closing:  # closing: answer now
+            done = total >= req.min_bytes or left <= 0 or self.closing  # closing: answer now
+            if pool is not None and hold is not None:
+                if done:
+                    pool.settle(got, total)
+                    hold[0] += total
+                else:
+                    out = []
+                    pool.give(got)
+            if done:
                 break
             if self._appended is None:
                 self._appended = asyncio.Event()

@@ -15,9 +15,9 @@ finished within ``request_timeout`` closes that connection only.
 Bounds (docs/serve.md, "Limits and defaults"): connections over ``max_connections`` or
 ``max_connections_per_ip`` are closed at accept, before a TLS handshake or any read; a
 frame over :data:`SMALL_FRAME` bytes first takes its size from a pool shared by every
-connection (``queued_max_request_bytes``) and nothing more is read from its socket until
-it has it, so unfinished large frames hold at most the pool; a frame's bytes are freed once
-decoded.
+connection (``queued_max_request_bytes``, :mod:`.pool`) and nothing more is read from its
+socket until it has it, so unfinished large frames hold at most the pool; a frame's bytes
+are freed once decoded; a Fetch response holds its bytes of a second pool until written.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from pylog.serve import handlers, security
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
+from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
 
 __all__ = ["Server", "serve"]
@@ -54,45 +55,6 @@ SMALL_FRAME = 1 << 16
 READ_STEP = 1 << 20
 #: Seconds between two log lines about refused connections.
 REFUSED_LOG_INTERVAL = 10.0
-
-
-class _Pool:
-    """Bytes of large request frames being read or handled, over every connection (Kafka's
-    ``queued.max.request.bytes``). :meth:`take` waits, first come first served, until the
-    bytes are free: the connection's socket is not read meanwhile (back-pressure)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.used = 0
-        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
-
-    async def take(self, n: int) -> None:
-        """Wait until ``n`` bytes (at most the capacity) are free, and take them."""
-        if not self._waiting and self.used + n <= self.capacity:
-            self.used += n
-            return
-        fut = asyncio.get_running_loop().create_future()
-        self._waiting.append((n, fut))
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():  # granted as it was cancelled
-                self.give(n)
-            else:
-                self._waiting.remove((n, fut))
-                self._grant()
-            raise
-
-    def give(self, n: int) -> None:
-        """Return ``n`` bytes taken by :meth:`take`."""
-        self.used -= n
-        self._grant()
-
-    def _grant(self) -> None:
-        while self._waiting and self.used + self._waiting[0][0] <= self.capacity:
-            n, fut = self._waiting.popleft()
-            self.used += n
-            fut.set_result(None)
 
 
 class _Accepted(socket.socket):
@@ -264,7 +226,8 @@ class Server:
         self.max_connections_per_ip = max_connections_per_ip
         self.fetch_max_bytes = fetch_max_bytes
         self.max_decompressed_bytes = max_decompressed_bytes
-        self._pool = _Pool(queued_max_request_bytes)
+        self._pool = Pool(queued_max_request_bytes)
+        self._responses = Pool(2 * fetch_max_bytes)  # Fetch responses built and being written
         self._servers: list[asyncio.base_events.Server] = []
         self._open = 0  # accepted sockets not yet closed, in all and per IP address
         self._open_per_ip: collections.Counter[str] = collections.Counter()
@@ -289,6 +252,7 @@ class Server:
             raise
         self._server = self._servers[0]
         self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
+        self.broker.responses = self._responses
         if self.advertise:  # what Metadata and FindCoordinator tell clients (a proxy, a NAT)
             host, _, port = self.advertise.rpartition(":")
             self.broker.advertised_host, self.broker.port = host or self.host, int(port)
@@ -448,6 +412,8 @@ class Server:
         PEER.set(writer.get_extra_info("peername"))
         session = security.Session(tls=self.tls is not None)
         security.SESSION.set(session)
+        hold = [0]  # response bytes of the current request (pool.py), given back once written
+        RESPONSE_HOLD.set(hold)
         try:
             while True:
                 got = await self._read_frame(reader)
@@ -473,6 +439,9 @@ class Server:
                         break
                 finally:
                     self._busy.discard(task)
+                    if hold[0]:
+                        self._responses.give(hold[0])
+                        hold[0] = 0
         except asyncio.CancelledError:
             pass
         except (ConnectionError, asyncio.TimeoutError):
