@@ -33,6 +33,7 @@ lines, so a failed run can be checked again from its file.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 import time
@@ -307,8 +308,9 @@ def _polls(rep: Report, events: list[Event], final: FinalLog) -> None:
                 else:
                     lo = committed.get((ev["group"], *tp), first.get(tp, 0))
                     why = f"at its first poll of the assignment (group position {lo})"
-                skipped = [o for o in offsets.get(tp, ()) if lo <= o < off
-                           and (*tp, o) not in group_seen[ev["group"]]]
+                offs = offsets.get(tp, [])
+                between = offs[bisect.bisect_left(offs, lo):bisect.bisect_left(offs, off)]
+                skipped = [o for o in between if (*tp, o) not in group_seen[ev["group"]]]
                 if skipped:
                     rep.add("poll_skip", _pos((*tp, off)),
                             f"{ev['consumer']} polled offset {off} {why}; offsets "
