@@ -333,6 +333,7 @@ class GroupConsumer(_Worker):
             if m is not None:
                 if m.error() is not None:
                     self.errors += 1
+                    h.note("consumer error", consumer=self.name, error=str(m.error()))
                 else:
                     h.poll(self.name, GROUP, m.topic(), m.partition(), m.offset(), m.value().decode())
                     dirty = True
@@ -389,7 +390,7 @@ def _log_end(bootstrap: str, partitions: int) -> dict[int, int]:
 
 
 def run(workdir: str, faults: int, seed: int, partitions: int = 3, consumers: int = 3,
-        pace: float = 0.015, interval: tuple[float, float] = (0.3, 1.0), pause_s: float = 2.5) -> Outcome:
+        pace: float = 0.015, interval: tuple[float, float] = (0.3, 0.8), pause_s: float = 2.5) -> Outcome:
     """Run the workload through ``faults`` faults and check the history; see the module doc."""
     rnd = random.Random(seed)
     t0 = time.monotonic()

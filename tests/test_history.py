@@ -197,6 +197,14 @@ def test_nonmonotonic_poll_within_an_assignment():
         assert _found(h, final) == {}, between
 
 
+def test_nonmonotonic_poll_the_same_offset_twice():
+    h, final = _clean()
+    h.poll("c1", "g", T, 1, 3, "p2-3")  # offset 3 of partition 1 again, in the same assignment
+    rep = check(h.events, final)
+    assert _found(h, final) == {"nonmonotonic_poll": 1}
+    assert "c1 polled offset 3 after 3" in rep.anomalies["nonmonotonic_poll"][0].detail
+
+
 def test_each_class_has_a_test_and_violations_exclude_tolerated_duplicates():
     assert set(VIOLATIONS) == set(CLASSES) - {"duplicate_tolerated"}
     src = open(__file__).read()
