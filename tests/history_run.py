@@ -17,6 +17,7 @@ run's directory, beside the history (``history.jsonl``), for a post-mortem.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
@@ -43,18 +44,105 @@ SESSION_TIMEOUT_MS = 2000
 KILL_AT = (1, 30)
 
 
+#: the broker's launcher: imports the broker once, then forks a ``pylog serve`` per line on its
+#: stdin (``OUT<tab>ERR<tab>ARGS...``; the child in its own session, stdout and stderr to the
+#: files named), and reports ``pid PID`` per start and ``exit PID STATUS`` per child that ends
+_ZYGOTE = """
+import os, select, sys
+import pylog.cli, pylog.serve.server, pylog.serve.handlers
+
+def say(*words):
+    os.write(1, (" ".join(map(str, words)) + "\\n").encode())
+
+say("ready")
+buf = b""
+while True:
+    readable = select.select([0], [], [], 0.02)[0]
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        say("exit", pid, os.waitstatus_to_exitcode(status))
+    if not readable:
+        continue
+    chunk = os.read(0, 65536)
+    if not chunk:
+        break
+    buf += chunk
+    while b"\\n" in buf:
+        line, buf = buf.split(b"\\n", 1)
+        out, err, *argv = line.decode().split("\\t")
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setsid()
+                for fd, path, flags in ((0, os.devnull, os.O_RDONLY),
+                                        (1, out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                        (2, err, os.O_WRONLY | os.O_CREAT | os.O_APPEND)):
+                    new = os.open(path, flags, 0o644)
+                    os.dup2(new, fd)
+                    os.close(new)
+                pylog.cli.main(argv)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        say("pid", pid)
+"""
+
+
 class Broker:
-    """``pylog serve`` over ``root``, restartable on the port of its first start."""
+    """``pylog serve`` over ``root``, restartable on the port of its first start.
+
+    Each start is a new process, forked from a launcher that imported the broker's modules
+    once: a restart costs the broker's own start (opening the root, recovery, listening), not
+    the 1-2 s of CPU its imports take, which on a loaded machine was most of each fault's time.
+    """
 
     def __init__(self, root: str, workdir: str, history: History) -> None:
         self.root = root
         self.workdir = workdir
         self.history = history
         self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.pid = 0  # the running broker's process id
         self.traced = False  # the current process runs under strace's fdatasync injection
         self.strace: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self._exits: dict[int, int] = {}
+        self._pids: list[int] = []
+        self._said = threading.Condition()
+        with open(os.path.join(workdir, "launcher.err"), "wb") as err:
+            self.zygote = subprocess.Popen([sys.executable, "-c", _ZYGOTE], cwd=ROOT, env=py_env(),
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        threading.Thread(target=self._listen, daemon=True).start()
+        with self._said:
+            if not self._said.wait_for(lambda: self._ready or self.zygote.poll() is not None, 120):
+                raise RuntimeError("the broker's launcher did not start within 120 s")
+        if not self._ready:
+            raise RuntimeError("the broker's launcher failed (launcher.err)")
+
+    _ready = False
+
+    def _listen(self) -> None:
+        assert self.zygote.stdout is not None
+        for raw in self.zygote.stdout:
+            word, *rest = raw.decode().split()
+            with self._said:
+                if word == "ready":
+                    self._ready = True
+                elif word == "pid":
+                    self._pids.append(int(rest[0]))
+                elif word == "exit":
+                    self._exits[int(rest[0])] = int(rest[1])
+                self._said.notify_all()
+        with self._said:
+            self._said.notify_all()
 
     @property
     def bootstrap(self) -> str:
@@ -65,14 +153,19 @@ class Broker:
         """Start the broker (on the same port after the first start); with
         ``kill_at_fdatasync`` N, attach strace to it once it listens, so that it dies at the
         N-th fdatasync of one of its threads (strace counts per thread)."""
-        cmd = [sys.executable, "-m", "pylog.cli", "--root", self.root, "serve", "--host", "127.0.0.1",
-               "--port", str(self.port)]
-        self.starts += 1
-        out = os.path.join(self.workdir, f"broker-{self.starts}.out")
         for attempt in range(50):  # the port of a killed broker may take a moment to free
-            with open(out, "wb") as o, open(os.path.join(self.workdir, "broker.err"), "ab") as e:
-                self.proc = subprocess.Popen(cmd, cwd=ROOT, env=py_env(), stdout=o, stderr=e,
-                                             start_new_session=True)
+            self.starts += 1
+            out = os.path.join(self.workdir, f"broker-{self.starts}.out")
+            args = ["--root", self.root, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+            assert self.zygote.stdin is not None
+            with self._said:
+                known = len(self._pids)
+                self.zygote.stdin.write(("\t".join([out, os.path.join(self.workdir, "broker.err"), *args])
+                                         + "\n").encode())
+                self.zygote.stdin.flush()
+                if not self._said.wait_for(lambda k=known: len(self._pids) > k, 30):  # type: ignore[misc]
+                    raise RuntimeError("the broker's launcher did not fork")
+                self.pid = self._pids[known]
             line = self._wait_listening(out)
             if line:
                 break
@@ -87,37 +180,41 @@ class Broker:
         self.traced = kill_at_fdatasync is not None
         if kill_at_fdatasync is not None:
             self._attach(kill_at_fdatasync)
-        self.history.note("broker start", port=self.port, kill_at_fdatasync=kill_at_fdatasync)
+        self.history.note("broker start", port=self.port, pid=self.pid, kill_at_fdatasync=kill_at_fdatasync)
 
     def _attach(self, when: int) -> None:
         """Attach strace to every thread of the broker, set to SIGKILL it at the ``when``-th
-        fdatasync of a thread. Attaching after the start keeps the start untraced (fast) and
-        leaves the start's own fdatasyncs out of the count."""
-        assert self.proc is not None
+        fdatasync of a thread. Attaching after the start leaves the start's own fdatasyncs
+        out of the count (and strace 6.1 with --seccomp-bpf injects at when=1 only)."""
         strace = strace_path()
         assert strace is not None
         self.strace = subprocess.Popen([strace, "-f", "-qq", "-o", os.devnull, "-e", "trace=fdatasync",
                                         "-e", f"inject=fdatasync:signal=SIGKILL:when={when}",
-                                        "-p", str(self.proc.pid)], stdout=subprocess.DEVNULL,
+                                        "-p", str(self.pid)], stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL, start_new_session=True)
         end = time.monotonic() + 20
-        while time.monotonic() < end and self.proc.poll() is None:
-            with open(f"/proc/{self.proc.pid}/status") as f:
-                if re.search(r"^TracerPid:\s*[1-9]", f.read(), re.M):
-                    return
+        while time.monotonic() < end and self.alive():
+            try:
+                with open(f"/proc/{self.pid}/status") as f:
+                    if re.search(r"^TracerPid:\s*[1-9]", f.read(), re.M):
+                        return
+            except FileNotFoundError:
+                return
             time.sleep(0.01)
 
     def _wait_listening(self, out: str) -> str:
-        assert self.proc is not None
         end = time.monotonic() + 60
         while time.monotonic() < end:
-            with open(out) as f:
-                line = f.readline()
-            if "listening on" in line:
-                return line
-            if self.proc.poll() is not None:
+            try:
+                with open(out) as f:
+                    for line in f:
+                        if "listening on" in line:
+                            return line
+            except FileNotFoundError:  # the child has not opened it yet
+                pass
+            if not self.alive():
                 return ""
-            time.sleep(0.02)
+            time.sleep(0.01)
         raise RuntimeError("pylog serve did not start within 60 s")
 
     def _tail_err(self) -> str:
@@ -125,18 +222,24 @@ class Broker:
             return f.read()[-2000:]
 
     def alive(self) -> bool:
-        """The broker process (or strace around it) still runs."""
-        return self.proc is not None and self.proc.poll() is None
+        """The broker process still runs (its launcher has not reported its exit)."""
+        with self._said:
+            return self.pid > 0 and self.pid not in self._exits
+
+    def wait(self, timeout: float) -> int | None:
+        """The broker's exit status once it ended, or None after ``timeout`` seconds."""
+        with self._said:
+            self._said.wait_for(lambda: self.pid in self._exits, timeout)
+            return self._exits.get(self.pid)
 
     def kill(self) -> None:
         """SIGKILL the broker and wait for it (and for strace, if it was traced)."""
-        assert self.proc is not None
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        self.proc.wait(30)
-        self._reap_group()
+        if self.wait(30) is None:
+            raise RuntimeError(f"broker {self.pid} did not die of SIGKILL")
         if self.strace is not None:
             try:
                 self.strace.wait(30)
@@ -145,36 +248,33 @@ class Broker:
                 self.strace.wait(10)
             self.strace = None
 
-    def _reap_group(self) -> None:
-        """Wait until no process of the broker's group is left (strace's child dies after it)."""
-        assert self.proc is not None
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            try:
-                os.killpg(self.proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.02)
-
     def pause(self, seconds: float) -> None:
         """SIGSTOP the broker for ``seconds``, then SIGCONT it."""
-        assert self.proc is not None and not self.traced
-        self.proc.send_signal(signal.SIGSTOP)
+        assert not self.traced
+        os.kill(self.pid, signal.SIGSTOP)
         try:
             time.sleep(seconds)
         finally:
-            self.proc.send_signal(signal.SIGCONT)
+            os.kill(self.pid, signal.SIGCONT)
 
-    def terminate(self) -> int:
+    def terminate(self) -> int | None:
         """SIGTERM the broker; returns its exit status."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
+        if self.alive():
+            os.kill(self.pid, signal.SIGTERM)
+        status = self.wait(60)
+        if status is None:
             self.kill()
-            raise
+        return status
+
+    def close(self) -> None:
+        """Stop the launcher (the broker must be stopped first)."""
+        assert self.zygote.stdin is not None
+        self.zygote.stdin.close()
+        try:
+            self.zygote.wait(30)
+        except subprocess.TimeoutExpired:
+            self.zygote.kill()
+            self.zygote.wait(10)
 
 
 def _note_epoch(w: _Worker, pid: int, epoch: int) -> None:
@@ -369,6 +469,9 @@ class Outcome:
     caught_up: bool = False
     history_file: str = ""
     explained: list[str] = field(default_factory=list)
+    stop_status: int | None = None
+    #: idempotent duplicates by the fault that followed their send: kind -> (values, faults, of faults)
+    blamed: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def _create_topic(bootstrap: str, partitions: int) -> None:
@@ -390,7 +493,7 @@ def _log_end(bootstrap: str, partitions: int) -> dict[int, int]:
 
 
 def run(workdir: str, faults: int, seed: int, partitions: int = 3, consumers: int = 3,
-        pace: float = 0.015, interval: tuple[float, float] = (0.3, 0.8), pause_s: float = 2.5) -> Outcome:
+        pace: float = 0.02, interval: tuple[float, float] = (0.5, 2.0), pause_s: float = 2.5) -> Outcome:
     """Run the workload through ``faults`` faults and check the history; see the module doc."""
     rnd = random.Random(seed)
     t0 = time.monotonic()
@@ -446,7 +549,7 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
                 h.note("fault", kind=kind)
                 broker.kill()
             out.faults[kind] = out.faults.get(kind, 0) + 1
-            time.sleep(rnd.uniform(0, 0.3))
+            time.sleep(rnd.uniform(0, 1.0))  # an outage of random length
             broker.start(kill_at_fdatasync=rnd.randint(*KILL_AT) if nxt == "fsync-kill" else None)
         if broker.traced:  # the last run must not die at an fdatasync
             broker.kill()
@@ -478,9 +581,12 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
         if broker.alive():
             status = broker.terminate()
             h.note("broker stopped", status=status)
+            out.stop_status = status
+        broker.close()
         h.dump(out.history_file)
     out.report = check(h.events, read_log(root, TOPIC))
     out.explained = explain(h.events, out.report)
+    out.blamed = blame(h.events, out.report)
     out.seconds = time.monotonic() - t0
     return out
 
@@ -507,6 +613,24 @@ def explain(events: list[dict[str, Any]], report: Report, kind: str = "duplicate
                   and ev.get("producer", send["producer"]) == send["producer"]]
         out.append(f"{a} | sent @{send['t']}, acked @{ack['t'] if ack else '-'}; between: {'; '.join(during)}")
     return out
+
+
+def blame(events: list[dict[str, Any]], report: Report, kind: str = "duplicate") -> dict[str, tuple[int, int, int]]:
+    """The anomalies of ``kind`` by the first fault after their value was sent: for each
+    fault kind, (anomalies, faults followed by at least one of them, faults injected)."""
+    sent = {ev["value"]: ev["i"] for ev in events if ev["type"] == "send"}
+    faults = [ev for ev in events if ev["type"] == "note" and ev["what"] == "fault"]
+    starts = [ev["i"] for ev in faults]
+    hit: dict[int, int] = {}
+    for a in report.anomalies[kind]:
+        at = bisect.bisect_left(starts, sent.get(a.where, -1))
+        key = faults[at]["i"] if at < len(faults) else -1
+        hit[key] = hit.get(key, 0) + 1
+    out: dict[str, tuple[int, int, int]] = {}
+    for ev in faults + [{"i": -1, "kind": "none (no fault after the send)"}]:
+        n, f, total = out.get(ev["kind"], (0, 0, 0))
+        out[ev["kind"]] = (n + hit.get(ev["i"], 0), f + (ev["i"] in hit), total + (ev["i"] != -1))
+    return {k: v for k, v in out.items() if v != (0, 0, 0)}
 
 
 def _wait_dead(broker: Broker, timeout: float) -> bool:
