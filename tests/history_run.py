@@ -177,15 +177,17 @@ class Broker:
         m = re.search(r"listening on [\d.]+:(\d+)", line)
         assert m is not None
         self.port = int(m.group(1))
-        self.traced = kill_at_fdatasync is not None
+        self.traced = False
+        self.history.note("broker start", port=self.port, pid=self.pid)
         if kill_at_fdatasync is not None:
-            self._attach(kill_at_fdatasync)
-        self.history.note("broker start", port=self.port, pid=self.pid, kill_at_fdatasync=kill_at_fdatasync)
+            self.arm(kill_at_fdatasync)
 
-    def _attach(self, when: int) -> None:
-        """Attach strace to every thread of the broker, set to SIGKILL it at the ``when``-th
-        fdatasync of a thread. Attaching after the start leaves the start's own fdatasyncs
-        out of the count (and strace 6.1 with --seccomp-bpf injects at when=1 only)."""
+    def arm(self, when: int) -> None:
+        """Attach strace to every thread of the running broker, set to SIGKILL it at the
+        ``when``-th fdatasync of a thread. Attaching after the start leaves the start's own
+        fdatasyncs out of the count (and strace 6.1 with --seccomp-bpf injects at when=1 only)."""
+        self.traced = True
+        self.history.note("armed", pid=self.pid, kill_at_fdatasync=when)
         strace = strace_path()
         assert strace is not None
         self.strace = subprocess.Popen([strace, "-f", "-qq", "-o", os.devnull, "-e", "trace=fdatasync",
@@ -470,6 +472,8 @@ class Outcome:
     history_file: str = ""
     explained: list[str] = field(default_factory=list)
     stop_status: int | None = None
+    crashes: list[str] = field(default_factory=list)
+    broker_tracebacks: int = 0
     #: idempotent duplicates by the fault that followed their send: kind -> (values, faults, of faults)
     blamed: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
@@ -530,6 +534,10 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
         for i, kind in enumerate(plan):
             nxt = plan[i + 1] if i + 1 < len(plan) else None
             time.sleep(rnd.uniform(*interval))
+            if not broker.traced and not broker.alive():  # no fault of ours: a crash
+                out.crashes.append(f"broker {broker.pid} exited with {broker.wait(0)} before fault {i}")
+                h.note("crash", pid=broker.pid, status=broker.wait(0))
+                broker.start()
             if kind == "fsync-kill" and broker.traced:
                 died = _wait_dead(broker, 5.0)
                 if not died:
@@ -541,8 +549,7 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
                 broker.pause(pause_s)
                 out.faults[kind] = out.faults.get(kind, 0) + 1
                 if nxt == "fsync-kill":  # the next fault needs a broker under strace
-                    broker.kill()
-                    broker.start(kill_at_fdatasync=rnd.randint(*KILL_AT))
+                    broker.arm(rnd.randint(*KILL_AT))
                 continue
             else:
                 kind = "kill"
@@ -583,6 +590,8 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
             h.note("broker stopped", status=status)
             out.stop_status = status
         broker.close()
+        with open(os.path.join(workdir, "broker.err"), errors="replace") as f:
+            out.broker_tracebacks = f.read().count("Traceback")
         h.dump(out.history_file)
     out.report = check(h.events, read_log(root, TOPIC))
     out.explained = explain(h.events, out.report)
@@ -609,7 +618,7 @@ def explain(events: list[dict[str, Any]], report: Report, kind: str = "duplicate
         during = [f"{ev['what']}{'' if ev.get('kind') is None else ' ' + ev['kind']}"
                   f"{' id {} epoch {}'.format(ev['id'], ev['epoch']) if ev['what'] == 'producer id' else ''}"
                   f" @{ev['t']}" for ev in events[lo:hi] if ev["type"] == "note"
-                  and ev["what"] in ("fault", "broker start", "producer id")
+                  and ev["what"] in ("fault", "broker start", "armed", "crash", "producer id")
                   and ev.get("producer", send["producer"]) == send["producer"]]
         out.append(f"{a} | sent @{send['t']}, acked @{ack['t'] if ack else '-'}; between: {'; '.join(during)}")
     return out

@@ -40,6 +40,7 @@ def test_history_under_kills_pauses_and_fdatasync_kills(tmp_path):
           + ", ".join(f"{k}: {v}" for k, v in out.blamed.items()))
     print("\n".join(out.explained))
     assert not out.failures, out.failures
+    assert not out.crashes and not out.broker_tracebacks, (out.crashes, out.broker_tracebacks)
     assert sum(out.faults.values()) == faults and out.faults.get("kill") and out.faults.get("pause")
     assert rep.stats["acked"] > 100 * faults and rep.stats["polled_values"] > 100 * faults
     assert rep.violations() == [], f"seed {seed}, history in {out.history_file}\n{rep.summary()}"
