@@ -1,9 +1,10 @@
 """A Jepsen-style run against `pylog serve`: real Kafka clients record a history
 (tests/history.py) while a nemesis kills, stops and restarts the broker.
 
-* :class:`Broker` runs ``pylog serve`` over one data root and restarts it on the same port;
-  after a start it may attach ``strace -e inject=fdatasync:signal=SIGKILL:when=N`` to it, so
-  that it dies at an fdatasync (records in the file, not yet durable).
+* :class:`Broker` runs ``pylog serve`` over one data root and restarts it on the same port
+  (each start a new process, forked from a launcher that imported the broker once); it can
+  attach ``strace -e inject=fdatasync:signal=SIGKILL:when=N`` to the running broker, so that
+  the broker dies at an fdatasync (records in the file, not yet durable).
 * :class:`ConfluentProducer` and :class:`KafkaPythonProducer` send unique values
   (``p<n>-<seq>``) with acks=all, idempotent or not, and record each send, ack and error.
 * :class:`GroupConsumer` is a confluent-kafka consumer in a group; it records assignments,
