@@ -129,6 +129,39 @@ def take_clean(dirpath: str, *, remove: bool = True) -> CleanState | None:
     return CleanState(fields[4], fields[5], fields[6], None if ts == _NO_TS else ts, fields[8])
 
 
+# -- the durable point -----------------------------------------------------------------------
+_DUR = struct.Struct("<8sHHIQQ")
+DUR_MAGIC = b"PYLOGDUR"
+
+
+def write_durable_point(dirpath: str, base: int, durable: int, *, sync: bool = False) -> None:
+    """Record that every offset below ``durable`` is durable, for the active segment of base
+    ``base`` (``durable-point``, 36 bytes: ``8s magic b"PYLOGDUR" | u16 version (1) | u16 0 |
+    u32 0 | u64 base | u64 durable | u32 crc32c(0..31)``). Rewritten in place with one
+    ``pwrite`` (it fits in one sector), after an fsync made it true: whichever version a
+    crash keeps is a lower bound of what was durable. With ``sync`` the record itself is
+    made durable (fdatasync, and the directory when the file is new)."""
+    path = os.path.join(dirpath, fmt.DURABLE_FILE)
+    new = sync and not os.path.exists(path)
+    fd = vfs.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fileutil.pwrite_all(fd, _seal(_DUR.pack(DUR_MAGIC, 1, 0, 0, base, durable)), 0)
+        if sync:
+            vfs.fdatasync(fd)
+    finally:
+        vfs.close(fd)
+    if new:
+        fileutil.fsync_dir(dirpath)
+
+
+def read_durable_point(dirpath: str, base: int) -> int | None:
+    """The durable offset ``durable-point`` records for the active segment of base ``base``;
+    None when the file is missing, damaged or about another segment."""
+    data = _read(os.path.join(dirpath, fmt.DURABLE_FILE))
+    fields = _open(data, _DUR, DUR_MAGIC, 1) if data is not None else None
+    return fields[5] if fields and fields[4] == base else None
+
+
 # -- the recovery report ---------------------------------------------------------------------
 _REPORT_VERSION = 1
 

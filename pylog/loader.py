@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from pylog import checkpoint, fileutil, vfs
+from pylog import checkpoint, fileutil, torn, vfs
 from pylog import format as fmt
 from pylog._backend import impl
 from pylog.errors import CorruptRecordError, LogLockedError, PylogError
@@ -117,6 +117,31 @@ def _report_entry(err: CorruptRecordError, action: str, saved: str | None, now_m
             "time_ms": now_ms}
 
 
+def _open_unit_start(sealed: list[SealedSegment]) -> int | None:
+    """The first offset of a write unit the last of ``sealed`` ends in the middle of (its
+    last frame has ``ATTR_UNIT_CONTINUES``), searched back across segments; None when the
+    last frame ends a unit (or segments are compacted: their units are whole)."""
+    start = None
+    for seg in reversed(sealed):
+        m = seg.maps()
+        if seg.gaps:
+            return None
+        buf, length = m.store.buf, m.store.length
+        ix = m.index.array
+        if start is None and len(ix):  # first the cheap look: from the last index entry on
+            pos, off = int(ix[-1]["position"]), seg.base_offset + int(ix[-1]["relative_offset"])
+            u = torn.unit_end(buf, length, pos, off, length)
+            if u is not None and u[0] == length:
+                return None
+        u = torn.unit_end(buf, length, fmt.FILE_HEADER_SIZE, seg.base_offset, length)
+        if u is not None:
+            return None if u[0] == length and start is None else u[1]
+        if length <= fmt.FILE_HEADER_SIZE:
+            return start
+        start = seg.base_offset
+    return start
+
+
 class LogLoading(LogState):
     """Opening and recovery of a Log (Kafka's LogLoader).
 
@@ -127,6 +152,10 @@ class LogLoading(LogState):
     methods of the other parts it calls, are declared with their types in
     :class:`pylog.logstate.LogState`.
     """
+
+    #: the first offset of an unfinished write unit recovery found across a roll, which the
+    #: opening writer cuts (see _finish_truncate)
+    _unit_cut: int | None = None
 
     # ------------------------------------------------------------------------------------
     # opening
@@ -257,6 +286,10 @@ class LogLoading(LogState):
         self._gc.advance(active.next_offset)
         if clean is None:
             checkpoint.write_recovery_point(self.path, active.base_offset)
+            # what recovery kept may still be only in the page cache (a killed process's
+            # writes): synced, it is the durable point the next recovery starts from
+            active.sync()
+            checkpoint.write_durable_point(self.path, active.base_offset, active.next_offset, sync=True)
 
     def _set_aside_after_gap(self, bases: list[int]) -> list[int]:
         """Backstop of an unclean open: where a segment's records end before the next
@@ -291,7 +324,18 @@ class LogLoading(LogState):
     def _finish_truncate(self) -> None:
         """Finish a truncate that a crash interrupted: its point was made durable before it
         changed any file, so the records from it on are dropped now (``recovery_actions``
-        says so)."""
+        says so). First, cut a write unit that recovery found unfinished across a roll (its
+        first records in a sealed segment): silently, as a torn write is, its bytes counted
+        in ``truncated_bytes``."""
+        if self._unit_cut is not None:
+            t, self._unit_cut = self._unit_cut, None
+            before = self.size_bytes
+            try:
+                self.truncate(t)
+            except OSError as e:  # a full disk, say: fenced, and the next open cuts it again
+                self.recovery_actions.append(f"could not cut an unfinished write unit at offset {t} ({e})")
+                return
+            self.truncated_bytes += before - self.size_bytes
         if not os.path.exists(os.path.join(self.path, fmt.TRUNCATE_FILE)):
             return
         t = checkpoint.read_truncate_point(self.path)
@@ -332,8 +376,17 @@ class LogLoading(LogState):
                 found.extend(seg.verify(seg.next_offset))
         # written with preallocate=True (the stored config), reopened with or without it
         reserved = self.config.preallocate or self._stored_preallocate
-        active, cut, damage = ActiveSegment.recover(self.path, last, self.config, reserved=reserved)
+        # every offset below `durable` is known durable: a bad frame there is damage (kept,
+        # reported); past it, a torn write (cut with what follows it), and what is kept past
+        # it ends with a whole write unit (pylog.torn)
+        durable = max(rp, checkpoint.read_durable_point(self.path, last) or 0)
+        active, cut, damage = ActiveSegment.recover(self.path, last, self.config, reserved=reserved,
+                                                    durable=durable)
         self.truncated_bytes = cut
+        if sealed and active.next_offset == last and durable <= last:
+            # nothing kept in the active segment: a batch framed across the roll that made
+            # it may have been cut there, its first records in the segment before
+            self._unit_cut = _open_unit_start(sealed)
         found.extend(damage_error(active.store_path, d) for d in damage)
         now = int(time.time() * 1000)
         # what the open found before (segments set aside after a hole), then the damage kept

@@ -388,8 +388,16 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                 if mx is not None and default_ts < mx:
                     default_ts = mx
             first: int = seg.app.next_offset
-            seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, ts_arr, default_ts,
-                                     laid[0] if laid is not None else None, gather)
+            seg0, pos0 = seg, seg.app.position
+            seg.app.unit_end = first + n  # one write unit: every frame but the last says it goes on
+            try:
+                seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, ts_arr, default_ts,
+                                         laid[0] if laid is not None else None, gather)
+            except OSError:
+                self._unit_failed(seg0, first, pos0)  # fenced: none of the batch stays in view
+                raise
+            finally:
+                self._active.app.unit_end = 0
             last = seg.app.next_offset - 1
             self._after_append(seg, n)
         if cfg.fsync == "always":
@@ -423,6 +431,8 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                             vfs.ftruncate(active.store_fd, active.written)  # so the marker matches the file
                         active.sync(indexes=True)
                         checkpoint.write_recovery_point(self.path, active.next_offset)
+                        checkpoint.write_durable_point(self.path, active.base_offset, active.next_offset,
+                                                       sync=True)
                         checkpoint.write_clean(self.path, checkpoint.CleanState(
                             active.next_offset, active.base_offset, active.written, active.app.max_timestamp,
                             os.fstat(active.store_fd).st_mtime_ns))

@@ -108,6 +108,8 @@ class LogRetention(LogState):
                 fileutil.shrink_file(target, cut_at, copy=True)
                 new, _cut, _damage = ActiveSegment.recover(self.path, target_base, self.config, save_broken=False)
                 checkpoint.write_recovery_point(self.path, target_base)
+                # the durable point goes down with the log: appends past the cut are new
+                checkpoint.write_durable_point(self.path, target_base, new.next_offset, sync=True)
                 checkpoint.clear_truncate_point(self.path)
             except OSError as e:
                 if new is not None:
