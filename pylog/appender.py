@@ -698,15 +698,22 @@ class LogAppending(LogGroupCommit):
         """Seal the active segment (write out, fsync) and create the next one; the recovery
         point moves to the new base once the directory entry is durable."""
         old = self._active
+        unit_end = old.app.unit_end
         try:
+            if self._unit_first is not None and unit_end > old.app.next_offset:
+                # a batch framed across the roll stays one write unit: its first records,
+                # sealed now, go too if a crash leaves the next segment without its end
+                # (pylog.loader). Recorded before that segment can exist.
+                checkpoint.write_durable_point(self.path, old.app.next_offset, old.app.next_offset,
+                                               open_unit=self._unit_first, sync=True)
             sealed = old.seal(self.config, self._cache)
             new = ActiveSegment.create(self.path, sealed.next_offset, self.config)
             fileutil.fsync_dir(self.path)
             checkpoint.write_recovery_point(self.path, new.base_offset)
+            new.app.unit_end = unit_end
         except OSError as e:
             self._fence(e)
             raise
-        new.app.unit_end = old.app.unit_end  # a batch framed across the roll stays one write unit
         self._sealed = [*self._sealed, sealed]
         self._sealed_bases = [*self._sealed_bases, sealed.base_offset]
         self._active = new

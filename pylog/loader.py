@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from pylog import checkpoint, fileutil, torn, vfs
+from pylog import checkpoint, fileutil, vfs
 from pylog import format as fmt
 from pylog._backend import impl
 from pylog.errors import CorruptRecordError, LogLockedError, PylogError
@@ -115,31 +115,6 @@ def _report_entry(err: CorruptRecordError, action: str, saved: str | None, now_m
     return {"segment": os.path.basename(err.path), "position": err.position, "offset": err.offset,
             "end_offset": end_offset, "action": action, "saved": saved, "reason": err.reason,
             "time_ms": now_ms}
-
-
-def _open_unit_start(sealed: list[SealedSegment]) -> int | None:
-    """The first offset of a write unit the last of ``sealed`` ends in the middle of (its
-    last frame has ``ATTR_UNIT_CONTINUES``), searched back across segments; None when the
-    last frame ends a unit (or segments are compacted: their units are whole)."""
-    start = None
-    for seg in reversed(sealed):
-        m = seg.maps()
-        if seg.gaps:
-            return None
-        buf, length = m.store.buf, m.store.length
-        ix = m.index.array
-        if start is None and len(ix):  # first the cheap look: from the last index entry on
-            pos, off = int(ix[-1]["position"]), seg.base_offset + int(ix[-1]["relative_offset"])
-            u = torn.unit_end(buf, length, pos, off, length)
-            if u is not None and u[0] == length:
-                return None
-        u = torn.unit_end(buf, length, fmt.FILE_HEADER_SIZE, seg.base_offset, length)
-        if u is not None:
-            return None if u[0] == length and start is None else u[1]
-        if length <= fmt.FILE_HEADER_SIZE:
-            return start
-        start = seg.base_offset
-    return start
 
 
 class LogLoading(LogState):
@@ -328,14 +303,14 @@ class LogLoading(LogState):
         first records in a sealed segment): silently, as a torn write is, its bytes counted
         in ``truncated_bytes``."""
         if self._unit_cut is not None:
-            t, self._unit_cut = self._unit_cut, None
-            before = self.size_bytes
+            unit, self._unit_cut = self._unit_cut, None
+            before = sum(s.size for s in self._sealed) + self._active.size
             try:
-                self.truncate(t)
+                self.truncate(unit)
             except OSError as e:  # a full disk, say: fenced, and the next open cuts it again
-                self.recovery_actions.append(f"could not cut an unfinished write unit at offset {t} ({e})")
+                self.recovery_actions.append(f"could not cut an unfinished write unit at offset {unit} ({e})")
                 return
-            self.truncated_bytes += before - self.size_bytes
+            self.truncated_bytes += before - sum(s.size for s in self._sealed) - self._active.size
         if not os.path.exists(os.path.join(self.path, fmt.TRUNCATE_FILE)):
             return
         t = checkpoint.read_truncate_point(self.path)
@@ -379,14 +354,17 @@ class LogLoading(LogState):
         # every offset below `durable` is known durable: a bad frame there is damage (kept,
         # reported); past it, a torn write (cut with what follows it), and what is kept past
         # it ends with a whole write unit (pylog.torn)
-        durable = max(rp, checkpoint.read_durable_point(self.path, last) or 0)
+        mark = checkpoint.read_durable_point(self.path)  # (base, durable, open unit)
+        durable = max(rp, mark[1] if mark and mark[0] == last else 0)
         active, cut, damage = ActiveSegment.recover(self.path, last, self.config, reserved=reserved,
                                                     durable=durable)
         self.truncated_bytes = cut
-        if sealed and active.next_offset == last and durable <= last:
-            # nothing kept in the active segment: a batch framed across the roll that made
-            # it may have been cut there, its first records in the segment before
-            self._unit_cut = _open_unit_start(sealed)
+        if mark and mark[2] is not None and mark[0] >= last > mark[2] and active.next_offset == last:
+            # a roll to segment mark[0] split a batch, and nothing of it is kept here: its
+            # first records, in the segments before, go too (see _finish_truncate). (The
+            # roll wrote the mark before that segment could exist: if it is not the last
+            # one, the roll never finished, nor did the batch.)
+            self._unit_cut = mark[2]
         found.extend(damage_error(active.store_path, d) for d in damage)
         now = int(time.time() * 1000)
         # what the open found before (segments set aside after a hole), then the damage kept

@@ -147,6 +147,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         self.recovery_actions: list[str] = []
         self.truncated_bytes = 0
         self._cap: int | None = None  # the last stable offset while a transaction applies
+        self._unit_first: int | None = None  # the first offset of the append_batch being framed
         self._cut_hint: dict[int, int] = {}  # truncate_at_damage: offset -> where to cut
         if readonly:
             if not os.path.isdir(self.path):
@@ -390,6 +391,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             first: int = seg.app.next_offset
             seg0, pos0 = seg, seg.app.position
             seg.app.unit_end = first + n  # one write unit: every frame but the last says it goes on
+            self._unit_first = first
             try:
                 seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, ts_arr, default_ts,
                                          laid[0] if laid is not None else None, gather)
@@ -398,6 +400,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                 raise
             finally:
                 self._active.app.unit_end = 0
+                self._unit_first = None
             last = seg.app.next_offset - 1
             self._after_append(seg, n)
         if cfg.fsync == "always":
