@@ -35,7 +35,7 @@ from conftest import store_frames as frames
 import pylog
 from pylog import checkpoint, vfs
 from pylog import format as fmt
-from pylog.errors import CorruptRecordError, LogFencedError, OffsetOutOfRangeError
+from pylog.errors import CorruptRecordError, OffsetOutOfRangeError
 from pylog.testing import CrashFS, PowerCut, simulate_crash
 
 SECTOR = 512
@@ -157,7 +157,6 @@ def test_a_lost_sector_with_later_records_persisted_leaves_a_prefix(tmp_path, no
             log.append(val(i, 100))
         if policy == "never":
             log.flush()
-        durable_end = os.path.getsize(stores(path)[0])
         for i in range(232, 241):
             log.append(val(i, 100))
         log.write_out()
