@@ -461,3 +461,48 @@ def test_both_backends_mark_write_units_alike():
         rc, fr, _end = impl.scan(impl.Buffer(data), len(data), 0, 0, 10, 1 << 30, False)
         assert rc == impl.OK and len(fr) == 6
         assert [int(a) & fmt.ATTR_UNIT_CONTINUES for a in fr["attributes"]] == [8, 8, 8, 8, 0, 0]
+
+
+def test_a_reader_sees_no_part_of_a_batch_being_written(tmp_path, monkeypatch):
+    """A batch goes out in several writes (keyed, 4 KiB write buffer); while the writer is
+    held after its first write, a read-only reader (another Log, as another process has)
+    sees none of it, then all of it once the batch is written."""
+    import threading
+
+    path = str(tmp_path / "log")
+    w = pylog.Log(path, write_buffer_bytes=4096)
+    w.append_batch([b"before"] * 5)
+    w.write_out()
+    r = pylog.Log(path, readonly=True)
+    held, go = threading.Event(), threading.Event()
+    real = vfs.pwrite
+    calls = [0]
+
+    def pwrite(fd: int, data: object, pos: int) -> int:
+        n = real(fd, data, pos)
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).endswith(".log"):
+            calls[0] += 1
+            if calls[0] == 1:
+                held.set()
+                assert go.wait(30)
+        return n
+
+    monkeypatch.setattr(vfs, "pwrite", pwrite)
+    t = threading.Thread(target=lambda: (w.append_batch([b"%04d" % i * 50 for i in range(100)],
+                                                        keys=[b"k"] * 100), w.write_out()))
+    t.start()
+    try:
+        assert held.wait(30)
+        size = os.path.getsize(stores(path)[0])
+        assert size > 2000  # the first write of the batch reached the file ...
+        r.refresh()
+        assert r.next_offset == 5  # ... and the reader sees none of it
+        with pytest.raises(OffsetOutOfRangeError):
+            r.read(5)
+    finally:
+        go.set()
+        t.join(30)
+    r.refresh()
+    assert r.next_offset == 105 and bytes(r.read(104).value) == b"0099" * 50
+    r.close()
+    w.close()
