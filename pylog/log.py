@@ -475,7 +475,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             raise ReadOnlyLogError(f"log {self.path} was opened read-only")
         for name in os.listdir(self.path):
             ours = name in (fmt.CONFIG_FILE, fmt.CHECKPOINT_FILE, fmt.CLEAN_SHUTDOWN_FILE, fmt.LOCK_FILE,
-                            fmt.TRUNCATE_FILE, fmt.REPORT_FILE) or any(
+                            fmt.TRUNCATE_FILE, fmt.REPORT_FILE, fmt.DURABLE_FILE) or any(
                 fmt.parse_segment_name(name.split(".", 1)[0] + s, s) is not None
                 for s in (fmt.STORE_SUFFIX, fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX)
             )
