@@ -26,7 +26,10 @@
 #define PLOG_ATTR_NULL_KEY 1
 #define PLOG_ATTR_NULL_METADATA 2
 #define PLOG_ATTR_NULL_VALUE 4
-#define PLOG_ATTR_KNOWN 7
+/* the write unit (an append_batch) goes on after this frame: set on every frame of a
+ * batch but its last (docs/format.md, "Write units") */
+#define PLOG_ATTR_UNIT_CONTINUES 8
+#define PLOG_ATTR_KNOWN 15
 #define PLOG_NULL_LEN 4294967295
 #define PLOG_HEADER_COMPACTED 1
 #define PLOG_GAPS 1
@@ -93,6 +96,8 @@ typedef struct {
     uint64_t timeindex_cap;
     uint32_t flags;           /* PLOG_GAPS: offsets may skip (a compacted segment) */
     uint64_t used;            /* bytes framed into the write buffer, not yet written out */
+    uint64_t unit_end;        /* batch framing: a frame whose offset + 1 is below it gets
+                                 PLOG_ATTR_UNIT_CONTINUES (0: none does) */
 } plog_appender;
 
 /* CRC32C (Castagnoli). crc is the running value, 0 to start. */

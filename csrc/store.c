@@ -6,7 +6,8 @@
  *   4  u32 crc32c            CRC32C of those `length` bytes
  *   8  u64 offset
  *   16 i64 timestamp_ms
- *   24 u32 attributes        bit 0 null key, bit 1 null metadata, bit 2 null value
+ *   24 u32 attributes        bit 0 null key, bit 1 null metadata, bit 2 null value,
+ *                            bit 3 the write unit goes on after this frame
  *   28 u32 key_length
  *   32 u32 metadata_length
  *   36 key | metadata | value
@@ -277,7 +278,8 @@ static int frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_
                  mlen = real_len(meta_lens, i);
         uint32_t attrs = (is_null(key_lens, i) ? PLOG_ATTR_NULL_KEY : 0) |
                          (is_null(meta_lens, i) ? PLOG_ATTR_NULL_METADATA : 0) |
-                         (value_lens[i] == (uint32_t)PLOG_NULL_LEN ? PLOG_ATTR_NULL_VALUE : 0);
+                         (value_lens[i] == (uint32_t)PLOG_NULL_LEN ? PLOG_ATTR_NULL_VALUE : 0) |
+                         (st->next_offset + 1 < st->unit_end ? PLOG_ATTR_UNIT_CONTINUES : 0);
         uint64_t size = (uint64_t)PLOG_FRAME_HEADER_SIZE + vlen + klen + mlen;
         int64_t ts = timestamps ? timestamps[i] : default_timestamp;
         int need_index;
@@ -380,7 +382,9 @@ int plog_frame_gather(plog_appender *st, uint8_t *scratch, size_t scratch_cap,
         uint8_t *d = scratch + used;
         if (inline_value && vlen) memcpy(d + PLOG_FRAME_HEADER_SIZE, values[i], vlen);
         uint32_t body = frame_fields(d, st->next_offset, ts,
-                                     PLOG_ATTR_NULL_KEY | PLOG_ATTR_NULL_METADATA, 0, 0, vlen);
+                                     PLOG_ATTR_NULL_KEY | PLOG_ATTR_NULL_METADATA |
+                                         (st->next_offset + 1 < st->unit_end ? PLOG_ATTR_UNIT_CONTINUES : 0),
+                                     0, 0, vlen);
         if (inline_value)
             crc_push(&q, d, body);
         else /* the header's 28 bytes here, then the value where it lies */

@@ -336,6 +336,16 @@ class Appender:
         self._st.next_offset = value
 
     @property
+    def unit_end(self) -> int:
+        """Batch framing: a frame whose offset + 1 is below it is marked as not the last of
+        its write unit (``ATTR_UNIT_CONTINUES``); 0 (the default): no frame is."""
+        return self._st.unit_end
+
+    @unit_end.setter
+    def unit_end(self, value: int) -> None:
+        self._st.unit_end = value
+
+    @property
     def gaps(self) -> bool:
         return bool(self._st.flags & lib.PLOG_GAPS)
 

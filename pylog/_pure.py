@@ -315,7 +315,7 @@ class Appender:
 
     __slots__ = ("base_offset", "next_offset", "position", "max_position", "_max_ts", "gaps",
                  "index_interval", "bytes_since_index", "index_cap", "_index", "_tindex",
-                 "_wbuf", "_wcap", "used", "__weakref__")
+                 "_wbuf", "_wcap", "used", "unit_end", "__weakref__")
 
     def __init__(self, base_offset: int, *, next_offset: int, position: int, max_position: int,
                  max_timestamp: int | None, index_interval: int, bytes_since_index: int,
@@ -334,6 +334,7 @@ class Appender:
         self._wbuf = bytearray()
         self._wcap = buffer_bytes
         self.used = 0
+        self.unit_end = 0  # batch framing: frames below it but the last get ATTR_UNIT_CONTINUES
 
     @property
     def max_timestamp(self) -> int | None:
@@ -479,11 +480,11 @@ class Appender:
             total += body + 8
         return OK, len(value_lens), total
 
-    @staticmethod
-    def _attributes(value_lens: Any, key_lens: Any, meta_lens: Any, i: int) -> int:
+    def _attributes(self, value_lens: Any, key_lens: Any, meta_lens: Any, i: int) -> int:
         return ((fmt.ATTR_NULL_KEY if key_lens is None or int(key_lens[i]) == fmt.NULL_LEN else 0)
                 | (fmt.ATTR_NULL_METADATA if meta_lens is None or int(meta_lens[i]) == fmt.NULL_LEN else 0)
-                | (fmt.ATTR_NULL_VALUE if int(value_lens[i]) == fmt.NULL_LEN else 0))
+                | (fmt.ATTR_NULL_VALUE if int(value_lens[i]) == fmt.NULL_LEN else 0)
+                | (fmt.ATTR_UNIT_CONTINUES if self.next_offset + 1 < self.unit_end else 0))
 
     def frame_batch(self, values: Any, value_lens: Any, keys: Any, key_lens: Any, metas: Any, meta_lens: Any,
                     timestamps: Any,

@@ -599,6 +599,23 @@ class LogAppending(LogGroupCommit):
         self._q = []
         self._q_ts = []
 
+    def _unit_failed(self, seg0: ActiveSegment, first: int, pos0: int) -> None:
+        """An ``append_batch`` that began at offset ``first``, store position ``pos0`` of
+        ``seg0``, failed part way (a write, or a roll's fsync: the log is fenced). The frames
+        of it already written stay in the file, out of view: ``next_offset`` and every read
+        stop at ``first``, and the next open cuts them (a write unit that did not end)."""
+        if self._fenced is None:
+            return
+        act = self._active
+        if act is seg0:
+            act.written = min(act.written, pos0)
+            act.written_next = min(act.written_next, first)
+            return
+        # the batch rolled: its first frames are in a sealed segment now; reads stop at the
+        # cap (the one a transaction's apply sets), next_offset falls back to first
+        act.written, act.written_next = fmt.FILE_HEADER_SIZE, first
+        self._cap = first if self._cap is None else min(self._cap, first)
+
     def _flush_locked(self) -> None:
         # The write-out may drain the queue and roll: the segments it sealed were fsynced by
         # the roll (ActiveSegment.seal), so what is left unsynced is in the segment active
@@ -613,6 +630,12 @@ class LogAppending(LogGroupCommit):
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         self._gc.advance(seg.written_next)
+        # recovery tells damage (below it) from a torn write (past it) by this mark: one
+        # pwrite, not synced (whichever version a crash keeps is a lower bound)
+        try:
+            checkpoint.write_durable_point(self.path, seg.base_offset, seg.written_next)
+        except OSError:
+            pass  # the mark stays lower: never unsafe (the data is synced, the log is fine)
 
     def flush(self) -> None:
         """Write out buffered appends and fsync them: everything appended so far is durable
@@ -675,11 +698,19 @@ class LogAppending(LogGroupCommit):
         """Seal the active segment (write out, fsync) and create the next one; the recovery
         point moves to the new base once the directory entry is durable."""
         old = self._active
+        unit_end = old.app.unit_end
         try:
+            if self._unit_first is not None and unit_end > old.app.next_offset:
+                # a batch framed across the roll stays one write unit: its first records,
+                # sealed now, go too if a crash leaves the next segment without its end
+                # (pylog.loader). Recorded before that segment can exist.
+                checkpoint.write_durable_point(self.path, old.app.next_offset, old.app.next_offset,
+                                               open_unit=self._unit_first, sync=True)
             sealed = old.seal(self.config, self._cache)
             new = ActiveSegment.create(self.path, sealed.next_offset, self.config)
             fileutil.fsync_dir(self.path)
             checkpoint.write_recovery_point(self.path, new.base_offset)
+            new.app.unit_end = unit_end
         except OSError as e:
             self._fence(e)
             raise

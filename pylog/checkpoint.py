@@ -129,6 +129,46 @@ def take_clean(dirpath: str, *, remove: bool = True) -> CleanState | None:
     return CleanState(fields[4], fields[5], fields[6], None if ts == _NO_TS else ts, fields[8])
 
 
+# -- the durable point -----------------------------------------------------------------------
+_DUR = struct.Struct("<8sHHIQQQ")
+DUR_MAGIC = b"PYLOGDUR"
+_NO_UNIT = (1 << 64) - 1
+
+
+def write_durable_point(dirpath: str, base: int, durable: int, *, open_unit: int | None = None,
+                        sync: bool = False) -> None:
+    """Record that every offset below ``durable`` is durable, for the active segment of base
+    ``base`` (``durable-point``, 44 bytes: ``8s magic b"PYLOGDUR" | u16 version (1) | u16 0 |
+    u32 0 | u64 base | u64 durable | u64 open_unit | u32 crc32c(0..39)``). ``open_unit``: the
+    first offset of a write unit (an ``append_batch``) that a roll split, its first records
+    in the segments before ``base`` (2^64 - 1: none). Rewritten in place with one ``pwrite``
+    (it fits in one sector), after an fsync made it true: whichever version a crash keeps
+    is a lower bound of what was durable. With ``sync`` the record itself is made durable
+    (fdatasync, and the directory when the file is new)."""
+    path = os.path.join(dirpath, fmt.DURABLE_FILE)
+    new = sync and not os.path.exists(path)
+    unit = _NO_UNIT if open_unit is None else open_unit
+    fd = vfs.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fileutil.pwrite_all(fd, _seal(_DUR.pack(DUR_MAGIC, 1, 0, 0, base, durable, unit)), 0)
+        if sync:
+            vfs.fdatasync(fd)
+    finally:
+        vfs.close(fd)
+    if new:
+        fileutil.fsync_dir(dirpath)
+
+
+def read_durable_point(dirpath: str) -> tuple[int, int, int | None] | None:
+    """``(base, durable, open_unit)`` as ``durable-point`` records them; None when the file
+    is missing or damaged."""
+    data = _read(os.path.join(dirpath, fmt.DURABLE_FILE))
+    fields = _open(data, _DUR, DUR_MAGIC, 1) if data is not None else None
+    if not fields:
+        return None
+    return fields[4], fields[5], None if fields[6] == _NO_UNIT else fields[6]
+
+
 # -- the recovery report ---------------------------------------------------------------------
 _REPORT_VERSION = 1
 

@@ -19,7 +19,8 @@ Record frame (36-byte header, then key, metadata, value)::
     4  u32 crc32c           of those bytes
     8  u64 offset
     16 i64 timestamp_ms
-    24 u32 attributes       bit 0 null key, bit 1 null metadata, bit 2 null value (tombstone)
+    24 u32 attributes       bit 0 null key, bit 1 null metadata, bit 2 null value (tombstone),
+                            bit 3 the write unit goes on after this frame
     28 u32 key_length
     32 u32 metadata_length
 
@@ -44,7 +45,10 @@ TIMEINDEX_MAGIC = b"PYLOGTIX"
 ATTR_NULL_KEY = 1
 ATTR_NULL_METADATA = 2
 ATTR_NULL_VALUE = 4
-ATTR_KNOWN = 7
+#: the write unit (an ``append_batch``) goes on after this frame: set on every frame of a
+#: batch but its last, so recovery can tell a whole unit from a torn one (docs/format.md)
+ATTR_UNIT_CONTINUES = 8
+ATTR_KNOWN = 15
 NULL_LEN = 0xFFFFFFFF
 #: store header flag: a compacted segment, whose offsets may skip
 HEADER_COMPACTED = 1
@@ -68,6 +72,8 @@ GAP_SUFFIX = ".gap"
 CONFIG_FILE = "config.json"
 CHECKPOINT_FILE = "recovery-point"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+#: every offset below the one it holds is durable (rewritten in place after fsyncs)
+DURABLE_FILE = "durable-point"
 #: an interrupted truncate's target offset (written before it changes a file)
 TRUNCATE_FILE = "truncate-point"
 #: what recovery cut or found at open, kept until the operator clears it (docs/format.md)

@@ -128,6 +128,10 @@ class LogLoading(LogState):
     :class:`pylog.logstate.LogState`.
     """
 
+    #: the first offset of an unfinished write unit recovery found across a roll, which the
+    #: opening writer cuts (see _finish_truncate)
+    _unit_cut: int | None = None
+
     # ------------------------------------------------------------------------------------
     # opening
     def _open_stable(self) -> None:
@@ -257,6 +261,10 @@ class LogLoading(LogState):
         self._gc.advance(active.next_offset)
         if clean is None:
             checkpoint.write_recovery_point(self.path, active.base_offset)
+            # what recovery kept may still be only in the page cache (a killed process's
+            # writes): synced, it is the durable point the next recovery starts from
+            active.sync()
+            checkpoint.write_durable_point(self.path, active.base_offset, active.next_offset, sync=True)
 
     def _set_aside_after_gap(self, bases: list[int]) -> list[int]:
         """Backstop of an unclean open: where a segment's records end before the next
@@ -291,7 +299,18 @@ class LogLoading(LogState):
     def _finish_truncate(self) -> None:
         """Finish a truncate that a crash interrupted: its point was made durable before it
         changed any file, so the records from it on are dropped now (``recovery_actions``
-        says so)."""
+        says so). First, cut a write unit that recovery found unfinished across a roll (its
+        first records in a sealed segment): silently, as a torn write is, its bytes counted
+        in ``truncated_bytes``."""
+        if self._unit_cut is not None:
+            unit, self._unit_cut = self._unit_cut, None
+            before = sum(s.size for s in self._sealed) + self._active.size
+            try:
+                self.truncate(unit)
+            except OSError as e:  # a full disk, say: fenced, and the next open cuts it again
+                self.recovery_actions.append(f"could not cut an unfinished write unit at offset {unit} ({e})")
+                return
+            self.truncated_bytes += before - sum(s.size for s in self._sealed) - self._active.size
         if not os.path.exists(os.path.join(self.path, fmt.TRUNCATE_FILE)):
             return
         t = checkpoint.read_truncate_point(self.path)
@@ -332,8 +351,20 @@ class LogLoading(LogState):
                 found.extend(seg.verify(seg.next_offset))
         # written with preallocate=True (the stored config), reopened with or without it
         reserved = self.config.preallocate or self._stored_preallocate
-        active, cut, damage = ActiveSegment.recover(self.path, last, self.config, reserved=reserved)
+        # every offset below `durable` is known durable: a bad frame there is damage (kept,
+        # reported); past it, a torn write (cut with what follows it), and what is kept past
+        # it ends with a whole write unit (pylog.torn)
+        mark = checkpoint.read_durable_point(self.path)  # (base, durable, open unit)
+        durable = max(rp, mark[1] if mark and mark[0] == last else 0)
+        active, cut, damage = ActiveSegment.recover(self.path, last, self.config, reserved=reserved,
+                                                    durable=durable)
         self.truncated_bytes = cut
+        if mark and mark[2] is not None and mark[0] >= last > mark[2] and active.next_offset == last:
+            # a roll to segment mark[0] split a batch, and nothing of it is kept here: its
+            # first records, in the segments before, go too (see _finish_truncate). (The
+            # roll wrote the mark before that segment could exist: if it is not the last
+            # one, the roll never finished, nor did the batch.)
+            self._unit_cut = mark[2]
         found.extend(damage_error(active.store_path, d) for d in damage)
         now = int(time.time() * 1000)
         # what the open found before (segments set aside after a hole), then the damage kept

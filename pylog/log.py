@@ -147,6 +147,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         self.recovery_actions: list[str] = []
         self.truncated_bytes = 0
         self._cap: int | None = None  # the last stable offset while a transaction applies
+        self._unit_first: int | None = None  # the first offset of the append_batch being framed
         self._cut_hint: dict[int, int] = {}  # truncate_at_damage: offset -> where to cut
         if readonly:
             if not os.path.isdir(self.path):
@@ -388,8 +389,18 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                 if mx is not None and default_ts < mx:
                     default_ts = mx
             first: int = seg.app.next_offset
-            seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, ts_arr, default_ts,
-                                     laid[0] if laid is not None else None, gather)
+            seg0, pos0 = seg, seg.app.position
+            seg.app.unit_end = first + n  # one write unit: every frame but the last says it goes on
+            self._unit_first = first
+            try:
+                seg = self._frame_locked(seg, vjoined, vlens, kjoined, klens, mjoined, mlens, ts_arr, default_ts,
+                                         laid[0] if laid is not None else None, gather)
+            except OSError:
+                self._unit_failed(seg0, first, pos0)  # fenced: none of the batch stays in view
+                raise
+            finally:
+                self._active.app.unit_end = 0
+                self._unit_first = None
             last = seg.app.next_offset - 1
             self._after_append(seg, n)
         if cfg.fsync == "always":
@@ -423,6 +434,8 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                             vfs.ftruncate(active.store_fd, active.written)  # so the marker matches the file
                         active.sync(indexes=True)
                         checkpoint.write_recovery_point(self.path, active.next_offset)
+                        checkpoint.write_durable_point(self.path, active.base_offset, active.next_offset,
+                                                       sync=True)
                         checkpoint.write_clean(self.path, checkpoint.CleanState(
                             active.next_offset, active.base_offset, active.written, active.app.max_timestamp,
                             os.fstat(active.store_fd).st_mtime_ns))
@@ -462,7 +475,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             raise ReadOnlyLogError(f"log {self.path} was opened read-only")
         for name in os.listdir(self.path):
             ours = name in (fmt.CONFIG_FILE, fmt.CHECKPOINT_FILE, fmt.CLEAN_SHUTDOWN_FILE, fmt.LOCK_FILE,
-                            fmt.TRUNCATE_FILE, fmt.REPORT_FILE) or any(
+                            fmt.TRUNCATE_FILE, fmt.REPORT_FILE, fmt.DURABLE_FILE) or any(
                 fmt.parse_segment_name(name.split(".", 1)[0] + s, s) is not None
                 for s in (fmt.STORE_SUFFIX, fmt.INDEX_SUFFIX, fmt.TIMEINDEX_SUFFIX)
             )

@@ -70,6 +70,9 @@ class LogState:
     # "never": Framer.append; "always": Framer.append_durable(value, log, gc). Both take the lock
     _fast_append: Callable[..., int] | None
 
+    # the append_batch being framed: its first offset (a roll splitting it records it), else None
+    _unit_first: int | None
+
     # durability: group commit and the flush policy
     _gc: Any  # the group commit of fsync="always", its state and waits (pylog.groupcommit.GroupCommit)
     _unflushed: int

@@ -77,6 +77,11 @@ class LogRetention(LogState):
                                      f"({tseg.store_path}); truncate at or after {tseg.next_offset}")
             self._write_out(active)
             try:
+                # the records kept are durable, and recovery must keep them all: a batch the
+                # cut splits would otherwise look unfinished past a lagging durable point
+                active.sync()
+                base = active.base_offset if tseg is None else tseg.base_offset
+                checkpoint.write_durable_point(self.path, base, offset, sync=True)
                 # From here a crash leaves the truncate to finish at the next open (the
                 # point is durable before any file changes), and a failure leaves the log
                 # fenced, its view matching the files (_match_files).
@@ -108,6 +113,8 @@ class LogRetention(LogState):
                 fileutil.shrink_file(target, cut_at, copy=True)
                 new, _cut, _damage = ActiveSegment.recover(self.path, target_base, self.config, save_broken=False)
                 checkpoint.write_recovery_point(self.path, target_base)
+                # the durable point goes down with the log: appends past the cut are new
+                checkpoint.write_durable_point(self.path, target_base, new.next_offset, sync=True)
                 checkpoint.clear_truncate_point(self.path)
             except OSError as e:
                 if new is not None:

@@ -17,12 +17,13 @@ import gc
 import os
 import struct
 from collections.abc import Iterable
+from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from pylog import fileutil, index, vfs
+from pylog import fileutil, index, torn, vfs
 from pylog import format as fmt
 from pylog import store as store_mod
 from pylog._backend import impl, speedups
@@ -618,17 +619,16 @@ class ActiveSegment(_Reader):
 
     @classmethod
     def recover(cls, dirpath: str, base: int, config: LogConfig, *, save_broken: bool = True,
-                reserved: bool | None = None) -> tuple[ActiveSegment, int, list[Damage]]:
-        """Reopen by walking every frame (CRC-checked) and rebuild both indexes. Damage with
-        a whole, valid frame of a following offset after it is stepped over and kept (the
-        indexes are rebuilt around it); only a torn tail, bad bytes with no valid frame
-        after them, is cut (after saving the cut bytes to ``.broken``).
-        Returns (segment, bytes cut, damage kept). ``reserved`` (default: the config's
-        ``preallocate``) says the store was written with ``preallocate=True``: the zeros of
-        its reserved space at the end are then cut but not counted (nor saved), also when
-        the log is now reopened without preallocation."""
-        if reserved is None:
-            reserved = config.preallocate
+                reserved: bool | None = None, durable: int | None = None) -> tuple[ActiveSegment, int, list[Damage]]:
+        """Reopen by walking every frame (CRC-checked) and rebuild both indexes. Damage with a
+        whole, valid frame of a following offset after it is stepped over and kept (indexes
+        rebuilt around it); a torn tail (no valid frame after it) is cut, saved to ``.broken``,
+        and so is, past ``durable`` (offsets below it known durable), all from a bad frame on
+        and an unfinished write unit (:func:`pylog.torn.walk_active`). Returns (segment, bytes
+        cut, damage kept). ``reserved`` (default: ``preallocate``): the store was written with
+        ``preallocate=True``: the zeros of its reserved space at the end are then cut but not
+        counted (nor saved), also when the log is now reopened without preallocation."""
+        reserved = config.preallocate if reserved is None else reserved
         sp, ip, tp = paths(dirpath, base)
         fd = vfs.open(sp, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -642,8 +642,8 @@ class ActiveSegment(_Reader):
             st = store_mod.StoreMap(fd, size)
         finally:
             vfs.close(fd)
-        app = cls._appender(base, config, next_offset=base, position=fmt.FILE_HEADER_SIZE,
-                            max_ts=None, bytes_since=config.index_interval_bytes)
+        new_app = partial(cls._appender, base, config, next_offset=base, position=fmt.FILE_HEADER_SIZE,
+                          max_ts=None, bytes_since=config.index_interval_bytes)
         data_end = None
         if reserved and size > fmt.FILE_HEADER_SIZE:
             # the reserved space's zeros start no frame: the search for one after a bad
@@ -653,7 +653,7 @@ class ActiveSegment(_Reader):
                 data_end = fileutil.data_end(fd, fmt.FILE_HEADER_SIZE, size)
             finally:
                 vfs.close(fd)
-        _rc, damage = walk(app, st.buf, st.length, base, search_end=data_end)
+        app, damage = torn.walk_active(new_app, walk, st.buf, st.length, base, durable, data_end)
         end = app.position
         cut = size - end
         if cut and reserved:

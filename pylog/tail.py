@@ -12,7 +12,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from pylog import fileutil, vfs
+from pylog import fileutil, torn, vfs
 from pylog import format as fmt
 from pylog import store as store_mod
 from pylog._backend import impl
@@ -112,7 +112,10 @@ class TailSegment(_Reader):
                 m = self._map = store_mod.StoreMap(fd, end)
         finally:
             vfs.close(fd)
-        self.app.recover(m.buf, m.length)
+        # only whole write units: a batch the writer is still writing out (or failed to)
+        # shows none of its records until its last frame is there (pylog.torn)
+        u = torn.unit_end(m.buf, end, app.position, app.next_offset, end) if end > app.position else None
+        self.app.recover(m.buf, u[0] if u is not None else app.position)
 
     def first_timestamp(self) -> int | None:
         if self.app.index_count == 0:

@@ -2,13 +2,16 @@
 
 A workload runs on a log with ``fsync="always"`` while CrashFS records what each fsync made
 durable; at a random operation the power goes. The image a machine would find after reboot
-(files as of their last fsync, directories as of their last directory fsync, unsynced
-appends torn at a random byte, sometimes with a zeroed sector) is opened, and:
+(files as of their last fsync, directories as of their last directory fsync, and any subset
+of the 512-byte sectors written since, later ones without earlier ones: CrashFS.tear) is
+opened, and:
 
 * every acknowledged record survives (an append that returned; truncation and retention
   that returned count too: what they removed stays removed);
 * no garbage appears: every record in the recovered log is the one the model holds at that
   offset (the recovered log is a prefix of the model, from its start offset on);
+* a batch in flight survives whole or not at all, and nothing is reported (a torn write is
+  cut silently);
 * sealed segments pass their CRC check and appends resume.
 
 Scenarios: appends with rolls, explicit rolls, retention (``retention_bytes`` +
@@ -138,6 +141,8 @@ def check_image(img: str, model: Model, tag: str) -> None:
         assert log.recovery_report == [], (tag, log.recovery_report)
         start, nxt = log.start_offset, log.next_offset
         assert must <= nxt <= cand_next, (tag, must, nxt, cand_next)
+        if inflight[0] == "append":  # a write unit: whole or not at all
+            assert nxt in (inflight[1], inflight[1] + len(inflight[2])), (tag, "part of a batch", nxt, inflight[1])
         if inflight[0] == "retention":
             assert model.start <= start <= nxt, (tag, model.start, start)
         else:
