@@ -62,9 +62,10 @@ import itertools
 import json
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -77,14 +78,16 @@ from pylog.errors import (
     PylogError,
     UnknownTopicError,
 )
-from pylog.loader import STABLE_FILE, TXN_DIR, VISIBLE_FILE, drop_stable_file, fence_unfinished
+from pylog.loader import STABLE_FILE, TXN_DIR, VISIBLE_FILE, drop_stable_file, fence_unfinished, visibility_token
 from pylog.log import Log
 
 if TYPE_CHECKING:
     from pylog.topics import LogStore
 
 __all__ = ["Transaction", "TransactionError", "Stager", "StagedPart", "last_batch_id", "begin_external",
-           "discard", "discard_tagged", "publish", "TXN_DIR"]
+           "discard", "discard_tagged", "publish", "consistent", "TXN_DIR"]
+
+_T = TypeVar("_T")
 
 # TXN_DIR ("~txn": "~" cannot occur in a topic name) is defined in pylog.loader, whose
 # read-only refresh looks there to tell whether a marker's transaction has finished
@@ -606,6 +609,23 @@ def _publish(path: str) -> str | None:
     except FileNotFoundError:
         return None
     return done
+
+
+def consistent(root: str, fn: Callable[[], _T]) -> _T:
+    """``fn()`` (reads of several partitions of the store at ``root`` by read-only Logs:
+    their refreshes, offsets), called again until no transaction was published while it
+    ran, so that every transaction is in all the partitions it read or in none (a
+    transaction shows at one moment, :func:`publish`; reads on both sides of it would
+    disagree). Spark's planning takes its offsets so."""
+    base = _txn_root(os.fspath(root))
+    for attempt in itertools.count():
+        token = visibility_token(base)
+        out = fn()
+        if visibility_token(base) == token:
+            return out
+        if attempt >= 3:
+            time.sleep(min(0.001 * attempt, 0.05))
+    raise AssertionError("unreachable")
 
 
 def publish(root: str, txn_id: str) -> bool:
