@@ -7,6 +7,7 @@ files and its look at the marker (``pylog.loader.refresh_hook``). Both backends.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -284,3 +285,63 @@ def test_readers_never_see_part_of_a_transaction(tmp_path_factory, plan, delay, 
     for r in readers:
         got = json.loads(_done(r))
         assert got["looks"] >= 3 and got["snapshots"] >= 1
+
+
+#: Commits one transaction of ``n`` records into a/0 and a/1 and dies (exit 9) as the
+#: apply of a/1 begins: a/0 holds its records, both partitions their markers.
+DIES_IN_APPLY = """
+import os, sys, pylog
+from pylog import transactions
+root, n = sys.argv[1], int(sys.argv[2])
+real = transactions._apply
+
+def apply(log, d, entry):
+    if entry["partition"] == 1:
+        os._exit(9)
+    real(log, d, entry)
+
+transactions._apply = apply
+with pylog.LogStore(root) as s:
+    with s.transaction() as tx:
+        for p in (0, 1):
+            tx.append_batch("a", [b"T-%d-%d" % (p, i) for i in range(n)], partition=p)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_partition_rolled_forward_alone_stays_hidden_until_all_are(tmp_path, backend):
+    """A committer died applying a/1 (a/0 applied). A plain Log writer of a/0 rolls it
+    forward and appends after it: readers elsewhere still see neither partition's part
+    (the roll forward used to remove a/0's marker, showing the transaction there alone);
+    reopening a/0 never cuts that append (its marker says applied); the roll forward of
+    a/1 publishes the transaction, which then shows in both, with the append."""
+    root, n = tmp_path / "r", 40
+    _store(root)
+    p = _child(DIES_IN_APPLY, root, n, backend=backend)
+    p.communicate(timeout=120)
+    assert p.returncode == 9
+    d0, d1 = (str(root / "a" / f"partition-{i}") for i in (0, 1))
+    readers = [pylog.Log(d, readonly=True) for d in (d0, d1)]
+    assert [r.stable_offset for r in readers] == [10, 10]
+    with pylog.Log(d0) as w:
+        assert w.stable_offset == 10 + n  # this writer goes on after the transaction
+        assert w.append(b"after") == 10 + n
+    for r in readers:
+        r.refresh()
+    assert [r.stable_offset for r in readers] == [10, 10]
+    with pylog.Log(d0) as w:  # the marker says applied: nothing is cut, nothing applied again
+        assert w.next_offset == 10 + n + 1
+    with pylog.Log(d1) as w:  # the last partition: the transaction is published
+        assert w.next_offset == 10 + n
+    for r in readers:
+        r.refresh()
+    assert [r.stable_offset for r in readers] == [10 + n + 1, 10 + n]
+    want0 = [f"old-0-{i}" for i in range(10)] + [f"T-0-{i}" for i in range(n)] + ["after"]
+    assert [bytes(x.value).decode() for x in readers[0].scan()] == want0
+    assert [bytes(x.value).decode() for x in readers[1].scan()][10:] == [f"T-1-{i}" for i in range(n)]
+    for r in readers:
+        r.close()
+    with pylog.LogStore(root) as s:  # nothing left behind: no directory, no marker
+        assert len(s.topic("a").partition(0)) == 10 + n + 1
+        assert sorted(os.listdir(root / "~txn")) == ["visible"]
+    assert not any(os.path.exists(os.path.join(d, "txn.stable")) for d in (d0, d1))
