@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import os
 import time
 from typing import Any
@@ -29,6 +30,22 @@ SWAP_SUFFIX = ".swap"
 #: apply starts): ``{"txn": id, "start": offset}``. Every reader, in every process, stops
 #: there; it is removed once the applied records are durable.
 STABLE_FILE = "txn.stable"
+
+#: A store's transactions live in this directory beside its topics (pylog.transactions):
+#: ``ROOT/TXN_DIR/ID/`` while transaction ID is open, decided or applying. A marker's
+#: transaction whose directory is gone is finished (or was never decided): nothing of it is
+#: hidden any more.
+TXN_DIR = "~txn"
+
+#: In :data:`TXN_DIR`: a random token the committer rewrites just before a transaction
+#: becomes visible (its directory is retired). A reader reads it before and after it looks
+#: at the files (seqlock style) and looks again when it changed: see :func:`visible_cap`.
+VISIBLE_FILE = "visible"
+
+#: Tests set this to a callable taking the Log: called by a read-only refresh between its
+#: walk of the files and its look at the marker (the window a finishing apply races). None
+#: in normal use.
+refresh_hook: Any = None
 
 #: Called as ``hook(log)`` when a writer opens a partition that holds a :data:`STABLE_FILE`
 #: (an apply a crash interrupted): pylog.transactions registers the roll forward here, so
@@ -54,6 +71,34 @@ def read_stable_file(dirpath: str) -> tuple[str, int] | None:
     except (ValueError, KeyError, TypeError) as e:
         raise CorruptRecordError(path, 0, None, f"unreadable stable-offset marker ({e})") from None
     return txn, start
+
+
+def txn_dir_of(dirpath: str) -> str:
+    """The :data:`TXN_DIR` of the store a partition directory ``ROOT/TOPIC/partition-N``
+    belongs to (a Log elsewhere has none: nothing is found there)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(dirpath))), TXN_DIR)
+
+
+def visibility_token(txn_dir: str) -> bytes | None:
+    """The store's :data:`VISIBLE_FILE` token (None before any transaction finished)."""
+    try:
+        with open(os.path.join(txn_dir, VISIBLE_FILE), "rb") as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def visible_cap(dirpath: str, txn_dir: str) -> int | None:
+    """Where reads of partition ``dirpath`` stop: the start of the transaction its
+    :data:`STABLE_FILE` names while that transaction is not finished (its directory in
+    ``txn_dir`` is there), else None. Sound only between two equal
+    :func:`visibility_token` reads that enclose the look at the records: a transaction
+    becomes visible in every partition at once, when the committer retires its directory,
+    and the token changes just before that."""
+    mark = read_stable_file(dirpath)
+    if mark is None or not os.path.isdir(os.path.join(txn_dir, mark[0])):
+        return None
+    return mark[1]
 
 
 def finish_swaps(dirpath: str) -> bool:
@@ -145,7 +190,7 @@ class LogLoading(LogState):
         # the roll forward lives in the layer above (it registers itself in STABLE_HOOKS when
         # imported): a process that never imported it must still finish the apply before its
         # own appends, which the roll forward would otherwise cut
-        from pylog import transactions  # noqa: F401
+        from pylog import txnrecovery  # noqa: F401
         for hook in STABLE_HOOKS:
             hook(self)
 
@@ -407,15 +452,48 @@ class LogLoading(LogState):
             for i, b in enumerate(bases[:-1])
         ]
         self._sealed_bases = [s.base_offset for s in self._sealed]
+        txn_dir = txn_dir_of(self.path)
+        token = visibility_token(txn_dir)
         self._active = TailSegment(self.path, bases[-1], cfg)  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
-        mark = read_stable_file(self.path)  # after the tail: see refresh()
-        self._cap = None if mark is None else mark[1]
+        if refresh_hook is not None:
+            refresh_hook(self)
+        self._cap = visible_cap(self.path, txn_dir)  # after the tail: see refresh()
+        if visibility_token(txn_dir) != token:
+            self._refresh(txn_dir)  # a transaction finished meanwhile: look again
 
     def refresh(self) -> None:
-        """Read-only logs: pick up the writer's new records, segments and deletions."""
+        """Read-only logs: pick up the writer's new records, segments and deletions.
+
+        A transaction being applied stays hidden (reads stop at its marker's offset) until
+        it is finished in every partition it wrote: then it appears in all of them at
+        once, never in part (see :func:`visible_cap`)."""
         self._check_open()
         if not self.readonly:
             return
+        self._refresh(txn_dir_of(self.path))
+
+    def _refresh(self, txn_dir: str) -> None:
+        """:meth:`refresh`, seqlock style: the walk and the marker's look are done again
+        while the store's :func:`visibility_token` changes across them (a transaction
+        finished meanwhile: the walk may hold part of it, and its marker may be gone)."""
+        with self._lock:
+            # other threads read without the lock: until the new cap is known they see no
+            # further than before (the walk may show part of a transaction)
+            self._cap = self.stable_offset
+        for attempt in itertools.count():
+            token = visibility_token(txn_dir)
+            with self._lock:
+                self._walk()
+                if refresh_hook is not None:
+                    refresh_hook(self)
+                cap = visible_cap(self.path, txn_dir)
+                if visibility_token(txn_dir) == token:
+                    self._cap = cap
+                    return
+            if attempt >= 3:
+                time.sleep(min(0.001 * attempt, 0.05))  # transactions finishing back to back
+
+    def _walk(self) -> None:
         with self._lock:
             bases = self._list_bases()
             tail: TailSegment = self._active  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
@@ -449,10 +527,9 @@ class LogLoading(LogState):
             self._sealed = sealed
             self._sealed_bases = [s.base_offset for s in sealed]
             self._active = tail  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
-            # The marker is read after the store size: a reader that saw records of an
-            # apply in flight also sees its marker (written before them, removed after).
-            mark = read_stable_file(self.path)
-            self._cap = None if mark is None else mark[1]
+            # The marker is read after this walk (by _refresh): a reader that saw records
+            # of an apply in flight also sees its marker (written before them, removed
+            # only after the transaction's directory is retired, which changes the token).
 
     def saved_recovery_report(self) -> list[CorruptRecordError]:
         """What recovery cut or found at this and earlier opens, as persisted in the

@@ -185,7 +185,7 @@ class LogStore:
                                   "to read it)", self.root)
         self._clean_leftovers()
         if os.path.isdir(os.path.join(self.root, "~txn")):
-            from pylog.transactions import recover
+            from pylog.txnrecovery import recover
 
             recover(self.root)  # finish or discard what crashed transactions left
 

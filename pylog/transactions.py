@@ -22,7 +22,8 @@ Layout under the data root::
         C/TOPIC/P/                a staging Log per contributor C and target partition P
         decision.json             the commit decision: written once, atomically
       sinks.json                  {sink id: last committed batch id} (streaming sinks)
-    ROOT/TOPIC/partition-P/txn.stable   while an apply is in flight: the last stable offset
+      visible                     a random token, rewritten just before a transaction shows
+    ROOT/TOPIC/partition-P/txn.stable   until the transaction shows: the last stable offset
 
 How a commit goes (:meth:`Transaction.commit`):
 
@@ -35,18 +36,24 @@ How a commit goes (:meth:`Transaction.commit`):
    marker ``txn.stable`` holding that offset: from now on every reader stops there.
 3. It writes ``decision.json``: per partition, the start offset, the staged Logs and their
    record counts, and the sink batch ids. **This rename is the commit point.**
-4. It applies each partition (one run of ``append_batch`` calls), flushes it and removes its
-   marker; then records the sink batch ids in ``sinks.json`` and removes the transaction's
-   directory.
+4. It applies each partition (one run of ``append_batch`` calls) and flushes it; then
+   records the sink batch ids in ``sinks.json``.
+5. It rewrites ``ROOT/~txn/visible`` with a new token and renames the transaction's
+   directory away (:func:`publish`). **This rename is the moment the transaction shows, in
+   every partition at once**: a reader hides what follows a marker only while the marker's
+   transaction directory is there, and reads the token before and after it looks at the
+   files, looking again when it changed (:func:`pylog.loader.visible_cap`). Then the
+   markers are removed and the staging deleted.
 
 A crash before step 3 leaves no decision: the next :class:`~pylog.LogStore` open discards the
 staging of a transaction whose owner is gone, and the next writer of a partition removes a
 marker that names an undecided transaction (nothing after it belongs to the transaction). A
-crash after step 3: the next writer of a partition that still has a marker (a store open, or
-any ``Log`` writer: the roll forward hooks into :mod:`pylog.log`) cuts the partition back to
-the decision's start offset and applies its staged records again; the store then records the
-sink batch ids and removes the directory. Re-applying is idempotent because the decision's
-start offsets say exactly where the transaction's records go.
+crash after step 3: the next writer of a partition that still has an unapplied marker (a
+store open, or any ``Log`` writer: the roll forward, :mod:`pylog.txnrecovery`, hooks into
+:mod:`pylog.log`) cuts the partition back to the decision's start offset, applies its staged
+records again and marks the marker applied (that writer's later appends are never cut);
+whoever applies the last partition publishes the transaction (step 5). Re-applying is
+idempotent because the decision's start offsets say exactly where the transaction's records go.
 """
 from __future__ import annotations
 
@@ -57,8 +64,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -68,20 +75,22 @@ from pylog.errors import (
     CorruptRecordError,
     InvalidArgumentError,
     InvalidTimestampError,
-    LogLockedError,
     PylogError,
     UnknownTopicError,
 )
-from pylog.loader import STABLE_FILE, STABLE_HOOKS, drop_stable_file, fence_unfinished, read_stable_file
+from pylog.loader import STABLE_FILE, TXN_DIR, VISIBLE_FILE, drop_stable_file, fence_unfinished, visibility_token
 from pylog.log import Log
 
 if TYPE_CHECKING:
     from pylog.topics import LogStore
 
-__all__ = ["Transaction", "TransactionError", "Stager", "StagedPart", "recover", "last_batch_id", "begin_external",
-           "discard", "discard_tagged", "TXN_DIR"]
+__all__ = ["Transaction", "TransactionError", "Stager", "StagedPart", "last_batch_id", "begin_external",
+           "discard", "discard_tagged", "publish", "consistent", "TXN_DIR"]
 
-TXN_DIR = "~txn"  # "~" cannot occur in a topic name
+_T = TypeVar("_T")
+
+# TXN_DIR ("~txn": "~" cannot occur in a topic name) is defined in pylog.loader, whose
+# read-only refresh looks there to tell whether a marker's transaction has finished
 DECISION_FILE = "decision.json"
 OWNER_LOCK = "owner.lock"
 EXTERNAL_FILE = "external"
@@ -433,16 +442,28 @@ class Transaction:
         return logs
 
     def _finish(self, logs: list[tuple[Log, dict[str, Any]]]) -> None:
+        done = None
         try:
-            for log, entry in logs:
-                _apply(log, self.dir, entry)
-                self.offsets[(entry["topic"], entry["partition"])] = entry["start"]
+            try:
+                for log, entry in logs:
+                    _apply(log, self.dir, entry)
+                    self.offsets[(entry["topic"], entry["partition"])] = entry["start"]
+                _record_sinks(self.root, self._sinks)
+                done = _publish(self.dir)  # the transaction shows, everywhere at once
+            except BaseException as e:
+                # not shown: every partition's marker stays, and its next writer applies
+                # the transaction again from the start (no append may come between)
+                for log, _entry in logs:
+                    fence_unfinished(log, self.id, e)
+                raise
+            for log, _entry in logs:
+                drop_stable_file(log)
         finally:
             for log in reversed(self._held):
                 log._lock.release()
             self._held = []
-        _record_sinks(self.root, self._sinks)
-        _retire(self.dir)
+        if done is not None:
+            shutil.rmtree(done, ignore_errors=True)
 
     def abort(self) -> None:
         """Discard every staged record (nothing was visible). Aborting twice is harmless; a
@@ -563,16 +584,60 @@ def discard_tagged(root: str, tag: str, keep: Iterable[str] = ()) -> list[str]:
     return out
 
 
-def _retire(path: str) -> None:
-    """Remove a finished transaction's directory: renamed out of the way first (atomic), so
-    a crash while its files are deleted never leaves a decided-looking directory without
-    its decision, nor a decision without its staged records."""
+def _bump_visible(base: str) -> None:
+    """Overwrite ``base``/visible with a new random token (see :func:`publish`): one
+    ``pwrite`` of 32 bytes in place, no temporary file (a kill leaves nothing behind, and
+    concurrent committers never collide). A reader that catches it half written still
+    reads a value unlike the one before. Not fsynced: the token only tells live readers
+    that something changed."""
+    fd = vfs.open(os.path.join(base, VISIBLE_FILE), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        vfs.pwrite(fd, uuid.uuid4().hex.encode(), 0)
+    finally:
+        vfs.close(fd)
+
+
+def _publish(path: str) -> str | None:
+    """Make decided transaction ``path`` (its directory) visible: a new token in
+    ``visible``, then the directory renamed to ``.done-ID`` (the moment it shows in every
+    partition). Returns the renamed directory (to delete), None if it was gone already.
+    Every partition's records must be applied and durable before."""
+    _bump_visible(os.path.dirname(path))
     done = os.path.join(os.path.dirname(path), _DONE_PREFIX + os.path.basename(path))
     try:
         vfs.rename(path, done)
     except FileNotFoundError:
-        return
+        return None
+    return done
+
+
+def consistent(root: str, fn: Callable[[], _T]) -> _T:
+    """``fn()`` (reads of several partitions of the store at ``root`` by read-only Logs:
+    their refreshes, offsets), called again until no transaction was published while it
+    ran, so that every transaction is in all the partitions it read or in none (a
+    transaction shows at one moment, :func:`publish`; reads on both sides of it would
+    disagree). Spark's planning takes its offsets so."""
+    base = _txn_root(os.fspath(root))
+    for attempt in itertools.count():
+        token = visibility_token(base)
+        out = fn()
+        if visibility_token(base) == token:
+            return out
+        if attempt >= 3:
+            time.sleep(min(0.001 * attempt, 0.05))
+    raise AssertionError("unreachable")
+
+
+def publish(root: str, txn_id: str) -> bool:
+    """Make decided transaction ``txn_id`` of the store at ``root`` visible in every
+    partition at once (step 5 of a commit), once each partition holds its records;
+    True if this call did it. Commits and the roll forward call it; exposed for tools."""
+    d = os.path.join(_txn_root(os.fspath(root)), _check_id(txn_id))
+    done = _publish(d)
+    if done is None:
+        return False
     shutil.rmtree(done, ignore_errors=True)
+    return True
 
 
 def _remove_txn_dir(path: str) -> None:
@@ -629,10 +694,17 @@ def _staged_records(txn_dir: str, staged: list[tuple[str, int]]) -> Iterator[col
             src.close()
 
 
+#: Tests set this to a callable taking ``(log, entry, records applied so far)``: called after
+#: each ``append_batch`` of an apply (to slow it, or to pause it at a known point). None in
+#: normal use.
+apply_hook: Any = None
+
+
 def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
     """Append a decided transaction's staged records to ``log`` at ``entry["start"]``
-    (cutting back whatever a torn earlier apply left after it), make them durable, and
-    remove the partition's marker. The caller holds ``log._lock``."""
+    (cutting back whatever a torn earlier apply left after it) and make them durable. The
+    partition's marker stays (the caller removes it once the transaction is published).
+    The caller holds ``log._lock``."""
     start = int(entry["start"])
     with log._lock:
         try:
@@ -650,41 +722,12 @@ def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
                 ts = np.maximum(ts, last)  # timestamps never decrease in a partition
                 last = int(ts[-1])
                 log.append_batch(values, keys, ts, metadata)
+                if apply_hook is not None:
+                    apply_hook(log, entry, log.next_offset - start)
             log.flush()
         except BaseException as e:
             fence_unfinished(log, os.path.basename(txn_dir), e)
             raise
-        drop_stable_file(log)
-
-
-# ----------------------------------------------------------------------------------------
-# recovery
-def _roll_forward(log: Log) -> None:
-    """:data:`pylog.log.STABLE_HOOKS` entry: a writer opened a partition with a marker."""
-    mark = read_stable_file(log.path)
-    if mark is None:
-        return
-    txn, _start = mark
-    pdir = os.path.abspath(log.path)
-    topic_dir = os.path.dirname(pdir)
-    root = os.path.dirname(topic_dir)
-    txn_dir = os.path.join(_txn_root(root), txn)
-    decision = _read_json(os.path.join(txn_dir, DECISION_FILE))
-    if decision is None:
-        # never decided (the committer held this partition's writer lock until it died):
-        # nothing after the marker belongs to the transaction
-        drop_stable_file(log)
-        return
-    topic = os.path.basename(topic_dir)
-    part = os.path.basename(pdir)
-    for entry in decision["partitions"]:
-        if entry["topic"] == topic and f"partition-{entry['partition']}" == part:
-            _apply(log, txn_dir, entry)
-            return
-    drop_stable_file(log)  # not a partition of this transaction: a stray marker
-
-
-STABLE_HOOKS.append(_roll_forward)
 
 
 def _record_sinks(root: str, sinks: dict[str, int]) -> None:
@@ -724,76 +767,3 @@ def last_batch_id(root: str, sink_id: str) -> int | None:
     return None if best is None else int(best)
 
 
-def _owner_gone(d: str) -> bool:
-    """Whether an undecided transaction directory belongs to nobody any more."""
-    held = fileutil.flock_held(os.path.join(d, OWNER_LOCK))
-    if held is None:
-        if os.path.exists(os.path.join(d, EXTERNAL_FILE)):
-            try:
-                return time.time() - _newest_mtime(d) > ABANDON_SECONDS
-            except FileNotFoundError:
-                return False
-        return not os.path.exists(d)
-    return not held
-
-
-def _newest_mtime(d: str) -> float:
-    newest = os.stat(d).st_mtime
-    for dirpath, dirnames, files in os.walk(d):
-        for n in dirnames + files:
-            try:
-                newest = max(newest, os.stat(os.path.join(dirpath, n)).st_mtime)
-            except FileNotFoundError:
-                pass
-    return newest
-
-
-def recover(root: str) -> list[str]:
-    """Finish or discard what crashed transactions left under ``root`` (a writable
-    :class:`~pylog.LogStore` calls this when it opens): a decided transaction is rolled
-    forward in every partition that still holds its marker (opening the partition's writer
-    does it), its sink batch ids recorded and its directory removed; an undecided one whose
-    owner is gone is discarded. Returns the ids it finished or discarded."""
-    base = _txn_root(os.fspath(root))
-    try:
-        names = sorted(os.listdir(base))
-    except FileNotFoundError:
-        return []
-    done = []
-    for name in names:
-        d = os.path.join(base, name)
-        if name.startswith(_DONE_PREFIX):
-            shutil.rmtree(d, ignore_errors=True)  # finished; its deletion was cut short
-            continue
-        if name.startswith(_NEW_PREFIX):
-            if _owner_gone(d) or not os.path.exists(os.path.join(d, OWNER_LOCK)) and not os.path.exists(
-                    os.path.join(d, EXTERNAL_FILE)) and time.time() - os.stat(d).st_mtime > 60:
-                shutil.rmtree(d, ignore_errors=True)
-            continue
-        if len(name) != 32 or not os.path.isdir(d):
-            continue
-        decision = _read_json(os.path.join(d, DECISION_FILE))
-        if decision is None:
-            if _owner_gone(d):
-                _remove_txn_dir(d)
-                done.append(name)
-            continue
-        pending = False
-        for entry in decision["partitions"]:
-            pdir = os.path.join(os.fspath(root), entry["topic"], f"partition-{entry['partition']}")
-            try:
-                mark = read_stable_file(pdir)
-            except (FileNotFoundError, NotADirectoryError):
-                mark = None
-            if mark is None or mark[0] != name:
-                continue
-            try:
-                Log(pdir).close()  # the writer's open rolls the apply forward
-            except LogLockedError:
-                pending = True  # its writer elsewhere rolled it forward when it opened
-        if pending:
-            continue
-        _record_sinks(os.fspath(root), {k: int(v) for k, v in decision.get("sinks", {}).items()})
-        _retire(d)
-        done.append(name)
-    return done

@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 
 import pylog
 from pylog import format as fmt
+from pylog import transactions
 from pylog._backend import impl
 from pylog._columns import Columns
 from pylog.arrow import binary_array, int64_buffer, scan_buffer
@@ -217,16 +218,25 @@ def _reader(root: str, topic: str, p: int) -> Iterator[pylog.Log | None]:
 def _bounds(root: str, topics: list[str],
             parts: Mapping[str, list[int]] | None = None) -> dict[str, dict[int, tuple[int, int]]]:
     """{topic: {partition: (start_offset, committed next_offset)}}, one consistent snapshot
-    (of the partitions ``parts`` names, else of those the topics have now)."""
-    out: dict[str, dict[int, tuple[int, int]]] = {}
-    for t in topics:
-        m: dict[int, tuple[int, int]] = {}
-        for p in (parts[t] if parts is not None else _partitions_of(root, t)):
-            with _reader(root, t, p) as log:
-                # a transaction's apply in flight: its records are not there yet
-                m[p] = (0, 0) if log is None else (log.start_offset, log.stable_offset)
-        out[t] = m
-    return out
+    (of the partitions ``parts`` names, else of those the topics have now): every store
+    transaction is in all of its partitions read or in none (pylog.transactions.consistent)."""
+    tries = [0]
+
+    def snapshot() -> dict[str, dict[int, tuple[int, int]]]:
+        tries[0] += 1
+        out: dict[str, dict[int, tuple[int, int]]] = {}
+        for t in topics:
+            m: dict[int, tuple[int, int]] = {}
+            for p in (parts[t] if parts is not None else _partitions_of(root, t)):
+                with _reader(root, t, p) as log:
+                    if log is not None and tries[0] > 1:
+                        log.refresh()  # a plan's Log is kept: look again
+                    # a transaction's apply in flight: its records are not there yet
+                    m[p] = (0, 0) if log is None else (log.start_offset, log.stable_offset)
+            out[t] = m
+        return out
+
+    return transactions.consistent(root, snapshot)
 
 
 def _check_spec(spec: Any, name: str, known: Mapping[str, Container[int]]) -> None:
