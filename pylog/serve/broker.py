@@ -13,6 +13,7 @@ import concurrent.futures
 import fcntl
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -33,7 +34,7 @@ from pylog.errors import (
     UnknownTopicError,
 )
 from pylog.log import Log, PackedBytes
-from pylog.serve.producers import Producers, batch_producer
+from pylog.serve.producers import Producers, batch_producer, records_digest
 from pylog.serve.records import (
     HEADER_SIZE,
     BatchError,
@@ -58,6 +59,41 @@ SERVE_LOCK = ".serve.lock"
 _WANT = ("key", "metadata", "value", "timestamp")
 _MIN_RECORD = 7  # the wire size of an empty record (no key, value or headers)
 _MIN_BATCH = HEADER_SIZE + _MIN_RECORD
+
+
+class _Gate:
+    """Appends to one partition: many plain ones at once (they share fsyncs), or one
+    idempotent batch alone (between its intent and its records), which waiting plain ones
+    do not overtake."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+        self._waiting = 0
+
+    def enter(self, exclusive: bool) -> None:
+        """Wait for the gate: alone with ``exclusive``, else beside other plain appends."""
+        with self._cond:
+            if exclusive:
+                self._waiting += 1
+                while self._alone or self._shared:
+                    self._cond.wait()
+                self._waiting -= 1
+                self._alone = True
+            else:
+                while self._alone or self._waiting:
+                    self._cond.wait()
+                self._shared += 1
+
+    def leave(self, exclusive: bool) -> None:
+        """Leave the gate entered with the same ``exclusive``."""
+        with self._cond:
+            if exclusive:
+                self._alone = False
+            else:
+                self._shared -= 1
+            self._cond.notify_all()
 
 
 def _batch_rows(batch: Any) -> int:
@@ -104,6 +140,7 @@ class Broker:
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
         self.producers = Producers(self.store)  # idempotent producers' state (producers.py)
+        self._gates: dict[tuple[str, int], _Gate] = {}
 
     # -- topics and partitions -------------------------------------------------------------
     def topic(self, name: str, create: bool = False) -> Topic:
@@ -132,6 +169,7 @@ class Broker:
         self.store.delete_topic(name)
         for key in [k for k in self._last_ts if k[0] == name]:
             del self._last_ts[key]
+        self.producers.forget_topic(name)
 
     @staticmethod
     def visible_end(log: Log, read_committed: bool) -> int:
@@ -164,8 +202,15 @@ class Broker:
         os.close(self._lock_fd)  # releases the root
 
     # -- produce -----------------------------------------------------------------------------
-    def _append(self, name: str, i: int, records: Any) -> tuple[int, int, int]:
-        """Decode and append one partition's data, all or nothing: (error, base offset, start)."""
+    def _gate(self, key: tuple[str, int]) -> _Gate:
+        g = self._gates.get(key)
+        return g if g is not None else self._gates.setdefault(key, _Gate())
+
+    def _append(self, name: str, i: int, records: Any,
+                idem: tuple[tuple[int, int, int, int], Any] | None = None) -> tuple[int, int, int]:
+        """Decode and append one partition's data, all or nothing: (error, base offset, start).
+        ``idem``: (producer, state) of an idempotent batch that :meth:`Producers.check`
+        let through; its intent is written right before the records (producers.py)."""
         log, err = self.partition(name, i)
         if log is None:
             return err, -1, -1
@@ -175,6 +220,12 @@ class Broker:
             return e.code, -1, -1
         if d.transactional:  # transactions over the protocol come with InitProducerId (next step)
             return E.invalid_txn_state, -1, -1
+        try:
+            # before anything is appended to the partition, its producer state is checked
+            # against the log: no record may land where an unconfirmed intent points
+            self.producers.load(name, i, log)
+        except (OSError, PylogError):
+            return E.kafka_storage_error, -1, -1
         now = int(time.time() * 1000)
         ts = d.timestamps
         if d.log_append_time:
@@ -185,35 +236,53 @@ class Broker:
         # predecessor's time (docs/serve.md)
         key = (name, i)
         last = self._last_ts.get(key)
-        for attempt in range(8):
-            if last is None and log.next_offset > log.start_offset:
+        gate = self._gate(key)
+        # an idempotent batch's intent names the offset its records will take: nothing else
+        # may append to the partition between the two (other batches share the gate)
+        gate.enter(exclusive=idem is not None)
+        try:
+            for attempt in range(8):
+                if last is None and log.next_offset > log.start_offset:
+                    try:
+                        last = log.read(log.next_offset - 1).timestamp
+                    except PylogError:  # compacted or truncated away: the log checks it anyway
+                        last = None
+                if last is not None:
+                    ts[0] = max(int(ts[0]), last)
+                np.maximum.accumulate(ts, out=ts)
                 try:
-                    last = log.read(log.next_offset - 1).timestamp
-                except PylogError:  # compacted or truncated away: the log checks it anyway
+                    if idem is not None:
+                        base = log.next_offset
+                        digest = records_digest([d.values, d.keys, d.headers], ts)
+                        self.producers.intend(idem[1], idem[0], base, d.count, digest,
+                                              sync=log.config.fsync == "always")
+                    first = log.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys), timestamps=ts,
+                                             metadata=PackedBytes(*d.headers))
+                    # acknowledged records go to the OS now (fsynced before this when the policy
+                    # says so), so library readers in other processes see what Kafka clients were
+                    # told is written.
+                    log.write_out()
+                    break
+                except InvalidTimestampError:
+                    # another producer's append to this partition landed in between with a later
+                    # time: take the log's newest time again (nothing was appended)
                     last = None
-            if last is not None:
-                ts[0] = max(int(ts[0]), last)
-            np.maximum.accumulate(ts, out=ts)
-            try:
-                first = log.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys), timestamps=ts,
-                                         metadata=PackedBytes(*d.headers))
-                # acknowledged records go to the OS now (fsynced before this when the policy
-                # says so), so library readers in other processes see what Kafka clients were
-                # told is written.
-                log.write_out()
-                break
-            except InvalidTimestampError:
-                # another producer's append to this partition landed in between with a later
-                # time: take the log's newest time again (nothing was appended)
-                last = None
-                if attempt == 7:
-                    return E.invalid_timestamp, -1, -1
-            except RecordTooLargeError:
-                return E.message_too_large, -1, -1
-            except LogClosedError:
-                return E.not_leader_or_follower, -1, -1
-            except (PylogError, OSError):
-                return E.kafka_storage_error, -1, -1
+                    if attempt == 7:
+                        return E.invalid_timestamp, -1, -1
+                except RecordTooLargeError:
+                    return E.message_too_large, -1, -1
+                except LogClosedError:
+                    return E.not_leader_or_follower, -1, -1
+                except (PylogError, OSError):
+                    return E.kafka_storage_error, -1, -1
+            if idem is not None:
+                if first != base:  # cannot happen while the broker is the one writer
+                    self.producers.intend(idem[1], idem[0], first, d.count, digest, sync=False)
+                self.producers.appended(idem[1], idem[0], first, d.count, digest)
+        except OSError:  # the second intent
+            return E.kafka_storage_error, -1, -1
+        finally:
+            gate.leave(exclusive=idem is not None)
         self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
         return 0, first, log.start_offset
 
@@ -226,20 +295,18 @@ class Broker:
         log, err = self.partition(name, i)
         if log is None:
             return err, -1, -1
-        code, base, part = self.producers.check(name, i, log, prod)
+        try:
+            code, base, part = self.producers.check(name, i, log, prod)
+        except (OSError, PylogError):
+            return E.kafka_storage_error, -1, -1
         if part is None:
             return (0, base, log.start_offset) if not code else (code, -1, -1)
-        result: tuple[int, int, int] = (E.unknown_server_error, -1, -1)
         try:
-            result = self._append(name, i, records)
+            # the intent is written before the records, as durable as they will be
+            # (fdatasync'd first under fsync=always): the state is never older than the log
+            return self._append(name, i, records, (prod, part))
         finally:
-            # the state entry is made durable exactly when the records are: under fsync=always
-            # the append fsynced them, so the entry is fsynced too before the answer (else a
-            # power cut could keep the records and lose the entry, and a retry would append
-            # them twice); under the other policies neither is fsynced per batch (docs/serve.md)
-            self.producers.appended(part, prod, result[1] if result[0] == 0 else -1,
-                                    fsync=log.config.fsync == "always")
-        return result
+            self.producers.release(part)
 
     async def produce(self, req: Any, version: int) -> dict[str, Any]:
         """Produce: every partition's batches appended in one call each (all or nothing)."""
