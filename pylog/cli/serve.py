@@ -17,13 +17,15 @@ from pylog.cli._common import CONTEXT
 @click.option("--tls-key", default=None, metavar="PEM", help="The TLS certificate's private key (PEM).")
 @click.option("--users", default=None, metavar="FILE",
               help="SASL users file (PLAIN over TLS, SCRAM-SHA-256): every client must log in.")
+@click.option("--fence-backoff", default=5.0, show_default=True, type=click.FloatRange(0), metavar="SECONDS",
+              help="After a failed write or fsync fenced a partition, how long until a produce may reopen it.")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, advertise: str | None, tls_cert: str | None,
-          tls_key: str | None, users: str | None) -> None:
+          tls_key: str | None, users: str | None, fence_backoff: float) -> None:
     """Serve the root over Kafka's wire protocol until SIGTERM (docs/serve.md)."""
     from pylog.serve import serve as run
 
     if advertise is not None and not re.fullmatch(r"[^\s:]*:\d{1,5}", advertise):
         raise click.BadParameter(f"{advertise!r} is not HOST:PORT", param_hint="--advertise")
     run(ctx.obj["root"], host, port, advertise=advertise, tls_cert=tls_cert, tls_key=tls_key, users=users,
-        ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))
+        fence_backoff=fence_backoff, ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))

@@ -60,14 +60,19 @@ class Server:
     advertise
         ``HOST:PORT`` that Metadata and FindCoordinator name instead of the listening
         address (Kafka's ``advertised.listeners``), e.g. behind a proxy.
+    fence_backoff
+        Seconds after a failed write or fsync fenced a partition until a produce may reopen
+        it (:class:`~pylog.serve.broker.Broker`).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
                  max_request_bytes: int = 100 << 20, request_timeout: float = 30.0,
                  idle_timeout: float = 600.0, auto_create: bool = True,
                  cleanup_interval: float | None = 300.0, advertise: str | None = None,
-                 tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None) -> None:
+                 tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None,
+                 fence_backoff: float = 5.0) -> None:
         self.root = root
+        self.fence_backoff = fence_backoff
         self.host = host
         self.port = port
         self.max_request_bytes = max_request_bytes
@@ -91,7 +96,8 @@ class Server:
 
     async def start(self) -> None:
         """Open the data root and listen."""
-        self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create)
+        self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create,
+                             fence_backoff=self.fence_backoff)
         try:
             self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16,
                                                       ssl=self.tls)
