@@ -16,11 +16,14 @@ from conftest import ROOT, py_env
 
 
 class BrokerProcess:
-    """``pylog serve --port 0`` over ``root`` in a child process; ``bootstrap`` is host:port."""
+    """``pylog serve --port 0`` over ``root`` in a child process; ``bootstrap`` is host:port.
+    ``prefix``: a command that runs it (e.g. strace with fault injection)."""
 
-    def __init__(self, root: str, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: str, *args: str, env: dict[str, str] | None = None,
+                 prefix: list[str] | None = None) -> None:
         self.root = root
-        cmd = [sys.executable, "-m", "pylog.cli", "--root", root, "serve", "--host", "127.0.0.1", "--port", "0", *args]
+        cmd = [*(prefix or []), sys.executable, "-m", "pylog.cli", "--root", root, "serve", "--host", "127.0.0.1",
+               "--port", "0", *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**py_env(), **(env or {})}, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None

@@ -207,8 +207,9 @@ def test_confluent_idempotent_producer_drops_and_sigkill_exactly_once(tmp_path):
 @pytest.mark.parametrize("policy", ["always", "interval"])
 def test_state_entry_fsynced_with_the_records_before_the_answer(tmp_path, monkeypatch, policy):
     """Under fsync=always an acknowledged batch's records are durable before the answer, so
-    its producer state entry must be too (a power cut keeping the records and losing the
-    entry would let a retry append them twice); under interval neither is fsynced per batch."""
+    its producer state entry must be too, and before them (a power cut keeping the records
+    and losing the entry would let a retry append them twice); under interval neither is
+    fsynced per batch."""
     from pylog.serve.broker import Broker
 
     root = str(tmp_path / "root")
@@ -216,20 +217,22 @@ def test_state_entry_fsynced_with_the_records_before_the_answer(tmp_path, monkey
     try:
         broker.store.create_topic("d", partitions=1, config=pylog.LogConfig(fsync=policy))
         synced: list[str] = []
-        real = os.fsync
 
-        def fsync(fd: int) -> None:
-            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-            real(fd)
+        def watch(real):  # type: ignore[no-untyped-def]
+            def sync(fd: int) -> None:
+                synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+                real(fd)
+            return sync
 
-        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "fsync", watch(os.fsync))
+        monkeypatch.setattr(os, "fdatasync", watch(os.fdatasync))
         err, base, _ = broker._append_checked("d", 0, _idem([b"a", b"b"], 1000, 0, 0))
         assert (err, base) == (0, 0)
-        state = [p for p in synced if p.endswith("partition-0.state")]
+        state = [p for p in synced if p.endswith("partition-0.producers")]
         assert len(state) == (1 if policy == "always" else 0), synced
         synced.clear()
         assert broker._append_checked("d", 0, _idem([b"a", b"b"], 1000, 0, 0))[:2] == (0, 0)  # a retry
         assert broker._append_checked("d", 0, _idem([b"c"], 1000, 0, 2))[:2] == (0, 2)
-        assert len([p for p in synced if p.endswith("partition-0.state")]) == (1 if policy == "always" else 0)
+        assert len([p for p in synced if p.endswith("partition-0.producers")]) == (1 if policy == "always" else 0)
     finally:
         broker.close()

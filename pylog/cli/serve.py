@@ -49,6 +49,8 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
               help="Time a started request frame (its size included) may take to arrive.")
 @click.option("--idle-timeout", default="10m", show_default=True, callback=_seconds, metavar="DURATION",
               help="Time a connection may stay silent between requests (connections.max.idle.ms).")
+@click.option("--fence-backoff", default=5.0, show_default=True, type=click.FloatRange(0), metavar="SECONDS",
+              help="After a failed write or fsync fenced a partition, how long until a produce may reopen it.")
 @click.pass_context
 def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tls_cert: str | None,
           tls_key: str | None, users: str | None, **limits: Any) -> None:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import fcntl
 import logging
 import os
+import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +28,7 @@ from pylog.errors import (
     InvalidNameError,
     InvalidTimestampError,
     LogClosedError,
+    LogFencedError,
     LogLockedError,
     OffsetOutOfRangeError,
     PylogError,
@@ -34,7 +38,7 @@ from pylog.errors import (
 )
 from pylog.log import Log, PackedBytes
 from pylog.serve.pool import RESPONSE_HOLD, Pool
-from pylog.serve.producers import Producers, batch_producer
+from pylog.serve.producers import Producers, batch_producer, records_digest
 from pylog.serve.records import (
     HEADER_SIZE,
     BatchError,
@@ -64,6 +68,61 @@ _MIN_BATCH = HEADER_SIZE + _MIN_RECORD
 
 #: The least a Fetch response waits for from the response pool (less when it asks for less).
 RESPONSE_LEAST = 1 << 20
+class _Gate:
+    """Appends to one partition: many plain ones at once (they share fsyncs), or one
+    idempotent batch alone (between its intent and its records), which waiting plain ones
+    do not overtake."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+        self._waiting = 0
+
+    def enter(self, exclusive: bool) -> None:
+        """Wait for the gate: alone with ``exclusive``, else beside other plain appends."""
+        with self._cond:
+            if exclusive:
+                self._waiting += 1
+                while self._alone or self._shared:
+                    self._cond.wait()
+                self._waiting -= 1
+                self._alone = True
+            else:
+                while self._alone or self._waiting:
+                    self._cond.wait()
+                self._shared += 1
+
+    def leave(self, exclusive: bool) -> None:
+        """Leave the gate entered with the same ``exclusive``."""
+        with self._cond:
+            if exclusive:
+                self._alone = False
+            else:
+                self._shared -= 1
+            self._cond.notify_all()
+
+
+#: errno values that are refusals to retry (resources run out), not damage: a partition
+#: failing with one is reopened at the next produce, without the back-off of a fence
+TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+
+
+@dataclass
+class _Fence:
+    """A partition whose Log refused an append (a failed write or fsync fences a Log)."""
+
+    reason: str
+    transient: bool
+    since: float  # time.monotonic() of the failure, or of the last failed reopen
+
+
+def _errno_of(e: BaseException | None) -> int | None:
+    while e is not None:
+        if isinstance(e, OSError) and e.errno is not None:
+            return e.errno
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _batch_rows(batch: Any) -> int:
@@ -92,11 +151,14 @@ class Broker:
     append_threads
         Threads that append (and wait for fsyncs); with one, concurrent producers could not
         share an fsync.
+    fence_backoff
+        Seconds after an I/O error fenced a partition before a produce may reopen it
+        (docs/serve.md, "Storage errors"); transient errors (EMFILE, ENFILE, ENOMEM) wait none.
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092, auto_create: bool = True,
                  max_decompressed_bytes: int = 32 << 20, append_threads: int = 4,
-                 fetch_max_bytes: int = 55 << 20) -> None:
+                 fetch_max_bytes: int = 55 << 20, fence_backoff: float = 5.0) -> None:
         self.store = LogStore(root)
         # one broker per root: it is the writer of every partition, so a second one would
         # fail partition by partition; it fails here instead, before it listens
@@ -120,6 +182,15 @@ class Broker:
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
         self.producers = Producers(self.store)  # idempotent producers' state (producers.py)
+        self._gates: dict[tuple[str, int], _Gate] = {}
+        self.fence_backoff = fence_backoff
+        self._fences: dict[tuple[str, int], _Fence] = {}
+        self._fenced_logs: dict[Log, tuple[str, int]] = {}
+        # per partition, the end of the records the broker acknowledged (or found at open):
+        # while the partition is fenced reads stop there, and its reopen cuts what recovery
+        # finds past it (refused appends)
+        self._acked: dict[tuple[str, int], int] = {}
+        self._open_errors: dict[tuple[str, int], int | None] = {}
 
     # -- topics and partitions -------------------------------------------------------------
     def topic(self, name: str, create: bool = False) -> Topic:
@@ -134,26 +205,123 @@ class Broker:
             except PylogError:
                 return self.store.topic(name)
 
-    def partition(self, name: str, i: int) -> tuple[Log | None, int]:
-        """(the writer Log of ``name``/``i``, 0) or (None, Kafka error code)."""
+    def partition(self, name: str, i: int, read: bool = False) -> tuple[Log | None, int]:
+        """(the writer Log of ``name``/``i``, 0) or (None, Kafka error code). An OSError
+        opening or recovering it (a full disk, EMFILE, EACCES) is KAFKA_STORAGE_ERROR, logged
+        once per cause, and tried again at the next request; with ``read``, the partition is
+        then read through a read-only Log (which writes nothing), so it still serves what it
+        holds."""
         try:
-            return self.store.topic(name).partition(i), 0
+            log = self.store.topic(name).partition(i)
         except (UnknownTopicError, UnknownPartitionError, InvalidNameError, TypeError):
             return None, E.unknown_topic_or_partition
-        except PylogError:
-            return None, E.unknown_server_error
+        except LogClosedError:
+            return None, E.not_leader_or_follower  # the broker is closing
+        except (PylogError, OSError) as e:
+            key = (name, i)
+            no = _errno_of(e)
+            if self._open_errors.get(key, -1) != no:
+                self._open_errors[key] = no
+                _log.warning("partition %s-%d cannot be opened for writing: %s", name, i, e)
+            if read:
+                try:
+                    return self.store.topic(name).reader(i), 0
+                except (PylogError, OSError):
+                    pass
+            return None, E.kafka_storage_error
+        if self._open_errors:
+            self._open_errors.pop((name, i), None)
+        return log, 0
+
+    def _writable(self, name: str, i: int) -> tuple[Log | None, int]:
+        """:meth:`partition` for an append: a fenced partition is reopened first when its
+        back-off is over (at once after a transient error), else KAFKA_STORAGE_ERROR."""
+        fence = self._fences.get((name, i))
+        if fence is not None:
+            return self._reopen(name, i, fence)
+        return self.partition(name, i)
+
+    def _fence(self, key: tuple[str, int], log: Log, e: BaseException) -> None:
+        """Note that ``log`` refused an append with ``e``: logged once, reads stop at what was
+        acknowledged, appends are refused until :meth:`_reopen`."""
+        cause = getattr(log, "_fenced", None) or e
+        no = _errno_of(cause)
+        transient = no in TRANSIENT_ERRNOS
+        if key in self._fences:
+            return
+        self._fences[key] = _Fence(str(cause), transient, time.monotonic())
+        self._fenced_logs[log] = key
+        if transient:
+            _log.warning("partition %s-%d refused an append (%s): it is reopened at the next produce", *key, cause)
+        else:
+            _log.warning("partition %s-%d is fenced after a failed write or fsync (%s): appends are refused, "
+                         "reads stop at offset %d; a produce after %g s reopens it", *key, cause,
+                         self._acked.get(key, -1), self.fence_backoff)
+
+    def _reopen(self, name: str, i: int, fence: _Fence) -> tuple[Log | None, int]:
+        """Reopen a fenced partition (recovery from what is on disk), cut what recovery
+        finds past the acknowledged end (refused appends), reload its producer state."""
+        key = (name, i)
+        if not fence.transient and time.monotonic() - fence.since < self.fence_backoff:
+            return None, E.kafka_storage_error
+        gate = self._gate(key)
+        gate.enter(exclusive=True)  # no append of this partition is under way
+        try:
+            if self._fences.get(key) is not fence:  # another thread reopened it meanwhile
+                return self.partition(name, i)
+            log: Log | None = None
+            try:
+                topic = self.store.topic(name)
+                with topic._open_lock:  # Topic has no public way to drop one writer (yet)
+                    old, topic._logs[i] = topic._logs[i], None
+                if old is not None:
+                    self._fenced_logs.pop(old, None)
+                    try:
+                        old.close()
+                    except (OSError, PylogError):
+                        pass  # fenced: what it held past the acknowledged end was refused
+                log = topic.partition(i)
+                acked = self._acked.get(key, log.next_offset)
+                if log.next_offset > acked:
+                    _log.warning("partition %s-%d: cutting offsets %d-%d, refused appends that recovery found",
+                                 name, i, acked, log.next_offset - 1)
+                    log.truncate(acked)
+                self.producers.forget(name, i)
+                self.producers.load(name, i, log)
+            except (OSError, PylogError) as e:
+                fence.since = time.monotonic()
+                fence.reason = str(e)
+                if log is not None:
+                    self._fenced_logs[log] = key
+                return None, E.kafka_storage_error
+            del self._fences[key]
+            self._last_ts.pop(key, None)
+            _log.warning("partition %s-%d reopened", name, i)
+            return log, 0
+        finally:
+            gate.leave(exclusive=True)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic (its open partitions are closed first)."""
         self.store.delete_topic(name)
-        for key in [k for k in self._last_ts if k[0] == name]:
-            del self._last_ts[key]
+        for d in (self._last_ts, self._acked, self._fences, self._gates):
+            for key in [k for k in d if k[0] == name]:
+                del d[key]
+        for log in [g for g, k in self._fenced_logs.items() if k[0] == name]:
+            del self._fenced_logs[log]
+        self.producers.forget_topic(name)
 
-    @staticmethod
-    def visible_end(log: Log, read_committed: bool) -> int:
+    def visible_end(self, log: Log, read_committed: bool, key: tuple[str, int] | None = None) -> int:
         """The offset a consumer reads up to: the last stable offset under read_committed
-        (``Log.last_stable_offset``: below a transaction being applied), else the next offset."""
-        return log.last_stable_offset if read_committed else log.next_offset
+        (``Log.last_stable_offset``: below a transaction being applied), else the next offset;
+        of a fenced partition (``key``, or ``log`` a fenced writer), at most the end of what
+        was acknowledged: a refused append is never served."""
+        end = log.last_stable_offset if read_committed else log.next_offset
+        if self._fences:
+            key = key or self._fenced_logs.get(log)
+            if key is not None and key in self._fences:
+                end = min(end, self._acked.get(key, end))
+        return end
 
     def cleanup(self) -> None:
         """Retention of ``delete`` topics and compaction of ``compact`` topics (what Kafka's
@@ -173,17 +341,29 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(self._pool, self.cleanup)
 
     def close(self) -> None:
-        """Wait for appends in flight, then flush and close every partition."""
+        """Wait for appends in flight, then flush and close every partition. A partition
+        that cannot be closed cleanly (a full disk, a fenced log) is logged and recovered at
+        the next start: closing never raises for it."""
         self._pool.shutdown(wait=True)
         self.producers.close()
-        self.store.close()
+        try:
+            self.store.close()
+        except (OSError, PylogError) as e:
+            _log.warning("closing the partitions: %s (they are recovered at the next start)", e)
         os.close(self._lock_fd)  # releases the root
 
     # -- produce -----------------------------------------------------------------------------
-    def _append(self, name: str, i: int, records: Any, budget: Budget | None = None) -> tuple[int, int, int]:
+    def _gate(self, key: tuple[str, int]) -> _Gate:
+        g = self._gates.get(key)
+        return g if g is not None else self._gates.setdefault(key, _Gate())
+
+    def _append(self, name: str, i: int, records: Any, budget: Budget | None = None,
+                idem: tuple[tuple[int, int, int, int], Any] | None = None) -> tuple[int, int, int]:
         """Decode and append one partition's data, all or nothing: (error, base offset, start).
-        ``budget``: what the request may still decompress (a fresh one when None)."""
-        log, err = self.partition(name, i)
+        ``budget``: what the request may still decompress (a fresh one when None).
+        ``idem``: (producer, state) of an idempotent batch that :meth:`Producers.check`
+        let through; its intent is written right before the records (producers.py)."""
+        log, err = self._writable(name, i)
         if log is None:
             return err, -1, -1
         try:
@@ -192,6 +372,12 @@ class Broker:
             return e.code, -1, -1
         if d.transactional:  # transactions over the protocol come with InitProducerId (next step)
             return E.invalid_txn_state, -1, -1
+        try:
+            # before anything is appended to the partition, its producer state is checked
+            # against the log: no record may land where an unconfirmed intent points
+            self.producers.load(name, i, log)
+        except (OSError, PylogError):
+            return E.kafka_storage_error, -1, -1
         now = int(time.time() * 1000)
         ts = d.timestamps
         if d.log_append_time:
@@ -202,35 +388,58 @@ class Broker:
         # predecessor's time (docs/serve.md)
         key = (name, i)
         last = self._last_ts.get(key)
-        for attempt in range(8):
-            if last is None and log.next_offset > log.start_offset:
+        gate = self._gate(key)
+        self._acked.setdefault(key, log.next_offset)  # before the broker's first append
+        # an idempotent batch's intent names the offset its records will take: nothing else
+        # may append to the partition between the two (other batches share the gate)
+        gate.enter(exclusive=idem is not None)
+        try:
+            for attempt in range(8):
+                if last is None and log.next_offset > log.start_offset:
+                    try:
+                        last = log.read(log.next_offset - 1).timestamp
+                    except PylogError:  # compacted or truncated away: the log checks it anyway
+                        last = None
+                if last is not None:
+                    ts[0] = max(int(ts[0]), last)
+                np.maximum.accumulate(ts, out=ts)
                 try:
-                    last = log.read(log.next_offset - 1).timestamp
-                except PylogError:  # compacted or truncated away: the log checks it anyway
+                    if idem is not None:
+                        base = log.next_offset
+                        digest = records_digest([d.values, d.keys, d.headers], ts)
+                        self.producers.intend(idem[1], idem[0], base, d.count, digest,
+                                              sync=log.config.fsync == "always")
+                    first = log.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys), timestamps=ts,
+                                             metadata=PackedBytes(*d.headers))
+                    # acknowledged records go to the OS now (fsynced before this when the policy
+                    # says so), so library readers in other processes see what Kafka clients were
+                    # told is written.
+                    log.write_out()
+                    break
+                except InvalidTimestampError:
+                    # another producer's append to this partition landed in between with a later
+                    # time: take the log's newest time again (nothing was appended)
                     last = None
-            if last is not None:
-                ts[0] = max(int(ts[0]), last)
-            np.maximum.accumulate(ts, out=ts)
-            try:
-                first = log.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys), timestamps=ts,
-                                         metadata=PackedBytes(*d.headers))
-                # acknowledged records go to the OS now (fsynced before this when the policy
-                # says so), so library readers in other processes see what Kafka clients were
-                # told is written.
-                log.write_out()
-                break
-            except InvalidTimestampError:
-                # another producer's append to this partition landed in between with a later
-                # time: take the log's newest time again (nothing was appended)
-                last = None
-                if attempt == 7:
-                    return E.invalid_timestamp, -1, -1
-            except RecordTooLargeError:
-                return E.message_too_large, -1, -1
-            except LogClosedError:
-                return E.not_leader_or_follower, -1, -1
-            except (PylogError, OSError):
-                return E.kafka_storage_error, -1, -1
+                    if attempt == 7:
+                        return E.invalid_timestamp, -1, -1
+                except RecordTooLargeError:
+                    return E.message_too_large, -1, -1
+                except LogClosedError:
+                    return E.not_leader_or_follower, -1, -1
+                except (PylogError, OSError) as e:
+                    if isinstance(e, (OSError, LogFencedError)):
+                        self._fence(key, log, e)
+                    return E.kafka_storage_error, -1, -1
+            # inside the gate: a reopen (which cuts what is past it) waits for this
+            self._acked[key] = max(self._acked.get(key, 0), first + d.count)
+            if idem is not None:
+                if first != base:  # cannot happen while the broker is the one writer
+                    self.producers.intend(idem[1], idem[0], first, d.count, digest, sync=False)
+                self.producers.appended(idem[1], idem[0], first, d.count, digest)
+        except OSError:  # the second intent
+            return E.kafka_storage_error, -1, -1
+        finally:
+            gate.leave(exclusive=idem is not None)
         self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
         return 0, first, log.start_offset
 
@@ -240,23 +449,21 @@ class Broker:
         prod = batch_producer(records)
         if prod is None:
             return self._append(name, i, records, budget)
-        log, err = self.partition(name, i)
+        log, err = self._writable(name, i)
         if log is None:
             return err, -1, -1
-        code, base, part = self.producers.check(name, i, log, prod)
+        try:
+            code, base, part = self.producers.check(name, i, log, prod)
+        except (OSError, PylogError):
+            return E.kafka_storage_error, -1, -1
         if part is None:
             return (0, base, log.start_offset) if not code else (code, -1, -1)
-        result: tuple[int, int, int] = (E.unknown_server_error, -1, -1)
         try:
-            result = self._append(name, i, records, budget)
+            # the intent is written before the records, as durable as they will be
+            # (fdatasync'd first under fsync=always): the state is never older than the log
+            return self._append(name, i, records, budget, (prod, part))
         finally:
-            # the state entry is made durable exactly when the records are: under fsync=always
-            # the append fsynced them, so the entry is fsynced too before the answer (else a
-            # power cut could keep the records and lose the entry, and a retry would append
-            # them twice); under the other policies neither is fsynced per batch (docs/serve.md)
-            self.producers.appended(part, prod, result[1] if result[0] == 0 else -1,
-                                    fsync=log.config.fsync == "always")
-        return result
+            self.producers.release(part)
 
     async def produce(self, req: Any, version: int) -> dict[str, Any]:
         """Produce: every partition's batches appended in one call each (all or nothing)."""
@@ -319,33 +526,38 @@ class Broker:
                 r: dict[str, Any] = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": [], "preferred_read_replica": -1, "records": b""}
-                log, err = self.partition(topic, p.partition)
+                log, err = self.partition(topic, p.partition, read=True)
                 if log is None:
                     r["error_code"] = err
                     parts.append(r)
                     continue
-                end = self.visible_end(log, committed)
-                r["high_watermark"], r["last_stable_offset"] = log.next_offset, end
-                r["log_start_offset"] = log.start_offset
-                off = p.fetch_offset
-                if off < log.start_offset or off > log.next_offset:
-                    r["error_code"] = E.offset_out_of_range
-                elif off < end and (budget > 0 or total == 0):
-                    # at most partition_max_bytes and what is left of max_bytes; more only for
-                    # the first record of the response's first non-empty partition (KIP-74)
-                    limit = max(0, min(p.partition_max_bytes, budget))
-                    try:
-                        data = self._records(log, off, end, limit, total == 0)
-                    except OffsetOutOfRangeError:
+                try:
+                    key = (topic, p.partition)
+                    end, high = self.visible_end(log, committed, key), self.visible_end(log, False, key)
+                    r["high_watermark"], r["last_stable_offset"] = high, end
+                    r["log_start_offset"] = log.start_offset
+                    off = p.fetch_offset
+                    if off < log.start_offset or off > high:
                         r["error_code"] = E.offset_out_of_range
-                        data = b""
-                    except CorruptRecordError:
-                        r["error_code"] = E.kafka_storage_error
-                        data = b""
-                    if data:
-                        r["records"] = data
-                        total += len(data)
-                        budget -= len(data)
+                    elif off < end and (budget > 0 or total == 0):
+                        # at most partition_max_bytes and what is left of max_bytes; more only for
+                        # the first record of the response's first non-empty partition (KIP-74)
+                        limit = max(0, min(p.partition_max_bytes, budget))
+                        try:
+                            data = self._records(log, off, end, limit, total == 0)
+                        except OffsetOutOfRangeError:
+                            r["error_code"] = E.offset_out_of_range
+                            data = b""
+                        except CorruptRecordError:
+                            r["error_code"] = E.kafka_storage_error
+                            data = b""
+                        if data:
+                            r["records"] = data
+                            total += len(data)
+                            budget -= len(data)
+                except (LogClosedError, OSError, PylogError) as e:  # closed by a reopen, a failing disk
+                    _log.debug("fetch of %s-%d: %s", topic, p.partition, e)
+                    r["error_code"], r["records"] = E.kafka_storage_error, b""
                 parts.append(r)
             out.append({"topic": topic, "partitions": parts})
         return out, total

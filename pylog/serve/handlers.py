@@ -56,6 +56,8 @@ def metadata(broker: Broker, req: Any, version: int,
             err = E.invalid_topic_exception
         except UnknownTopicError:
             err = E.topic_authorization_failed if auto and not create else E.unknown_topic_or_partition
+        except OSError:  # auto-creation on a full or failing disk: that topic only
+            err = E.kafka_storage_error
         else:
             parts = [{"error_code": 0, "partition_index": i, "leader_id": 0, "leader_epoch": 0,
                       "replica_nodes": [0], "isr_nodes": [0], "offline_replicas": []}
@@ -132,6 +134,8 @@ def create_topics(broker: Broker, req: Any, version: int) -> dict[str, Any]:
             r["error_code"], r["error_message"] = E.invalid_config, str(e)
         except PylogError as e:
             r["error_code"], r["error_message"] = E.invalid_request, str(e)
+        except OSError as e:  # a full or failing disk, EMFILE, EACCES: that topic only
+            r["error_code"], r["error_message"] = E.kafka_storage_error, str(e)
         if r["error_code"]:
             r["num_partitions"] = r["replication_factor"] = -1
         out.append(r)

@@ -182,6 +182,9 @@ class Server:
     max_decompressed_bytes
         The most the compressed batches of one Produce request may decompress to, over all
         its batches and partitions; more is answered MESSAGE_TOO_LARGE.
+    fence_backoff
+        Seconds after a failed write or fsync fenced a partition until a produce may reopen
+        it (:class:`~pylog.serve.broker.Broker`).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
@@ -191,7 +194,7 @@ class Server:
                  tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None,
                  max_connections: int = 1000, max_connections_per_ip: int = 1000,
                  queued_max_request_bytes: int = 100 << 20, fetch_max_bytes: int = 55 << 20,
-                 max_decompressed_bytes: int = 32 << 20) -> None:
+                 max_decompressed_bytes: int = 32 << 20, fence_backoff: float = 5.0) -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
@@ -202,6 +205,7 @@ class Server:
             raise InvalidArgumentError(f"queued_max_request_bytes ({queued_max_request_bytes}) must be at least "
                                        f"max_request_bytes ({max_request_bytes}), or no frame of that size is read")
         self.root = root
+        self.fence_backoff = fence_backoff
         self.host = host
         self.port = port
         self.max_request_bytes = max_request_bytes
@@ -238,7 +242,8 @@ class Server:
     async def start(self) -> None:
         """Open the data root and listen."""
         self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create,
-                             max_decompressed_bytes=self.max_decompressed_bytes, fetch_max_bytes=self.fetch_max_bytes)
+                             max_decompressed_bytes=self.max_decompressed_bytes, fetch_max_bytes=self.fetch_max_bytes,
+                             fence_backoff=self.fence_backoff)
         try:
             for sock in self._listen():
                 self._servers.append(await asyncio.start_server(
