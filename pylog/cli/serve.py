@@ -17,13 +17,21 @@ from pylog.cli._common import CONTEXT
 @click.option("--tls-key", default=None, metavar="PEM", help="The TLS certificate's private key (PEM).")
 @click.option("--users", default=None, metavar="FILE",
               help="SASL users file (PLAIN over TLS, SCRAM-SHA-256): every client must log in.")
+@click.option("--data-mode", type=click.Choice(["private", "group"]), default="private", show_default=True,
+              help="Files and directories the broker creates: private (0600/0700) or group (0640/0750).")
+@click.option("--failed-auth-delay-ms", type=click.IntRange(0, 60000), default=100, show_default=True,
+              help="Delay before a failed login is answered (connection.failed.authentication.delay.ms).")
+@click.option("--max-failed-logins", type=click.IntRange(0), default=20, show_default=True,
+              help="Failed logins per client address per minute; past it logins fail unchecked (0: no limit).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, advertise: str | None, tls_cert: str | None,
-          tls_key: str | None, users: str | None) -> None:
+          tls_key: str | None, users: str | None, data_mode: str, failed_auth_delay_ms: int,
+          max_failed_logins: int) -> None:
     """Serve the root over Kafka's wire protocol until SIGTERM (docs/serve.md)."""
     from pylog.serve import serve as run
 
     if advertise is not None and not re.fullmatch(r"[^\s:]*:\d{1,5}", advertise):
         raise click.BadParameter(f"{advertise!r} is not HOST:PORT", param_hint="--advertise")
     run(ctx.obj["root"], host, port, advertise=advertise, tls_cert=tls_cert, tls_key=tls_key, users=users,
+        data_mode=data_mode, failed_auth_delay=failed_auth_delay_ms / 1000, max_failed_logins=max_failed_logins,
         ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"))

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import struct
 from typing import Any
 
 from pylog.errors import InvalidArgumentError
-from pylog.serve import handlers, security
+from pylog.serve import acl, handlers, security
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -60,13 +61,23 @@ class Server:
     advertise
         ``HOST:PORT`` that Metadata and FindCoordinator name instead of the listening
         address (Kafka's ``advertised.listeners``), e.g. behind a proxy.
+    data_mode
+        ``"private"`` (files 0600, directories 0700) or ``"group"`` (0640, 0750): the
+        process umask while the broker runs (it is per process), see
+        :func:`.security.protect_root`.
+    failed_auth_delay, max_failed_logins, failed_login_window
+        Seconds before a failed login is answered (Kafka's
+        ``connection.failed.authentication.delay.ms``) and the failed logins an address may
+        have within ``failed_login_window`` seconds (:class:`.security.Logins`).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
                  max_request_bytes: int = 100 << 20, request_timeout: float = 30.0,
                  idle_timeout: float = 600.0, auto_create: bool = True,
                  cleanup_interval: float | None = 300.0, advertise: str | None = None,
-                 tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None) -> None:
+                 tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None,
+                 data_mode: str = "private", failed_auth_delay: float = 0.1, max_failed_logins: int = 20,
+                 failed_login_window: float = 60.0) -> None:
         self.root = root
         self.host = host
         self.port = port
@@ -83,6 +94,11 @@ class Server:
         security.check_listen(host, tls_cert is not None, users is not None)
         self.tls = security.tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
         self.users = security.Users(users) if users is not None else None
+        if data_mode not in security.DATA_MODES:
+            raise InvalidArgumentError(f"data mode {data_mode!r}: use one of {', '.join(security.DATA_MODES)}")
+        self.data_mode = data_mode
+        self._umask: int | None = None
+        self.logins = security.Logins(failed_auth_delay, max_failed_logins, failed_login_window)
         self.broker: Broker | None = None
         self.coordinator: GroupCoordinator | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -91,13 +107,19 @@ class Server:
 
     async def start(self) -> None:
         """Open the data root and listen."""
-        self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create)
+        self._umask = security.protect_root(self.root, self.data_mode)  # files 0600, dirs 0700
         try:
-            self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16,
-                                                      ssl=self.tls)
+            self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create)
+            try:
+                self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16,
+                                                          ssl=self.tls)
+            except BaseException:
+                self.broker.close()
+                self.broker = None
+                raise
         except BaseException:
-            self.broker.close()
-            self.broker = None
+            os.umask(self._umask)
+            self._umask = None
             raise
         self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
         if self.advertise:  # what Metadata and FindCoordinator tell clients (a proxy, a NAT)
@@ -133,6 +155,9 @@ class Server:
         if self.broker is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
             self.broker = None
+        if self._umask is not None:
+            os.umask(self._umask)
+            self._umask = None
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
         try:
@@ -153,7 +178,7 @@ class Server:
         assert task is not None
         self._conns.add(task)
         PEER.set(writer.get_extra_info("peername"))
-        session = security.Session(tls=self.tls is not None)
+        session = security.Session(tls=self.tls is not None, logins=self.logins, peer=writer.get_extra_info("peername"))
         security.SESSION.set(session)
         try:
             while True:
@@ -221,7 +246,7 @@ class Server:
             elif key == 17:
                 data = session.handshake(body)
             else:
-                data, session.close_after = session.authenticate(users, body)
+                data, session.close_after = await session.authenticate(users, body)
                 if session.close_after:
                     log.info("SASL %s from %s failed: %s", session.mechanism, PEER.get(), data.get("error_message"))
                 elif session.user is not None:
@@ -231,13 +256,14 @@ class Server:
         if users is not None and user is None and key != 18:
             log.info("closing a connection: API key %d before SASL authentication", key)
             return False
-        denied: list[Any] = []
-        admin_denied: list[str] = []
+        denied: acl.Denied = []
+        refused: dict[str, Any] | None = None  # the answer to a request refused as a whole
         if users is not None:
-            body, denied = security.filter_request(users, user, key, body)
-            body, admin_denied = security.filter_admin(users, user, key, body)
+            body, denied, refused = acl.filter_request(users, user, key, body, req.api_version)
         try:
-            if key == 0:
+            if refused is not None:
+                data = refused
+            elif key == 0:
                 data = await broker.produce(body, req.api_version)
                 if body.acks == 0:
                     return None
@@ -255,9 +281,8 @@ class Server:
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
                 data = {}
             if users is not None:
-                security.add_denied(key, data, denied)
-                security.add_admin_denied(key, data, admin_denied)
-                security.filter_response(users, user, key, data)
+                acl.add_denied(data, denied)
+                acl.filter_response(users, user, key, data, body, req.api_version)
             return encode_response(req, build(req.response_cls, data,
                                               0 if key in SERVED else UNSUPPORTED_VERSION))
         except Exception:
