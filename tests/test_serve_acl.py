@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import io
 import json
 import os
 import select
@@ -26,7 +27,6 @@ import pytest
 pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
-from conftest import ROOT, py_env  # noqa: E402
 from serve_util import BrokerProcess, batch, call, connect, frame, produce, recv_exact  # noqa: E402
 
 import pylog  # noqa: E402
@@ -44,12 +44,8 @@ def scram_first(s, user: str, nonce: str = "clientnonce"):  # type: ignore[no-un
     return call(s, frame(36, 2, {"auth_bytes": f"n,,n={user},r={nonce}".encode()}), 36, 2)
 
 
-def scram_login(s, user: str, password: str, nonce: str = "clientnonce"):  # type: ignore[no-untyped-def]
-    """A whole SCRAM-SHA-256 login on ``s``: the last SaslAuthenticate answer."""
-    r = scram_first(s, user, nonce)
-    if r is None or r.error_code:
-        return r
-    server_first = r.auth_bytes.decode()
+def scram_final(server_first: str, user: str, password: str, nonce: str = "clientnonce") -> bytes:
+    """The client-final frame (with its proof) answering ``server_first``."""
     attrs = dict(a.split("=", 1) for a in server_first.split(","))
     salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
     client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
@@ -58,7 +54,15 @@ def scram_login(s, user: str, password: str, nonce: str = "clientnonce"):  # typ
     auth = f"n={user},r={nonce},{server_first},{without_proof}".encode()
     proof = bytes(a ^ b for a, b in zip(client_key, hmac.new(stored, auth, hashlib.sha256).digest()))
     final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
-    return call(s, frame(36, 2, {"auth_bytes": final}), 36, 2)
+    return frame(36, 2, {"auth_bytes": final})
+
+
+def scram_login(s, user: str, password: str, nonce: str = "clientnonce"):  # type: ignore[no-untyped-def]
+    """A whole SCRAM-SHA-256 login on ``s``: the last SaslAuthenticate answer."""
+    r = scram_first(s, user, nonce)
+    if r is None or r.error_code:
+        return r
+    return call(s, scram_final(r.auth_bytes.decode(), user, password, nonce), 36, 2)
 
 
 def login(b: BrokerProcess, user: str, password: str | None = None):  # type: ignore[no-untyped-def]
@@ -255,7 +259,7 @@ def test_consumer_clients_refused_a_group_they_have_no_rights_on(acl_broker):
     assert values[0] == b"public-4"
 
 
-def test_users_file_rights_and_the_command(tmp_path):
+def test_users_file_rights_and_the_command(tmp_path, monkeypatch, capsys):
     path = str(tmp_path / "u.json")
     security.add_user(path, "dan", "pw", groups=["app-*"], delete_groups=["app-tmp"])
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
@@ -266,16 +270,15 @@ def test_users_file_rights_and_the_command(tmp_path):
     assert u.may("dan", "any-topic", False)  # no topic lists: every topic, as before
     with pytest.raises(InvalidArgumentError, match=r"groups: 'a\*b' is not a name or a prefix"):
         security.add_user(path, "eve", "pw", groups=["a*b"])
-    out = subprocess.run([sys.executable, "-m", "pylog.serve.security", path, "erin", "--read", "t1",
-                          "--groups", "g1,g2", "--delete-groups", "g2"], input="pw\n", text=True,
-                         capture_output=True, cwd=ROOT, env=py_env(), timeout=60)
-    assert out.returncode == 0, out.stderr
+    # the command (python -m pylog.serve.security), password on stdin
+    monkeypatch.setattr(sys, "stdin", io.StringIO("pw\n"))
+    assert security._main([path, "erin", "--read", "t1", "--groups", "g1,g2", "--delete-groups", "g2"]) == 0
     with open(path) as f:
         entry = json.load(f)["users"]["erin"]
     assert entry["read"] == ["t1"] and entry["groups"] == ["g1", "g2"] and entry["delete_groups"] == ["g2"]
-    out = subprocess.run([sys.executable, "-m", "pylog.serve.security", path, "erin", "--group", "g1"],
-                         input="pw\n", text=True, capture_output=True, cwd=ROOT, env=py_env(), timeout=60)
-    assert out.returncode == 2 and "unknown option '--group'" in out.stderr
+    monkeypatch.setattr(sys, "stdin", io.StringIO("pw\n"))
+    assert security._main([path, "erin", "--group", "g1"]) == 2
+    assert "unknown option '--group'" in capsys.readouterr().err
     with open(path) as f:
         data = json.load(f)
     data["users"]["erin"]["groups"] = "g1"  # not a list
@@ -283,3 +286,278 @@ def test_users_file_rights_and_the_command(tmp_path):
         json.dump(data, f)
     with pytest.raises(ConfigError, match="'groups' must be a list"):
         security.Users(path)
+
+
+# -- the data root against a second local user (item 9) -------------------------------------
+def _setpriv_ok() -> bool:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return False
+    try:
+        import pwd
+
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return False
+    return True
+
+
+needs_nobody = pytest.mark.skipif(not _setpriv_ok(), reason="needs root, setpriv and the user nobody")
+
+
+def as_nobody(*cmd: str, gid: str = "nogroup") -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+    """Run ``cmd`` as the local user ``nobody`` (group ``gid``, no supplementary groups)."""
+    return subprocess.run(["setpriv", "--reuid=nobody", f"--regid={gid}", "--clear-groups", *cmd],
+                          capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every local user may traverse (0755), as a root's parent often is
+    (pytest's own temporary directories are 0700, which would hide the root anyway)."""
+    d = tempfile.mkdtemp(prefix="pylog-acl-")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _modes(root: str) -> dict[str, int]:
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            out[os.path.relpath(os.path.join(d, n), root)] = stat.S_IMODE(os.lstat(os.path.join(d, n)).st_mode)
+    out["."] = stat.S_IMODE(os.stat(root).st_mode)
+    return out
+
+
+def _segments(root: str, topic: str) -> list[str]:
+    d = os.path.join(root, topic, "partition-0")
+    return [os.path.join(d, n) for n in sorted(os.listdir(d)) if n.endswith(".log")]
+
+
+def _fill(b: BrokerProcess, topic: str, idempotent: bool = True) -> None:
+    """Records, a committed group offset and an idempotent producer's state under ``topic``."""
+    with connect(b) as s:
+        assert call(s, metadata([topic], auto=True), 3, 12).topics[0].error_code == 0
+        r = call(s, produce(topic, batch([b"top secret %d" % i for i in range(3)])), 0, 9)
+        assert r.responses[0].partition_responses[0].error_code == 0
+        assert call(s, commit("g", topic, 1), 8, 8).topics[0].partitions[0].error_code == 0
+    if idempotent:
+        p = ck.Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+        p.produce(topic, b"top secret, idempotent")
+        assert p.flush(30) == 0
+
+
+@needs_nobody
+def test_data_root_private_to_the_broker_user(open_dir):
+    """Every file and directory the broker makes, itself or through the library (segments,
+    indexes, group offsets, producer state, checkpoints), is 0600/0700: ``nobody`` can
+    neither list the root nor read a segment. (Before: 0644/0755, and nobody read them.)"""
+    root = os.path.join(open_dir, "root")
+    b = BrokerProcess(root)
+    try:
+        _fill(b, "secret")
+    finally:
+        assert b.stop() == 0
+    modes = _modes(root)
+    kinds = {os.path.basename(n).rsplit(".", 1)[-1] for n in modes}
+    assert {"log", "offset"} <= kinds, sorted(modes)  # segments and the group's offset at least
+    assert any("producer" in n for n in modes), sorted(modes)
+    loose = {n: oct(m) for n, m in modes.items() if m & 0o077}
+    assert not loose, loose
+    seg = _segments(root, "secret")[0]
+    with open(seg, "rb") as f:
+        assert b"top secret" in f.read()  # the broker's user reads it
+    r = as_nobody("ls", root)
+    assert r.returncode != 0 and b"Permission denied" in r.stderr, r
+    r = as_nobody("cat", seg)
+    assert r.returncode != 0 and b"top secret" not in r.stdout, r
+    os.chmod(root, 0o755)  # even through an opened root, the files themselves are 0600
+    r = as_nobody("cat", seg)
+    assert r.returncode != 0 and b"Permission denied" in r.stderr, r
+
+
+@needs_nobody
+def test_existing_open_root_is_tightened_and_library_follows_umask(open_dir):
+    """A root the library made under umask 022 (0755, segments 0644: the library follows the
+    process umask) is readable by nobody; the broker tightens the root to 0700 and says so,
+    after which nobody reaches none of it."""
+    root = os.path.join(open_dir, "root")
+    old = os.umask(0o022)
+    try:
+        st = pylog.LogStore(root)
+        st.create_topic("old", partitions=1).append(b"old secret", partition=0)
+        st.close()
+    finally:
+        os.umask(old)
+    seg = _segments(root, "old")[0]
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o755 and stat.S_IMODE(os.stat(seg).st_mode) == 0o644
+    assert b"old secret" in as_nobody("cat", seg).stdout  # the library's files follow its umask
+    b = BrokerProcess(root)
+    assert b.stop() == 0
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    assert "was 0755, now 0700" in b.stderr()
+    r = as_nobody("cat", seg)
+    assert r.returncode != 0 and b"old secret" not in r.stdout, r
+
+
+@needs_nobody
+def test_group_data_mode_lets_the_root_group_read(open_dir):
+    root = os.path.join(open_dir, "root")
+    b = BrokerProcess(root, "--data-mode", "group")
+    try:
+        _fill(b, "shared", idempotent=False)
+    finally:
+        assert b.stop() == 0
+    modes = _modes(root)
+    assert modes["."] == 0o750
+    loose = {n: oct(m) for n, m in modes.items() if m & 0o027}
+    assert not loose, loose
+    seg = _segments(root, "shared")[0]
+    assert stat.S_IMODE(os.stat(seg).st_mode) == 0o640
+    gid = str(os.stat(root).st_gid)
+    assert b"top secret" in as_nobody("cat", seg, gid=gid).stdout  # a member of the root's group reads
+    r = as_nobody("cat", seg)
+    assert r.returncode != 0 and b"top secret" not in r.stdout, r
+
+
+# -- failed logins (item 10) -------------------------------------------------------------------
+@pytest.fixture
+def users_file(tmp_path):
+    path = str(tmp_path / "users.json")
+    for name in ("admin", "alice"):
+        security.add_user(path, name, name + "-secret")
+    return path
+
+
+def _read_answer(s, key: int, version: int):  # type: ignore[no-untyped-def]
+    """The next response on ``s`` (a request already sent), or None if it closed."""
+    import struct
+
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    head = recv_exact(s, 4)
+    if head is None:
+        return None
+    body = recv_exact(s, struct.unpack(">i", head)[0])
+    cls = load_response_schema(key, version)
+    _hdr, used = entity_reader(cls.__header_schema__)(body, 0)
+    return entity_reader(cls)(body, used)[0]
+
+
+def test_failed_login_is_delayed_without_stopping_other_clients(tmp_path, users_file):
+    """A failed login is answered only after the delay (2 s here, to be far above any noise);
+    meanwhile another client's requests are answered: the wait is not on the event loop."""
+    b = BrokerProcess(str(tmp_path / "root"), "--users", users_file, "--failed-auth-delay-ms", "2000",
+                      "--max-failed-logins", "0")
+    try:
+        with login(b, "admin") as good, connect(b) as bad:
+            r = scram_first(bad, "alice")
+            final = scram_final(r.auth_bytes.decode(), "alice", "wrong password")
+            t0 = time.monotonic()
+            bad.sendall(final)
+            for _ in range(5):
+                assert {t.error_code for t in call(good, metadata(None), 3, 12).topics} <= {0}
+            unanswered = select.select([bad], [], [], 0)[0] == []
+            r = _read_answer(bad, 36, 2)
+            waited = time.monotonic() - t0
+            assert unanswered, "the failed login was answered before the other client's requests"
+            assert r.error_code == SASL_FAILED and waited >= 1.95, (r, waited)
+            assert recv_exact(bad, 4) is None  # then closed
+    finally:
+        assert b.stop() == 0
+
+
+def test_failed_logins_limited_per_address(tmp_path, users_file):
+    """Past --max-failed-logins failures from an address within a minute, its logins fail
+    without their credentials being checked, even a right password; the broker logs it once.
+    Each failure is answered after the default 100 ms delay."""
+    b = BrokerProcess(str(tmp_path / "root"), "--users", users_file, "--max-failed-logins", "3")
+    try:
+        for _ in range(3):
+            with connect(b) as s:
+                t0 = time.monotonic()
+                r = scram_login(s, "alice", "guess")
+                assert r.error_code == SASL_FAILED and "invalid credentials" in r.error_message
+                assert time.monotonic() - t0 >= 0.09
+        for _ in range(3):  # locked out: the right password fails too, and nothing tells it apart
+            with connect(b) as s:
+                r = scram_login(s, "alice", "alice-secret")
+                assert r.error_code == SASL_FAILED and "too many failed logins from 127.0.0.1" in r.error_message
+        errors: list = []
+        reports: list = []
+        p = ck.Producer(_rk(b, "alice", **{"error_cb": errors.append, "message.timeout.ms": 3000}))
+        p.produce("t", b"x", on_delivery=lambda err, msg: reports.append(err))
+        p.flush(8)
+        del p
+        assert len(reports) == 1 and reports[0] is not None  # not delivered
+        assert any(e.code() == ck.KafkaError._AUTHENTICATION and "too many failed logins" in e.str()
+                   for e in errors), errors
+    finally:
+        assert b.stop() == 0
+    err = b.stderr()
+    assert err.count("failed logins from 127.0.0.1 within 60 s") == 1, err[-3000:]
+
+
+def test_login_limit_frees_an_address_after_the_window(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(security.time, "monotonic", lambda: now[0])
+    logins = security.Logins(delay=0, max_failures=2, window=60)
+    logins.failed("10.0.0.1")
+    now[0] += 30
+    logins.failed("10.0.0.1")
+    assert logins.blocked("10.0.0.1") == pytest.approx(30) and logins.blocked("10.0.0.2") == 0
+    now[0] += 30.5  # the first failure is over a minute old
+    assert logins.blocked("10.0.0.1") == 0
+    assert security.Logins(max_failures=0).blocked("10.0.0.1") == 0  # 0: no limit
+
+
+def test_scram_unknown_user_fails_at_the_proof_like_a_wrong_password(acl_broker):
+    """RFC 5802 5.1: an unknown user gets a salt and iteration count (the same at every probe
+    of a name) and is refused at the proof with the wrong password's answer."""
+    def first(user: str) -> dict[str, str]:
+        with connect(acl_broker) as s:
+            r = scram_first(s, user, nonce="n0nce")
+            assert r.error_code == 0, r
+            return dict(a.split("=", 1) for a in r.auth_bytes.decode().split(","))
+
+    known, ghost, ghost2, other = first("admin"), first("mallory"), first("mallory"), first("trudy")
+    assert ghost["s"] == ghost2["s"] and ghost["i"] == ghost2["i"] == known["i"] == "4096"
+    assert len(base64.b64decode(ghost["s"])) == len(base64.b64decode(known["s"])) == 16
+    assert len({known["s"], ghost["s"], other["s"]}) == 3
+    answers = []
+    for user in ("admin", "mallory"):
+        with connect(acl_broker) as s:
+            r = scram_login(s, user, "not the password")
+            answers.append((r.error_code, r.error_message))
+            assert recv_exact(s, 4) is None
+    assert answers[0] == answers[1] and answers[0][0] == SASL_FAILED
+
+
+def test_plain_derives_a_key_for_unknown_users_too(tmp_path, users_file, monkeypatch):
+    """PLAIN: an unknown user costs the same key derivation (same salt length and iteration
+    count) as a known one; before, it was refused at once (15x faster, so told apart)."""
+    users = security.Users(users_file)
+    calls = []
+    real = security._keys
+
+    def spy(password, salt, iterations):  # type: ignore[no-untyped-def]
+        calls.append((len(salt), iterations))
+        return real(password, salt, iterations)
+
+    monkeypatch.setattr(security, "_keys", spy)
+    assert not users.check_plain("alice", "wrong") and calls == [(16, 4096)]
+    assert not users.check_plain("mallory", "wrong") and calls == [(16, 4096)] * 2
+    assert users.check_plain("alice", "alice-secret")
+    monkeypatch.setattr(security, "_keys", real)
+
+    def median(user: str) -> float:
+        times = []
+        for _ in range(15):
+            t0 = time.perf_counter()
+            users.check_plain(user, "wrong")
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[7]
+
+    ratio = median("mallory") / median("alice")
+    assert 0.25 < ratio < 4, ratio  # the same work; generous bounds for a shared machine
