@@ -319,6 +319,7 @@ class Logins:
         if len(self._failures) > 100_000:  # forget addresses that stopped failing
             for h in [h for h, x in self._failures.items() if not x or x[-1] <= now - self.window]:
                 del self._failures[h]
+                self._warned.pop(h, None)
         if 0 < self.max_failures <= len(q) and self._warned.get(host, -1e18) <= now - self.window:
             self._warned[host] = now
             log.warning("%d failed logins from %s within %g s: its logins fail unchecked for a while",
@@ -333,6 +334,7 @@ class Session:
         self.logins = logins if logins is not None else Logins()
         self.host = str(peer[0]) if peer else "?"
         self.close_after = False  # a failed authentication: answer, then close
+        self.locked_out = False  # refused unchecked: too many failed logins from the address
         self.user: str | None = None
         self.mechanism: str | None = None
         self._scram: tuple[str, _User, str, str] | None = None  # user, keys, client-first-bare, server-first
@@ -351,6 +353,7 @@ class Session:
         fail = {"error_code": E.sasl_authentication_failed, "auth_bytes": b"", "session_lifetime": 0}
         wait = self.logins.blocked(self.host)
         if wait > 0:
+            self.locked_out = True
             out, close = {**fail, "error_message": f"too many failed logins from {self.host}: "
                                                    f"try again in {wait:.0f} s"}, True
         else:

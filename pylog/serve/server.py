@@ -247,7 +247,7 @@ class Server:
                 data = session.handshake(body)
             else:
                 data, session.close_after = await session.authenticate(users, body)
-                if session.close_after:
+                if session.close_after and not session.locked_out:  # (a locked-out address: logged once)
                     log.info("SASL %s from %s failed: %s", session.mechanism, PEER.get(), data.get("error_message"))
                 elif session.user is not None:
                     log.info("SASL %s from %s: user %r", session.mechanism, PEER.get(), session.user)
