@@ -16,6 +16,7 @@ import json
 import os
 import select
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -480,10 +481,11 @@ def test_failed_logins_limited_per_address(tmp_path, users_file):
                 r = scram_login(s, "alice", "guess")
                 assert r.error_code == SASL_FAILED and "invalid credentials" in r.error_message
                 assert time.monotonic() - t0 >= 0.09
-        for _ in range(3):  # locked out: the right password fails too, and nothing tells it apart
-            with connect(b) as s:
+        for source in ("127.0.0.1", "127.0.0.1", "127.0.0.2"):  # locked out: the right password fails too;
+            # another loopback address is the same client address
+            with socket.create_connection(("127.0.0.1", b.port), timeout=20, source_address=(source, 0)) as s:
                 r = scram_login(s, "alice", "alice-secret")
-                assert r.error_code == SASL_FAILED and "too many failed logins from 127.0.0.1" in r.error_message
+                assert r.error_code == SASL_FAILED and "too many failed logins from loopback" in r.error_message
         errors: list = []
         reports: list = []
         p = ck.Producer(_rk(b, "alice", **{"error_cb": errors.append, "message.timeout.ms": 3000}))
@@ -496,7 +498,7 @@ def test_failed_logins_limited_per_address(tmp_path, users_file):
     finally:
         assert b.stop() == 0
     err = b.stderr()
-    assert err.count("failed logins from 127.0.0.1 within 60 s") == 1, err[-3000:]
+    assert err.count("failed logins from loopback within 60 s") == 1, err[-3000:]
 
 
 def test_login_limit_frees_an_address_after_the_window(monkeypatch):
@@ -510,6 +512,20 @@ def test_login_limit_frees_an_address_after_the_window(monkeypatch):
     now[0] += 30.5  # the first failure is over a minute old
     assert logins.blocked("10.0.0.1") == 0
     assert security.Logins(max_failures=0).blocked("10.0.0.1") == 0  # 0: no limit
+    logins.checking("10.0.0.2", 1)  # logins being checked count: a burst cannot pass the limit
+    logins.checking("10.0.0.2", 1)
+    assert logins.blocked("10.0.0.2") > 0
+    logins.checking("10.0.0.2", -1)
+    assert logins.blocked("10.0.0.2") == 0
+
+
+def test_failed_logins_counted_per_client_address():
+    """A local client may bind any loopback address, an IPv6 client any address of its /64:
+    those count as one address."""
+    key = security.client_address
+    assert key("127.0.0.1") == key("127.0.0.2") == key("127.255.0.9") == key("::1") == key("::ffff:127.0.0.5")
+    assert key("2001:db8::1") == key("2001:db8::ffff:2") != key("2001:db8:0:1::1")
+    assert key("10.0.0.1") != key("10.0.0.2") and key("::ffff:10.0.0.1") == key("10.0.0.1") == "10.0.0.1"
 
 
 def test_scram_unknown_user_fails_at_the_proof_like_a_wrong_password(acl_broker):

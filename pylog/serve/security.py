@@ -52,8 +52,8 @@ from kio.schema.errors import ErrorCode as E
 from pylog import fileutil
 from pylog.errors import ConfigError, InvalidArgumentError
 
-__all__ = ["Users", "Session", "SESSION", "Logins", "add_user", "protect_root", "DATA_MODES", "check_listen",
-           "is_loopback", "tls_context", "MECHANISMS"]
+__all__ = ["Users", "Session", "SESSION", "Logins", "client_address", "add_user", "protect_root", "DATA_MODES",
+           "check_listen", "is_loopback", "tls_context", "MECHANISMS"]
 
 #: The SASL mechanisms served.
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
@@ -273,6 +273,22 @@ class Users:
         return _match(u.groups, group) or _match(u.delete_groups, group)
 
 
+def client_address(ip: str) -> str:
+    """The address failed logins are counted against: every loopback address is one
+    (a local client may bind any of 127.0.0.0/8), an IPv6 address counts by its /64."""
+    try:
+        a = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip
+    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
+        a = a.ipv4_mapped
+    if a.is_loopback:
+        return "loopback"
+    if isinstance(a, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((a, 64), strict=False))
+    return str(a)
+
+
 class Logins:
     """Failed logins: the delay before a failure is answered (Kafka's
     ``connection.failed.authentication.delay.ms``) and a limit per client address.
@@ -294,6 +310,16 @@ class Logins:
         self.window = window
         self._failures: dict[str, collections.deque[float]] = {}
         self._warned: dict[str, float] = {}
+        self._checking: dict[str, int] = {}
+
+    def checking(self, host: str, n: int) -> None:
+        """Count (``n=1``) or uncount (-1) a login of ``host`` being checked: it counts as a
+        failure for :meth:`blocked` until it is decided."""
+        k = self._checking.get(host, 0) + n
+        if k > 0:
+            self._checking[host] = k
+        else:
+            self._checking.pop(host, None)
 
     def _recent(self, host: str, now: float) -> collections.deque[float]:
         q = self._failures.setdefault(host, collections.deque())
@@ -307,9 +333,12 @@ class Logins:
             return 0.0
         now = time.monotonic()
         q = self._recent(host, now)
-        if len(q) < self.max_failures:
+        over = len(q) + self._checking.get(host, 0) - self.max_failures
+        if over < 0:
             return 0.0
-        return q[len(q) - self.max_failures] + self.window - now
+        if over >= len(q):  # logins being checked fill the allowance: wait for them
+            return self.delay or 0.001
+        return q[over] + self.window - now
 
     def failed(self, host: str) -> None:
         """Count a failed login from ``host`` (logged once per window when over the limit)."""
@@ -332,7 +361,7 @@ class Session:
     def __init__(self, tls: bool, logins: Logins | None = None, peer: Any = None) -> None:
         self.tls = tls
         self.logins = logins if logins is not None else Logins()
-        self.host = str(peer[0]) if peer else "?"
+        self.host = client_address(peer[0]) if peer else "?"
         self.close_after = False  # a failed authentication: answer, then close
         self.locked_out = False  # refused unchecked: too many failed logins from the address
         self.user: str | None = None
@@ -357,7 +386,11 @@ class Session:
             out, close = {**fail, "error_message": f"too many failed logins from {self.host}: "
                                                    f"try again in {wait:.0f} s"}, True
         else:
-            out, close = await self._authenticate(users, bytes(req.auth_bytes), fail)
+            self.logins.checking(self.host, 1)  # counted while checked: a burst cannot pass the limit
+            try:
+                out, close = await self._authenticate(users, bytes(req.auth_bytes), fail)
+            finally:
+                self.logins.checking(self.host, -1)
         if close:
             self.logins.failed(self.host)
             await asyncio.sleep(self.logins.delay)
