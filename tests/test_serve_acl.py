@@ -106,7 +106,7 @@ def metadata(topics: list[str] | None, auto: bool = False) -> bytes:
 USERS = {  # name: add_user's rights
     "admin": {},
     "bob": {"read": ["public"], "write": ["public"], "groups": ["bob-*"]},
-    "carol": {"read": ["*"], "groups": ["carol-app"], "delete_groups": ["carol-app"]},
+    "carol": {"read": ["*"], "groups": ["carol-app"], "delete_groups": ["carol-app"], "transactional_ids": ["carol-*"]},
     "writer": {"read": [], "write": ["public"], "groups": []},
 }
 
@@ -188,6 +188,28 @@ def test_group_without_rights_cannot_be_seen_joined_moved_or_deleted(acl_broker)
         assert {"alice-app", "bob-app", "carol-app"} <= {g.group_id for g in r.groups}
 
 
+def test_transactional_ids_have_rights(acl_broker):
+    """FindCoordinator of a transactional id and InitProducerId with one need the id's right
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53); a restricted user without the list has none."""
+    def find(s, ids):  # type: ignore[no-untyped-def]
+        r = call(s, frame(10, 4, {"key_type": 1, "coordinator_keys": ids}), 10, 4)
+        return {c.key: c.error_code for c in r.coordinators}
+
+    with login(acl_broker, "carol") as s:
+        assert find(s, ["carol-tx", "other-tx"]) == {"carol-tx": 0, "other-tx": 53}
+        assert call(s, frame(10, 3, {"key": "other-tx", "key_type": 1}), 10, 3).error_code == 53
+    with login(acl_broker, "bob") as s:
+        assert find(s, ["bob-tx"]) == {"bob-tx": 53}
+        r = call(s, frame(22, 4, {"transactional_id": "bob-tx", "transaction_timeout": 60000, "producer_id": -1,
+                                  "producer_epoch": -1}), 22, 4)
+        assert r.error_code == 53 and r.producer_id == -1
+        r = call(s, frame(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
+                                  "producer_epoch": -1}), 22, 4)
+        assert r.error_code == 0 and r.producer_id >= 0  # idempotent producers need no id
+    with login(acl_broker, "admin") as s:
+        assert find(s, ["any-tx"]) == {"any-tx": 0}
+
+
 def test_delete_groups_needs_the_delete_right(acl_broker):
     """The reported hole: a user with no rights on a topic wiped another group's committed
     offset on it with DeleteGroups. A legacy user (no "groups" in the file) keeps using every
@@ -262,21 +284,24 @@ def test_consumer_clients_refused_a_group_they_have_no_rights_on(acl_broker):
 
 def test_users_file_rights_and_the_command(tmp_path, monkeypatch, capsys):
     path = str(tmp_path / "u.json")
-    security.add_user(path, "dan", "pw", groups=["app-*"], delete_groups=["app-tmp"])
+    security.add_user(path, "dan", "pw", groups=["app-*"], delete_groups=["app-tmp"], transactional_ids=["tx"])
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     u = security.Users(path)
     assert u.may_group("dan", "app-1", "read") and not u.may_group("dan", "other", "read")
     assert u.may_group("dan", "app-tmp", "delete") and not u.may_group("dan", "app-1", "delete")
     assert u.may_group("dan", "app-tmp", "describe") and not u.may_group("dan", "other", "describe")
     assert u.may("dan", "any-topic", False)  # no topic lists: every topic, as before
+    assert u.may_transact("dan", "tx") and not u.may_transact("dan", "tx2")
     with pytest.raises(InvalidArgumentError, match=r"groups: 'a\*b' is not a name or a prefix"):
         security.add_user(path, "eve", "pw", groups=["a*b"])
     # the command (python -m pylog.serve.security), password on stdin
     monkeypatch.setattr(sys, "stdin", io.StringIO("pw\n"))
-    assert security._main([path, "erin", "--read", "t1", "--groups", "g1,g2", "--delete-groups", "g2"]) == 0
+    assert security._main([path, "erin", "--read", "t1", "--groups", "g1,g2", "--delete-groups", "g2",
+                           "--transactional-ids", "erin-*"]) == 0
     with open(path) as f:
         entry = json.load(f)["users"]["erin"]
     assert entry["read"] == ["t1"] and entry["groups"] == ["g1", "g2"] and entry["delete_groups"] == ["g2"]
+    assert entry["transactional_ids"] == ["erin-*"]
     monkeypatch.setattr(sys, "stdin", io.StringIO("pw\n"))
     assert security._main([path, "erin", "--group", "g1"]) == 2
     assert "unknown option '--group'" in capsys.readouterr().err

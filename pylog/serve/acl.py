@@ -16,6 +16,8 @@ group READ (``groups``)       JoinGroup, SyncGroup, Heartbeat, LeaveGroup, Offse
 group DESCRIBE (READ or       FindCoordinator, DescribeGroups, ListGroups (the others are
 DELETE)                       left out)
 group DELETE                  DeleteGroups
+transactional id WRITE        InitProducerId with the id, FindCoordinator of the id
+(``transactional_ids``)
 ============================  ==========================================================
 
 A refused topic is answered TOPIC_AUTHORIZATION_FAILED (29) and a refused group
@@ -51,6 +53,7 @@ _ONE_GROUP: dict[int, dict[str, Any]] = {
     13: {"members": []},
 }
 GROUP_DENIED = E.group_authorization_failed
+TXN_DENIED = E.transactional_id_authorization_failed
 TOPIC_DENIED = E.topic_authorization_failed
 TOPIC_RESOURCE = 2
 #: A row of the removed parts of a request: (the response's list field, the row).
@@ -109,7 +112,6 @@ def _filter_admin(users: Users, user: str, key: int, body: Any) -> tuple[Any, De
 
 
 def _group_denied_row(key: int, group: str) -> tuple[str, dict[str, Any]]:
-    msg = f"not authorised for group {group!r}"
     if key == 15:
         return "groups", {"error_code": GROUP_DENIED, "group_id": group, "group_state": "", "protocol_type": "",
                           "protocol_data": "", "members": [], "authorized_operations": -2147483648}
@@ -118,7 +120,14 @@ def _group_denied_row(key: int, group: str) -> tuple[str, dict[str, Any]]:
     if key == 9:
         return "groups", {"group_id": group, "error_code": GROUP_DENIED, "topics": []}
     return "coordinators", {"key": group, "node_id": -1, "host": "", "port": -1, "error_code": GROUP_DENIED,
-                            "error_message": msg}
+                            "error_message": f"not authorised for {group!r}"}
+
+
+def _may_coordinate(users: Users, user: str, key_type: int, name: str) -> bool:
+    """FindCoordinator: DESCRIBE on the group (key type 0) or the transactional id (1)."""
+    if key_type == 1:
+        return users.may_transact(user, name)
+    return key_type != 0 or users.may_group(user, name, "describe")
 
 
 def _filter_groups(users: Users, user: str, key: int, body: Any, version: int
@@ -139,21 +148,21 @@ def _filter_groups(users: Users, user: str, key: int, body: Any, version: int
             return body, [], None
         return body, [], {"error_code": GROUP_DENIED, "topics": []}
     if key == 10 and version < 4:
-        if body.key_type != 0 or users.may_group(user, body.key, "describe"):
+        if _may_coordinate(users, user, body.key_type, body.key):
             return body, [], None
-        return body, [], {"error_code": GROUP_DENIED, "error_message": f"not authorised for group {body.key!r}",
-                          "node_id": -1, "host": "", "port": -1}
+        return body, [], {"error_code": TXN_DENIED if body.key_type == 1 else GROUP_DENIED, "node_id": -1,
+                          "error_message": f"not authorised for {body.key!r}", "host": "", "port": -1}
     field, op = {9: ("groups", "read"), 10: ("coordinator_keys", "describe"), 15: ("groups", "describe"),
                  42: ("groups_names", "delete")}[key]
-    if key == 10 and body.key_type != 0:
-        return body, [], None
     keep, denied = [], []
     for g in getattr(body, field):
         name = g.group_id if key == 9 else g
-        if users.may_group(user, name, op):
+        if _may_coordinate(users, user, body.key_type, name) if key == 10 else users.may_group(user, name, op):
             keep.append(g)
         else:
             denied.append(_group_denied_row(key, name))
+            if key == 10 and body.key_type == 1:
+                denied[-1][1]["error_code"] = TXN_DENIED
     if denied:
         body = dataclasses.replace(body, **{field: tuple(keep)})
     return body, denied, None
@@ -180,6 +189,8 @@ def filter_request(users: Users, user: str | None, key: int, body: Any, version:
     (see :func:`add_denied`), the answer to the whole request when it is refused, else None)."""
     if user is None:
         return body, [], None
+    if key == 22 and body.transactional_id is not None and not users.may_transact(user, body.transactional_id):
+        return body, [], {"error_code": TXN_DENIED, "producer_id": -1, "producer_epoch": -1}
     if key in (8, 9, 10, 11, 12, 13, 14, 15, 42):
         body, denied, refused = _filter_groups(users, user, key, body, version)
         if refused is not None:

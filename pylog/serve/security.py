@@ -12,13 +12,16 @@ topics and groups.
 
       {"users": {"alice": {"salt": "...", "iterations": 4096, "stored_key": "...",
                            "server_key": "...", "read": ["orders"], "write": ["orders"],
-                           "groups": ["billing", "app-*"], "delete_groups": ["app-*"]}}}
+                           "groups": ["billing", "app-*"], "delete_groups": ["app-*"],
+                           "transactional_ids": ["billing-*"]}}}
 
   Each list is optional; a name ending in ``*`` is a prefix (``"*"``: every name). Topics:
   ``read`` and ``write`` (no list: every topic). Groups: ``groups`` may use (Kafka's READ:
   join, sync, heartbeat, leave, commit and fetch offsets) and see (DESCRIBE) a group, no
   list: every group; ``delete_groups`` may delete a group (DELETE: DeleteGroups) and see it,
   no list: every group for a user with none of ``read``, ``write``, ``groups``, else none.
+  Transactional ids: ``transactional_ids`` (WRITE and DESCRIBE; no list: as
+  ``delete_groups``), checked by FindCoordinator and InitProducerId.
 * Reading a topic is Fetch, ListOffsets and OffsetCommit; seeing it (Kafka's DESCRIBE,
   given by either right) is Metadata, OffsetFetch and DescribeConfigs; writing is Produce
   and creating, deleting or growing it. A refused topic gets TOPIC_AUTHORIZATION_FAILED
@@ -140,13 +143,15 @@ def _keys(password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
 
 def add_user(path: str, user: str, password: str, read: list[str] | None = None,
              write: list[str] | None = None, groups: list[str] | None = None,
-             delete_groups: list[str] | None = None) -> None:
+             delete_groups: list[str] | None = None, transactional_ids: list[str] | None = None) -> None:
     """Add (or replace) ``user`` in the users file ``path`` (created if missing, mode 0600),
     with its SCRAM-SHA-256 keys and optional rights (lists of names or prefixes ending in
     ``*``: see the module docstring); the password itself is not kept."""
     if not user or "," in user or "=" in user:
         raise InvalidArgumentError(f"user name {user!r} must be non-empty, without ',' or '='")
-    for what, names in (("read", read), ("write", write), ("groups", groups), ("delete_groups", delete_groups)):
+    lists = (("read", read), ("write", write), ("groups", groups), ("delete_groups", delete_groups),
+             ("transactional_ids", transactional_ids))
+    for what, names in lists:
         for n in names or ():
             if not isinstance(n, str) or not n or "*" in n[:-1]:
                 raise InvalidArgumentError(f"{what}: {n!r} is not a name or a prefix ending in '*'")
@@ -159,7 +164,7 @@ def add_user(path: str, user: str, password: str, read: list[str] | None = None,
     stored, server = _keys(password, salt, _ITERATIONS)
     entry: dict[str, Any] = {"salt": _b64(salt), "iterations": _ITERATIONS, "stored_key": _b64(stored),
                              "server_key": _b64(server)}
-    for field, names in (("read", read), ("write", write), ("groups", groups), ("delete_groups", delete_groups)):
+    for field, names in lists:
         if names is not None:
             entry[field] = list(names)
     data.setdefault("users", {})[user] = entry
@@ -197,6 +202,7 @@ class _User:
     write: frozenset[str] | None
     groups: frozenset[str] | None = None
     delete_groups: frozenset[str] | None = frozenset()
+    transactional_ids: frozenset[str] | None = frozenset()
 
 
 class Users:
@@ -209,12 +215,15 @@ class Users:
             self.users: dict[str, _User] = {}
             for name, u in raw["users"].items():
                 read, write, groups = _rights(u, "read"), _rights(u, "write"), _rights(u, "groups")
-                delete = _rights(u, "delete_groups")
-                if delete is None and (read is not None or write is not None or groups is not None):
-                    delete = frozenset()  # a restricted user deletes only the groups listed
+                delete, txn = _rights(u, "delete_groups"), _rights(u, "transactional_ids")
+                if read is not None or write is not None or groups is not None:
+                    # a restricted user deletes groups, or takes transactional ids (fencing
+                    # their producers), only as listed
+                    delete = frozenset() if delete is None else delete
+                    txn = frozenset() if txn is None else txn
                 self.users[name] = _User(base64.b64decode(u["salt"]), int(u["iterations"]),
                                          base64.b64decode(u["stored_key"]), base64.b64decode(u["server_key"]),
-                                         read, write, groups, delete)
+                                         read, write, groups, delete, txn)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"users file {path!r} is not usable: {e}") from None
         # made-up SCRAM parameters for unknown users (RFC 5802 5.1): derived from a secret
@@ -237,7 +246,7 @@ class Users:
             return hmac.new(self._secret, what + b"\0" + user.encode(), hashlib.sha256).digest()
 
         return _User(derive(b"salt")[:16], self._iterations, derive(b"stored"), derive(b"server"),
-                     frozenset(), frozenset(), frozenset(), frozenset()), False
+                     frozenset(), frozenset(), frozenset(), frozenset(), frozenset()), False
 
     def check_plain(self, user: str, password: str) -> bool:
         """Whether ``password`` is ``user``'s; an unknown user costs the same key derivation
@@ -271,6 +280,13 @@ class Users:
         if op == "delete":
             return _match(u.delete_groups, group)
         return _match(u.groups, group) or _match(u.delete_groups, group)
+
+    def may_transact(self, user: str | None, transactional_id: str) -> bool:
+        """Whether ``user`` may use (WRITE, DESCRIBE) ``transactional_id``."""
+        if user is None:
+            return True
+        u = self.users.get(user)
+        return u is not None and _match(u.transactional_ids, transactional_id)
 
 
 def client_address(ip: str) -> str:
@@ -458,7 +474,7 @@ SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar("pylog_
 
 
 _USAGE = ("usage: python -m pylog.serve.security USERS_FILE USER [--read T,..] [--write T,..]"
-          " [--groups G,..] [--delete-groups G,..] (password on stdin)\n")
+          " [--groups G,..] [--delete-groups G,..] [--transactional-ids X,..] (password on stdin)\n")
 
 
 def _main(argv: list[str]) -> int:
@@ -469,7 +485,7 @@ def _main(argv: list[str]) -> int:
     opts: dict[str, list[str]] = {}
     for flag, value in zip(rest[::2], rest[1::2]):
         name = flag.lstrip("-").replace("-", "_")
-        if name not in ("read", "write", "groups", "delete_groups"):
+        if name not in ("read", "write", "groups", "delete_groups", "transactional_ids"):
             sys.stderr.write(f"pylog: error: unknown option {flag!r}\n" + _USAGE)
             return 2
         opts[name] = [x for x in value.split(",") if x]
@@ -479,7 +495,7 @@ def _main(argv: list[str]) -> int:
         return 2
     try:
         add_user(path, user, password, opts.get("read"), opts.get("write"), opts.get("groups"),
-                 opts.get("delete_groups"))
+                 opts.get("delete_groups"), opts.get("transactional_ids"))
     except InvalidArgumentError as e:
         sys.stderr.write(f"pylog: error: {e}\n")
         return 2
