@@ -111,7 +111,7 @@ def _filter_admin(users: Users, user: str, key: int, body: Any) -> tuple[Any, De
                   for n in names if n in refused]
 
 
-def _group_denied_row(key: int, group: str) -> tuple[str, dict[str, Any]]:
+def _group_denied_row(key: int, group: str, code: int = GROUP_DENIED) -> tuple[str, dict[str, Any]]:
     if key == 15:
         return "groups", {"error_code": GROUP_DENIED, "group_id": group, "group_state": "", "protocol_type": "",
                           "protocol_data": "", "members": [], "authorized_operations": -2147483648}
@@ -119,7 +119,7 @@ def _group_denied_row(key: int, group: str) -> tuple[str, dict[str, Any]]:
         return "results", {"group_id": group, "error_code": GROUP_DENIED}
     if key == 9:
         return "groups", {"group_id": group, "error_code": GROUP_DENIED, "topics": []}
-    return "coordinators", {"key": group, "node_id": -1, "host": "", "port": -1, "error_code": GROUP_DENIED,
+    return "coordinators", {"key": group, "node_id": -1, "host": "", "port": -1, "error_code": code,
                             "error_message": f"not authorised for {group!r}"}
 
 
@@ -160,9 +160,8 @@ def _filter_groups(users: Users, user: str, key: int, body: Any, version: int
         if _may_coordinate(users, user, body.key_type, name) if key == 10 else users.may_group(user, name, op):
             keep.append(g)
         else:
-            denied.append(_group_denied_row(key, name))
-            if key == 10 and body.key_type == 1:
-                denied[-1][1]["error_code"] = TXN_DENIED
+            denied.append(_group_denied_row(key, name, TXN_DENIED if key == 10 and body.key_type == 1
+                                            else GROUP_DENIED))
     if denied:
         body = dataclasses.replace(body, **{field: tuple(keep)})
     return body, denied, None
