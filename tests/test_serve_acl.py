@@ -602,3 +602,46 @@ def test_plain_derives_a_key_for_unknown_users_too(tmp_path, users_file, monkeyp
 
     ratio = median("mallory") / median("alice")
     assert 0.25 < ratio < 4, ratio  # the same work; generous bounds for a shared machine
+
+
+def test_server_in_process_sets_and_restores_the_umask(tmp_path):
+    """The umask is the process's: Server sets the data mode's while it runs, restores it at
+    stop(), and refuses an unknown mode."""
+    import asyncio
+
+    from pylog.serve.server import Server
+
+    async def run() -> int:
+        server = Server(str(tmp_path / "root"), port=0, cleanup_interval=None, data_mode="group")
+        await server.start()
+        inside = os.umask(0o022)
+        os.umask(inside)
+        await server.stop()
+        return inside
+
+    before = os.umask(0o022)
+    os.umask(before)
+    assert asyncio.run(run()) == 0o027
+    after = os.umask(0o022)
+    os.umask(after)
+    assert after == before
+    assert stat.S_IMODE(os.stat(tmp_path / "root").st_mode) == 0o750
+    with pytest.raises(InvalidArgumentError, match="data mode 'public'"):
+        Server(str(tmp_path / "root"), port=0, data_mode="public")
+
+
+def test_root_that_cannot_be_tightened_is_a_warning(tmp_path, monkeypatch, caplog):
+    root = tmp_path / "root"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+
+    def refuse(path, mode):  # type: ignore[no-untyped-def]
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(security.os, "chmod", refuse)
+    old = security.protect_root(str(root))
+    try:
+        assert os.umask(old) == 0o077
+    finally:
+        os.umask(old)
+    assert "is 0755 and cannot be made 0700 (Operation not permitted): other local users may read it" in caplog.text
