@@ -51,9 +51,16 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
               help="Time a connection may stay silent between requests (connections.max.idle.ms).")
 @click.option("--fence-backoff", default=5.0, show_default=True, type=click.FloatRange(0), metavar="SECONDS",
               help="After a failed write or fsync fenced a partition, how long until a produce may reopen it.")
+@click.option("--data-mode", type=click.Choice(["private", "group"]), default="private", show_default=True,
+              help="Files and directories the broker creates: private (0600/0700) or group (0640/0750).")
+@click.option("--failed-auth-delay-ms", type=click.IntRange(0, 60000), default=100, show_default=True,
+              help="Delay before a failed login is answered (connection.failed.authentication.delay.ms).")
+@click.option("--max-failed-logins", type=click.IntRange(0), default=20, show_default=True,
+              help="Failed logins per client address per minute; past it logins fail unchecked (0: no limit).")
 @click.pass_context
 def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tls_cert: str | None,
-          tls_key: str | None, users: str | None, **limits: Any) -> None:
+          tls_key: str | None, users: str | None, data_mode: str, failed_auth_delay_ms: int,
+          max_failed_logins: int, **limits: Any) -> None:
     """Serve the root over Kafka's wire protocol until SIGTERM (docs/serve.md)."""
     from pylog.serve import serve as run
 
@@ -63,4 +70,5 @@ def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tl
         raise click.BadParameter("must be at least --max-request-bytes (or no request of that size is read)",
                                  param_hint="--queued-max-request-bytes")
     run(ctx.obj["root"], host, port, advertise=advertise, tls_cert=tls_cert, tls_key=tls_key, users=users,
+        data_mode=data_mode, failed_auth_delay=failed_auth_delay_ms / 1000, max_failed_logins=max_failed_logins,
         ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"), **limits)

@@ -1,40 +1,53 @@
-"""Who may connect to ``pylog serve``: loopback by default, else TLS and SASL, and per-topic
-read/write permissions.
+"""Who may connect to ``pylog serve``: loopback by default, else TLS and SASL, and rights on
+topics and groups.
 
 * :func:`check_listen` refuses, at start-up, to listen on an address that is not loopback
   unless TLS (a certificate and key) and a users file are both given.
 * TLS is the standard library's :mod:`ssl` (:func:`tls_context`); a client that does not
   speak TLS fails the handshake and its connection is closed before any request is read.
 * SASL (SaslHandshake v1 + SaslAuthenticate): ``PLAIN`` (only over TLS: it sends the
-  password) and ``SCRAM-SHA-256`` (RFC 5802/7677). A wrong password or an unknown user gets
-  SASL_AUTHENTICATION_FAILED and the connection is closed; any request other than
-  ApiVersions and SASL before authentication closes the connection (as Kafka does).
+  password) and ``SCRAM-SHA-256`` (RFC 5802/7677), in :mod:`.sasl`.
 * The users file (JSON, written by :func:`add_user` or ``python -m pylog.serve.security
   FILE USER`` with the password on stdin) keeps no password, only SCRAM's salted keys::
 
       {"users": {"alice": {"salt": "...", "iterations": 4096, "stored_key": "...",
-                           "server_key": "...", "read": ["orders"], "write": ["orders"]}}}
+                           "server_key": "...", "read": ["orders"], "write": ["orders"],
+                           "groups": ["billing", "app-*"], "delete_groups": ["app-*"],
+                           "transactional_ids": ["billing-*"]}}}
 
-  ``read`` and ``write`` are optional lists of topic names (``"*"``: every topic); a user
-  without them may read and write every topic. Reading is Fetch, ListOffsets, OffsetFetch
-  and seeing the topic in Metadata; writing is Produce, OffsetCommit (a commit moves the
-  group) and creating, deleting or growing the topic. An unauthorised topic gets
-  TOPIC_AUTHORIZATION_FAILED (29) and no data.
+  Each list is optional; a name ending in ``*`` is a prefix (``"*"``: every name). Topics:
+  ``read`` and ``write`` (no list: every topic). Groups: ``groups`` may use (Kafka's READ:
+  join, sync, heartbeat, leave, commit and fetch offsets) and see (DESCRIBE) a group, no
+  list: every group; ``delete_groups`` may delete a group (DELETE: DeleteGroups) and see it,
+  no list: every group for a user with none of ``read``, ``write``, ``groups``, else none.
+  Transactional ids: ``transactional_ids`` (WRITE and DESCRIBE; no list: as
+  ``delete_groups``), checked by FindCoordinator and InitProducerId.
+* Reading a topic is Fetch, ListOffsets and OffsetCommit; seeing it (Kafka's DESCRIBE,
+  given by either right) is Metadata, OffsetFetch and DescribeConfigs; writing is Produce
+  and creating, deleting or growing it. A refused topic gets TOPIC_AUTHORIZATION_FAILED
+  (29) and no data, a refused group GROUP_AUTHORIZATION_FAILED (30); a request for every
+  topic (Metadata, OffsetFetch) or every group (ListGroups) leaves out what the user may
+  not see, as Kafka does.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
+import collections
 import contextvars
 import dataclasses
 import hashlib
 import hmac
 import ipaddress
 import json
+import logging
 import os
 import secrets
 import socket
 import ssl
+import stat
 import sys
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode as E
@@ -42,10 +55,12 @@ from kio.schema.errors import ErrorCode as E
 from pylog import fileutil
 from pylog.errors import ConfigError, InvalidArgumentError
 
-__all__ = ["Users", "Session", "SESSION", "add_user", "check_listen", "is_loopback", "tls_context", "MECHANISMS"]
+__all__ = ["Users", "Session", "SESSION", "Logins", "client_address", "add_user", "protect_root", "DATA_MODES",
+           "check_listen", "is_loopback", "tls_context", "MECHANISMS"]
 
 #: The SASL mechanisms served.
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
+log = logging.getLogger("pylog.serve")
 _ITERATIONS = 4096
 
 
@@ -83,6 +98,38 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return ctx
 
 
+#: ``--data-mode`` -> the umask the broker runs with: files 0600 and directories 0700
+#: ("private"), or 0640 and 0750 ("group": the root's group may read).
+DATA_MODES = {"private": 0o077, "group": 0o027}
+
+
+def protect_root(root: str, data_mode: str = "private") -> int:
+    """Make what the broker creates under ``root`` unreadable by other local users: set the
+    process umask of ``data_mode`` (returned: the umask to restore) and tighten the root
+    directory itself when it is more open than the mode (a root made 0755 before): files
+    made before keep their modes, but no other user reaches them through the root. A root
+    that cannot be tightened (not the broker user's) is logged as a warning."""
+    mask = DATA_MODES.get(data_mode)
+    if mask is None:
+        raise InvalidArgumentError(f"data mode {data_mode!r}: use one of {', '.join(DATA_MODES)}")
+    old = os.umask(mask)
+    try:
+        os.makedirs(root, exist_ok=True)
+        mode = stat.S_IMODE(os.stat(root).st_mode)
+    except OSError:  # the store reports it when it opens the root
+        return old
+    if mode & mask:
+        try:
+            os.chmod(root, mode & ~mask)
+        except OSError as e:
+            log.warning("data root %s is %04o and cannot be made %04o (%s): other local users may read it",
+                        root, mode, mode & ~mask, e.strerror)
+        else:
+            log.warning("data root %s was %04o, now %04o: other local users cannot reach what it holds",
+                        root, mode, mode & ~mask)
+    return old
+
+
 def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
 
@@ -95,11 +142,19 @@ def _keys(password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
 
 
 def add_user(path: str, user: str, password: str, read: list[str] | None = None,
-             write: list[str] | None = None) -> None:
-    """Add (or replace) ``user`` in the users file ``path`` (created if missing), with its
-    SCRAM-SHA-256 keys and optional topic permissions; the password itself is not kept."""
+             write: list[str] | None = None, groups: list[str] | None = None,
+             delete_groups: list[str] | None = None, transactional_ids: list[str] | None = None) -> None:
+    """Add (or replace) ``user`` in the users file ``path`` (created if missing, mode 0600),
+    with its SCRAM-SHA-256 keys and optional rights (lists of names or prefixes ending in
+    ``*``: see the module docstring); the password itself is not kept."""
     if not user or "," in user or "=" in user:
         raise InvalidArgumentError(f"user name {user!r} must be non-empty, without ',' or '='")
+    lists = (("read", read), ("write", write), ("groups", groups), ("delete_groups", delete_groups),
+             ("transactional_ids", transactional_ids))
+    for what, names in lists:
+        for n in names or ():
+            if not isinstance(n, str) or not n or "*" in n[:-1]:
+                raise InvalidArgumentError(f"{what}: {n!r} is not a name or a prefix ending in '*'")
     try:
         with open(path) as f:
             data = json.load(f)
@@ -109,13 +164,32 @@ def add_user(path: str, user: str, password: str, read: list[str] | None = None,
     stored, server = _keys(password, salt, _ITERATIONS)
     entry: dict[str, Any] = {"salt": _b64(salt), "iterations": _ITERATIONS, "stored_key": _b64(stored),
                              "server_key": _b64(server)}
-    if read is not None:
-        entry["read"] = list(read)
-    if write is not None:
-        entry["write"] = list(write)
+    for field, names in lists:
+        if names is not None:
+            entry[field] = list(names)
     data.setdefault("users", {})[user] = entry
-    fileutil.atomic_write(path, json.dumps(data, indent=1).encode())
+    old = os.umask(0o077)  # never readable by others, not even for a moment
+    try:
+        fileutil.atomic_write(path, json.dumps(data, indent=1).encode())
+    finally:
+        os.umask(old)
     os.chmod(path, 0o600)
+
+
+def _rights(u: dict[str, Any], field: str) -> frozenset[str] | None:
+    if field not in u:
+        return None
+    names = u[field]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{field!r} must be a list of names")
+    return frozenset(names)
+
+
+def _match(allowed: frozenset[str] | None, name: str) -> bool:
+    """Whether ``name`` is in ``allowed`` (None: everything; ``x*``: a prefix)."""
+    if allowed is None or name in allowed:
+        return True
+    return any(a.endswith("*") and name.startswith(a[:-1]) for a in allowed)
 
 
 @dataclasses.dataclass
@@ -126,10 +200,13 @@ class _User:
     server_key: bytes
     read: frozenset[str] | None
     write: frozenset[str] | None
+    groups: frozenset[str] | None = None
+    delete_groups: frozenset[str] | None = frozenset()
+    transactional_ids: frozenset[str] | None = frozenset()
 
 
 class Users:
-    """The users file: credentials and topic permissions (see the module docstring)."""
+    """The users file: credentials and rights (see the module docstring)."""
 
     def __init__(self, path: str) -> None:
         try:
@@ -137,20 +214,46 @@ class Users:
                 raw = json.load(f)
             self.users: dict[str, _User] = {}
             for name, u in raw["users"].items():
+                read, write, groups = _rights(u, "read"), _rights(u, "write"), _rights(u, "groups")
+                delete, txn = _rights(u, "delete_groups"), _rights(u, "transactional_ids")
+                if read is not None or write is not None or groups is not None:
+                    # a restricted user deletes groups, or takes transactional ids (fencing
+                    # their producers), only as listed
+                    delete = frozenset() if delete is None else delete
+                    txn = frozenset() if txn is None else txn
                 self.users[name] = _User(base64.b64decode(u["salt"]), int(u["iterations"]),
                                          base64.b64decode(u["stored_key"]), base64.b64decode(u["server_key"]),
-                                         frozenset(u["read"]) if "read" in u else None,
-                                         frozenset(u["write"]) if "write" in u else None)
+                                         read, write, groups, delete, txn)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"users file {path!r} is not usable: {e}") from None
+        # made-up SCRAM parameters for unknown users (RFC 5802 5.1): derived from a secret
+        # only the file's holder knows, so they are the same at every probe of a name
+        self._secret = hashlib.sha256(b"pylog fake users\0" + b"".join(
+            u.server_key + u.stored_key for _, u in sorted(self.users.items()))).digest()
+        counts: dict[int, int] = {}
+        for u in self.users.values():
+            counts[u.iterations] = counts.get(u.iterations, 0) + 1
+        self._iterations = max(counts, key=lambda i: counts[i]) if counts else _ITERATIONS
+
+    def credentials(self, user: str) -> tuple[_User, bool]:
+        """(``user``'s salt, iterations and keys, True), or for an unknown user made-up ones
+        that no password matches, the same at every call for the same name (False)."""
+        u = self.users.get(user)
+        if u is not None:
+            return u, True
+
+        def derive(what: bytes) -> bytes:
+            return hmac.new(self._secret, what + b"\0" + user.encode(), hashlib.sha256).digest()
+
+        return _User(derive(b"salt")[:16], self._iterations, derive(b"stored"), derive(b"server"),
+                     frozenset(), frozenset(), frozenset(), frozenset(), frozenset()), False
 
     def check_plain(self, user: str, password: str) -> bool:
-        """Whether ``password`` is ``user``'s (constant time for known users)."""
-        u = self.users.get(user)
-        if u is None:
-            return False
+        """Whether ``password`` is ``user``'s; an unknown user costs the same key derivation
+        and comparison as a known one (no timing tells them apart)."""
+        u, known = self.credentials(user)
         stored, _ = _keys(password, u.salt, u.iterations)
-        return hmac.compare_digest(stored, u.stored_key)
+        return hmac.compare_digest(stored, u.stored_key) and known
 
     def may(self, user: str | None, topic: str, write: bool) -> bool:
         """Whether ``user`` may read (or write) ``topic``."""
@@ -159,19 +262,127 @@ class Users:
         u = self.users.get(user)
         if u is None:
             return False
-        allowed = u.write if write else u.read
-        return allowed is None or "*" in allowed or topic in allowed
+        return _match(u.write if write else u.read, topic)
+
+    def may_describe(self, user: str | None, topic: str) -> bool:
+        """Whether ``user`` may see ``topic`` (Kafka's DESCRIBE, which READ and WRITE imply)."""
+        return self.may(user, topic, False) or self.may(user, topic, True)
+
+    def may_group(self, user: str | None, group: str, op: str) -> bool:
+        """Whether ``user`` may ``"read"`` (use), ``"describe"`` or ``"delete"`` ``group``."""
+        if user is None:
+            return True
+        u = self.users.get(user)
+        if u is None:
+            return False
+        if op == "read":
+            return _match(u.groups, group)
+        if op == "delete":
+            return _match(u.delete_groups, group)
+        return _match(u.groups, group) or _match(u.delete_groups, group)
+
+    def may_transact(self, user: str | None, transactional_id: str) -> bool:
+        """Whether ``user`` may use (WRITE, DESCRIBE) ``transactional_id``."""
+        if user is None:
+            return True
+        u = self.users.get(user)
+        return u is not None and _match(u.transactional_ids, transactional_id)
+
+
+def client_address(ip: str) -> str:
+    """The address failed logins are counted against: every loopback address is one
+    (a local client may bind any of 127.0.0.0/8), an IPv6 address counts by its /64."""
+    try:
+        a = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip
+    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
+        a = a.ipv4_mapped
+    if a.is_loopback:
+        return "loopback"
+    if isinstance(a, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((a, 64), strict=False))
+    return str(a)
+
+
+class Logins:
+    """Failed logins: the delay before a failure is answered (Kafka's
+    ``connection.failed.authentication.delay.ms``) and a limit per client address.
+
+    Parameters
+    ----------
+    delay
+        Seconds a failed authentication waits before it is answered and its connection
+        closed (the event loop serves other clients meanwhile).
+    max_failures
+        Failed logins an address may have within ``window`` seconds; past it, every login
+        from the address fails without its credentials being checked until the oldest
+        failure is ``window`` old (0: no limit).
+    """
+
+    def __init__(self, delay: float = 0.1, max_failures: int = 20, window: float = 60.0) -> None:
+        self.delay = delay
+        self.max_failures = max_failures
+        self.window = window
+        self._failures: dict[str, collections.deque[float]] = {}
+        self._warned: dict[str, float] = {}
+        self._checking: dict[str, int] = {}
+
+    def checking(self, host: str, n: int) -> None:
+        """Count (``n=1``) or uncount (-1) a login of ``host`` being checked: it counts as a
+        failure for :meth:`blocked` until it is decided."""
+        k = self._checking.get(host, 0) + n
+        if k > 0:
+            self._checking[host] = k
+        else:
+            self._checking.pop(host, None)
+
+    def _recent(self, host: str, now: float) -> collections.deque[float]:
+        q = self._failures.setdefault(host, collections.deque())
+        while q and q[0] <= now - self.window:
+            q.popleft()
+        return q
+
+    def blocked(self, host: str) -> float:
+        """Seconds until ``host`` may try again (0: it may now)."""
+        if self.max_failures <= 0:
+            return 0.0
+        now = time.monotonic()
+        q = self._recent(host, now)
+        over = len(q) + self._checking.get(host, 0) - self.max_failures
+        if over < 0:
+            return 0.0
+        if over >= len(q):  # logins being checked fill the allowance: wait for them
+            return self.delay or 0.001
+        return q[over] + self.window - now
+
+    def failed(self, host: str) -> None:
+        """Count a failed login from ``host`` (logged once per window when over the limit)."""
+        now = time.monotonic()
+        q = self._recent(host, now)
+        q.append(now)
+        if len(self._failures) > 100_000:  # forget addresses that stopped failing
+            for h in [h for h, x in self._failures.items() if not x or x[-1] <= now - self.window]:
+                del self._failures[h]
+                self._warned.pop(h, None)
+        if 0 < self.max_failures <= len(q) and self._warned.get(host, -1e18) <= now - self.window:
+            self._warned[host] = now
+            log.warning("%d failed logins from %s within %g s: its logins fail unchecked for a while",
+                        len(q), host, self.window)
 
 
 class Session:
     """One connection's authentication state."""
 
-    def __init__(self, tls: bool) -> None:
+    def __init__(self, tls: bool, logins: Logins | None = None, peer: Any = None) -> None:
         self.tls = tls
+        self.logins = logins if logins is not None else Logins()
+        self.host = client_address(peer[0]) if peer else "?"
         self.close_after = False  # a failed authentication: answer, then close
+        self.locked_out = False  # refused unchecked: too many failed logins from the address
         self.user: str | None = None
         self.mechanism: str | None = None
-        self._scram: tuple[str, str, str] | None = None  # user, client-first-bare, server-first
+        self._scram: tuple[str, _User, str, str] | None = None  # user, keys, client-first-bare, server-first
 
     def handshake(self, req: Any) -> dict[str, Any]:
         """SaslHandshake: pick the mechanism (PLAIN only over TLS)."""
@@ -181,10 +392,27 @@ class Session:
         self.mechanism = req.mechanism
         return {"error_code": 0, "mechanisms": offered}
 
-    def authenticate(self, users: Users, req: Any) -> tuple[dict[str, Any], bool]:
-        """SaslAuthenticate: (response, close the connection after it)."""
+    async def authenticate(self, users: Users, req: Any) -> tuple[dict[str, Any], bool]:
+        """SaslAuthenticate: (response, close the connection after it). A failure is
+        counted against the client's address and answered after :attr:`Logins.delay`."""
         fail = {"error_code": E.sasl_authentication_failed, "auth_bytes": b"", "session_lifetime": 0}
-        data = bytes(req.auth_bytes)
+        wait = self.logins.blocked(self.host)
+        if wait > 0:
+            self.locked_out = True
+            out, close = {**fail, "error_message": f"too many failed logins from {self.host}: "
+                                                   f"try again in {wait:.0f} s"}, True
+        else:
+            self.logins.checking(self.host, 1)  # counted while checked: a burst cannot pass the limit
+            try:
+                out, close = await self._authenticate(users, bytes(req.auth_bytes), fail)
+            finally:
+                self.logins.checking(self.host, -1)
+        if close:
+            self.logins.failed(self.host)
+            await asyncio.sleep(self.logins.delay)
+        return out, close
+
+    async def _authenticate(self, users: Users, data: bytes, fail: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         if self.mechanism is None or self.user is not None:
             return {**fail, "error_code": E.illegal_sasl_state, "error_message": "SaslHandshake first"}, True
         if self.mechanism == "PLAIN":
@@ -192,7 +420,9 @@ class Session:
             if len(parts) != 3:
                 return {**fail, "error_message": "malformed PLAIN message"}, True
             user, password = parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-            if not users.check_plain(user, password):
+            # the key derivation (milliseconds) runs off the event loop
+            ok = await asyncio.get_running_loop().run_in_executor(None, users.check_plain, user, password)
+            if not ok:
                 return {**fail, "error_message": "Authentication failed: invalid user name or password"}, True
             self.user = user
             return {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime": 0}, False
@@ -209,17 +439,18 @@ class Session:
             head, _, bare = text.partition(",,") if text.startswith("n,") else ("", "", "")
             attrs = dict(a.split("=", 1) for a in bare.split(",") if "=" in a)
             user = attrs.get("n", "").replace("=2C", ",").replace("=3D", "=")
-            u = users.users.get(user)
-            if not head or "r" not in attrs or u is None:
+            if not head or "r" not in attrs:
                 return bad, True
+            # an unknown user gets a made-up salt and count and fails at the proof, as a
+            # wrong password does (RFC 5802 5.1)
+            u, _known = users.credentials(user)
             first = f"r={attrs['r']}{secrets.token_urlsafe(18)},s={_b64(u.salt)},i={u.iterations}"
-            self._scram = (user, bare, first)
+            self._scram = (user, u, bare, first)
             return {"error_code": 0, "error_message": None, "auth_bytes": first.encode(), "session_lifetime": 0}, False
-        user, client_first, server_first = self._scram
+        user, u, client_first, server_first = self._scram
         attrs = dict(a.split("=", 1) for a in text.split(",") if "=" in a)
         without_proof = text.rsplit(",p=", 1)[0]
         nonce = dict(a.split("=", 1) for a in server_first.split(","))["r"]
-        u = users.users[user]
         if attrs.get("r") != nonce or "p" not in attrs:
             return bad, True
         auth = f"{client_first},{server_first},{without_proof}".encode()
@@ -231,7 +462,7 @@ class Session:
         if len(proof) != len(signature):
             return bad, True
         client_key = bytes(a ^ b for a, b in zip(proof, signature))
-        if not hmac.compare_digest(hashlib.sha256(client_key).digest(), u.stored_key):
+        if not hmac.compare_digest(hashlib.sha256(client_key).digest(), u.stored_key) or user not in users.users:
             return bad, True
         self.user = user
         final = "v=" + _b64(hmac.new(u.server_key, auth, hashlib.sha256).digest())
@@ -242,117 +473,32 @@ class Session:
 SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar("pylog_serve_session", default=None)
 
 
-# -- per-topic permissions over the requests ----------------------------------------------
-#: key -> (the request's topic list field, the topic's name field, the response's list
-#: field, its name field, its partition list field, the partition index field, write?)
-_TOPICS: dict[int, tuple[str, str, str, str, str, str, bool]] = {
-    0: ("topic_data", "name", "responses", "name", "partition_responses", "index", True),
-    1: ("topics", "topic", "responses", "topic", "partitions", "partition_index", False),
-    2: ("topics", "name", "topics", "name", "partitions", "partition_index", False),
-    8: ("topics", "name", "topics", "name", "partitions", "partition_index", True),
-}
-
-
-def _partitions_of(key: int, t: Any) -> list[int]:
-    if key == 0:
-        return [p.index for p in t.partition_data]
-    if key == 1:
-        return [p.partition for p in t.partitions]
-    return [p.partition_index for p in t.partitions]
-
-
-def filter_request(users: Users, user: str | None, key: int, body: Any) -> tuple[Any, list[tuple[str, list[int]]]]:
-    """The request without the topics ``user`` may not touch, and those topics with their
-    partitions (answered TOPIC_AUTHORIZATION_FAILED by :func:`add_denied`)."""
-    spec = _TOPICS.get(key)
-    if spec is None or user is None:
-        return body, []
-    field, name, *_rest, write = spec
-    keep, denied = [], []
-    for t in getattr(body, field):
-        if users.may(user, getattr(t, name), write):
-            keep.append(t)
-        else:
-            denied.append((getattr(t, name), _partitions_of(key, t)))
-    if denied:
-        body = dataclasses.replace(body, **{field: tuple(keep)})
-    return body, denied
-
-
-def add_denied(key: int, data: dict[str, Any], denied: list[tuple[str, list[int]]]) -> None:
-    """Put the denied topics into a response dict, every partition TOPIC_AUTHORIZATION_FAILED."""
-    if not denied:
-        return
-    _f, _n, out_field, out_name, parts_field, index, _w = _TOPICS[key]
-    rows = data.setdefault(out_field, [])
-    for topic, parts in denied:
-        rows.append({out_name: topic, parts_field: [
-            {index: p, "error_code": E.topic_authorization_failed, "base_offset": -1, "high_watermark": -1,
-             "last_stable_offset": -1, "log_start_offset": -1, "offset": -1, "timestamp": -1, "records": b""}
-            for p in parts]})
-
-
-def filter_response(users: Users, user: str | None, key: int, data: dict[str, Any]) -> None:
-    """Hide what ``user`` may not read from the answers that list topics by themselves
-    (Metadata, OffsetFetch), and refuse topic admin it may not do."""
-    if user is None:
-        return
-    if key == 3:  # Metadata: an unreadable topic is TOPIC_AUTHORIZATION_FAILED, no partitions
-        for t in data.get("topics", []):
-            if not users.may(user, t["name"], False):
-                t["error_code"], t["partitions"] = E.topic_authorization_failed, []
-    elif key == 9:
-        for grp in data.get("groups", [data]):
-            for t in grp.get("topics", []):
-                if not users.may(user, t["name"], False):
-                    for p in t["partitions"]:
-                        p["committed_offset"], p["error_code"] = -1, E.topic_authorization_failed
-
-
-def filter_admin(users: Users, user: str | None, key: int, body: Any) -> tuple[Any, list[str]]:
-    """A CreateTopics (19), DeleteTopics (20) or CreatePartitions (37) without the topics
-    ``user`` may not write, and their names (see :func:`add_admin_denied`)."""
-    if user is None:
-        return body, []
-    # Metadata's auto-creation is checked per topic by handlers.metadata (may_create)
-    if key not in (19, 20, 37):
-        return body, []
-    if key == 20:
-        denied = [n for n in body.topic_names if not users.may(user, n, True)]
-        if denied:
-            body = dataclasses.replace(body, topic_names=tuple(n for n in body.topic_names if n not in denied))
-        return body, denied
-    denied = [t.name for t in body.topics if not users.may(user, t.name, True)]
-    if denied:
-        body = dataclasses.replace(body, topics=tuple(t for t in body.topics if t.name not in denied))
-    return body, denied
-
-
-def add_admin_denied(key: int, data: dict[str, Any], denied: list[str]) -> None:
-    """The denied topics of an admin request, answered TOPIC_AUTHORIZATION_FAILED."""
-    field = {19: "topics", 20: "responses", 37: "results"}.get(key)
-    if field is None:
-        return
-    for n in denied:
-        data.setdefault(field, []).append({"name": n, "error_code": E.topic_authorization_failed,
-                                           "error_message": f"not authorised to write topic {n!r}",
-                                           "num_partitions": -1, "replication_factor": -1})
+_USAGE = ("usage: python -m pylog.serve.security USERS_FILE USER [--read T,..] [--write T,..]"
+          " [--groups G,..] [--delete-groups G,..] [--transactional-ids X,..] (password on stdin)\n")
 
 
 def _main(argv: list[str]) -> int:
-    if len(argv) < 2:
-        sys.stderr.write("usage: python -m pylog.serve.security USERS_FILE USER [--read T,..] [--write T,..]"
-                         " (password on stdin)\n")
+    if len(argv) < 2 or len(argv) % 2:
+        sys.stderr.write(_USAGE)
         return 2
     path, user, rest = argv[0], argv[1], argv[2:]
     opts: dict[str, list[str]] = {}
     for flag, value in zip(rest[::2], rest[1::2]):
-        opts[flag.lstrip("-")] = [x for x in value.split(",") if x]
+        name = flag.lstrip("-").replace("-", "_")
+        if name not in ("read", "write", "groups", "delete_groups", "transactional_ids"):
+            sys.stderr.write(f"pylog: error: unknown option {flag!r}\n" + _USAGE)
+            return 2
+        opts[name] = [x for x in value.split(",") if x]
     password = sys.stdin.readline().rstrip("\n")
     if not password:
         sys.stderr.write("pylog: error: an empty password (give it on stdin)\n")
         return 2
-    add_user(path, user, password, opts.get("read"), opts.get("write"))
+    try:
+        add_user(path, user, password, opts.get("read"), opts.get("write"), opts.get("groups"),
+                 opts.get("delete_groups"), opts.get("transactional_ids"))
+    except InvalidArgumentError as e:
+        sys.stderr.write(f"pylog: error: {e}\n")
+        return 2
     return 0
 
 

@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError
-from pylog.serve import handlers, security
+from pylog.serve import acl, handlers, security
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -185,6 +185,14 @@ class Server:
     fence_backoff
         Seconds after a failed write or fsync fenced a partition until a produce may reopen
         it (:class:`~pylog.serve.broker.Broker`).
+    data_mode
+        ``"private"`` (files 0600, directories 0700) or ``"group"`` (0640, 0750): the
+        process umask while the broker runs (it is per process), see
+        :func:`.security.protect_root`.
+    failed_auth_delay, max_failed_logins, failed_login_window
+        Seconds before a failed login is answered (Kafka's
+        ``connection.failed.authentication.delay.ms``) and the failed logins an address may
+        have within ``failed_login_window`` seconds (:class:`.security.Logins`).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
@@ -194,7 +202,9 @@ class Server:
                  tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None,
                  max_connections: int = 1000, max_connections_per_ip: int = 1000,
                  queued_max_request_bytes: int = 100 << 20, fetch_max_bytes: int = 55 << 20,
-                 max_decompressed_bytes: int = 32 << 20, fence_backoff: float = 5.0) -> None:
+                 max_decompressed_bytes: int = 32 << 20, fence_backoff: float = 5.0,
+                 data_mode: str = "private", failed_auth_delay: float = 0.1, max_failed_logins: int = 20,
+                 failed_login_window: float = 60.0) -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
@@ -221,6 +231,11 @@ class Server:
         security.check_listen(host, tls_cert is not None, users is not None)
         self.tls = security.tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
         self.users = security.Users(users) if users is not None else None
+        if data_mode not in security.DATA_MODES:
+            raise InvalidArgumentError(f"data mode {data_mode!r}: use one of {', '.join(security.DATA_MODES)}")
+        self.data_mode = data_mode
+        self._umask: int | None = None
+        self.logins = security.Logins(failed_auth_delay, max_failed_logins, failed_login_window)
         self.broker: Broker | None = None
         self.coordinator: GroupCoordinator | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -241,19 +256,25 @@ class Server:
 
     async def start(self) -> None:
         """Open the data root and listen."""
-        self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create,
-                             max_decompressed_bytes=self.max_decompressed_bytes, fetch_max_bytes=self.fetch_max_bytes,
-                             fence_backoff=self.fence_backoff)
+        self._umask = security.protect_root(self.root, self.data_mode)  # files 0600, dirs 0700
         try:
-            for sock in self._listen():
-                self._servers.append(await asyncio.start_server(
-                    self._connection, sock=sock, limit=1 << 16, ssl=self.tls,
-                    ssl_handshake_timeout=self.request_timeout if self.tls else None))
+            self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create,
+                                 max_decompressed_bytes=self.max_decompressed_bytes,
+                                 fetch_max_bytes=self.fetch_max_bytes, fence_backoff=self.fence_backoff)
+            try:
+                for sock in self._listen():
+                    self._servers.append(await asyncio.start_server(
+                        self._connection, sock=sock, limit=1 << 16, ssl=self.tls,
+                        ssl_handshake_timeout=self.request_timeout if self.tls else None))
+            except BaseException:
+                for srv in self._servers:
+                    srv.close()
+                self.broker.close()
+                self.broker = None
+                raise
         except BaseException:
-            for srv in self._servers:
-                srv.close()
-            self.broker.close()
-            self.broker = None
+            os.umask(self._umask)
+            self._umask = None
             raise
         self._server = self._servers[0]
         self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
@@ -357,6 +378,9 @@ class Server:
         if self.broker is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
             self.broker = None
+        if self._umask is not None:
+            os.umask(self._umask)
+            self._umask = None
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> tuple[bytearray, int] | None:
         """The next request frame (after its size) and the pool bytes it holds (to give
@@ -415,7 +439,7 @@ class Server:
         assert task is not None
         self._conns.add(task)
         PEER.set(writer.get_extra_info("peername"))
-        session = security.Session(tls=self.tls is not None)
+        session = security.Session(tls=self.tls is not None, logins=self.logins, peer=writer.get_extra_info("peername"))
         security.SESSION.set(session)
         hold = [0]  # response bytes of the current request (pool.py), given back once written
         RESPONSE_HOLD.set(hold)
@@ -503,8 +527,8 @@ class Server:
             elif key == 17:
                 data = session.handshake(body)
             else:
-                data, session.close_after = session.authenticate(users, body)
-                if session.close_after:
+                data, session.close_after = await session.authenticate(users, body)
+                if session.close_after and not session.locked_out:  # (a locked-out address: logged once)
                     log.info("SASL %s from %s failed: %s", session.mechanism, PEER.get(), data.get("error_message"))
                 elif session.user is not None:
                     log.info("SASL %s from %s: user %r", session.mechanism, PEER.get(), session.user)
@@ -513,13 +537,14 @@ class Server:
         if users is not None and user is None and key != 18:
             log.info("closing a connection: API key %d before SASL authentication", key)
             return False
-        denied: list[Any] = []
-        admin_denied: list[str] = []
+        denied: acl.Denied = []
+        refused: dict[str, Any] | None = None  # the answer to a request refused as a whole
         if users is not None:
-            body, denied = security.filter_request(users, user, key, body)
-            body, admin_denied = security.filter_admin(users, user, key, body)
+            body, denied, refused = acl.filter_request(users, user, key, body, req.api_version)
         try:
-            if key == 0:
+            if refused is not None:
+                data = refused
+            elif key == 0:
                 data = await broker.produce(body, req.api_version)
                 if body.acks == 0:
                     return None
@@ -537,9 +562,8 @@ class Server:
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
                 data = {}
             if users is not None:
-                security.add_denied(key, data, denied)
-                security.add_admin_denied(key, data, admin_denied)
-                security.filter_response(users, user, key, data)
+                acl.add_denied(data, denied)
+                acl.filter_response(users, user, key, data, body, req.api_version)
             return encode_response(req, build(req.response_cls, data,
                                               0 if key in SERVED else UNSUPPORTED_VERSION))
         except Exception:
