@@ -5,16 +5,26 @@ serves. Appends run in a small thread pool so that a Produce waiting for its fsy
 (``flush.messages=1``) does not stop other clients, and so that concurrent producers'
 appends share fsyncs (the Log's group commit). Fetches read on the event loop and
 long-poll on an event set by every append.
+
+The event loop never waits on disk or admin work: opening (and recovering) a partition,
+creating, growing and deleting topics, and the other admin APIs run in a second pool,
+the admin threads (:meth:`Broker.admin`), so that an admin storm neither stalls the loop
+nor takes the append threads. The loop itself only uses partitions already open
+(:meth:`Broker.ready`: a dict lookup); :meth:`Broker.partitions` opens the others in an
+admin thread first.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import fcntl
+import functools
 import logging
 import os
+import threading
 import time
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import numpy as np
 from kio.schema.errors import ErrorCode as E
@@ -22,6 +32,7 @@ from kio.schema.errors import ErrorCode as E
 from pylog import _backend
 from pylog.errors import (
     CorruptRecordError,
+    InvalidArgumentError,
     InvalidNameError,
     InvalidTimestampError,
     LogClosedError,
@@ -58,6 +69,7 @@ SERVE_LOCK = ".serve.lock"
 _WANT = ("key", "metadata", "value", "timestamp")
 _MIN_RECORD = 7  # the wire size of an empty record (no key, value or headers)
 _MIN_BATCH = HEADER_SIZE + _MIN_RECORD
+_T = TypeVar("_T")
 
 
 def _batch_rows(batch: Any) -> int:
@@ -82,10 +94,27 @@ class Broker:
     append_threads
         Threads that append (and wait for fsyncs); with one, concurrent producers could not
         share an fsync.
+    admin_threads
+        Threads for the work kept off the event loop and out of the append threads:
+        opening and recovering partitions, CreateTopics, DeleteTopics, CreatePartitions,
+        Metadata (and its auto-creation), the other admin APIs.
+    auto_create_per_request, auto_create_rate
+        At most this many topics auto-created by one Metadata request, and a token bucket
+        of ``auto_create_rate`` topics a second (a burst of one second's worth) over all
+        requests; an unknown topic beyond either is answered UNKNOWN_TOPIC_OR_PARTITION and
+        not created (a client asks again: its next Metadata may create it).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092, auto_create: bool = True,
-                 max_decompressed_bytes: int = 64 << 20, append_threads: int = 4) -> None:
+                 max_decompressed_bytes: int = 64 << 20, append_threads: int = 4, admin_threads: int = 4,
+                 auto_create_per_request: int = 100, auto_create_rate: float = 100.0) -> None:
+        if isinstance(auto_create_per_request, bool) or not isinstance(auto_create_per_request, int) \
+                or auto_create_per_request < 0:
+            raise InvalidArgumentError(f"auto_create_per_request={auto_create_per_request!r} must be an int >= 0")
+        if isinstance(auto_create_rate, bool) or not isinstance(auto_create_rate, (int, float)) \
+                or not 0 < auto_create_rate < float("inf"):
+            raise InvalidArgumentError(f"auto_create_rate={auto_create_rate!r} must be a number of topics "
+                                       f"a second > 0")
         self.store = LogStore(root)
         # one broker per root: it is the writer of every partition, so a second one would
         # fail partition by partition; it fails here instead, before it listens
@@ -101,9 +130,35 @@ class Broker:
         self.auto_create = auto_create
         self.max_decompressed_bytes = max_decompressed_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
+        self._admin = concurrent.futures.ThreadPoolExecutor(admin_threads, thread_name_prefix="pylog-admin")
+        #: (topic, partition) -> (Topic, its open writer Log): what the loop may use as is
+        self._ready: dict[tuple[str, int], tuple[Topic, Log]] = {}
+        self.auto_create_per_request = auto_create_per_request
+        self.auto_create_rate = float(auto_create_rate)
+        self._tokens = max(self.auto_create_rate, 1.0)
+        self._tokens_at = time.monotonic()
+        self._tokens_lock = threading.Lock()
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
         self.producers = Producers(self.store)  # idempotent producers' state (producers.py)
+
+    # -- the admin threads -------------------------------------------------------------------
+    async def admin(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` in an admin thread (see the module docstring)."""
+        return await asyncio.get_running_loop().run_in_executor(self._admin, functools.partial(fn, *args))
+
+    def take_auto_create(self) -> bool:
+        """Take a token of the auto-creation bucket (``auto_create_rate`` a second, at most
+        one second's worth saved): False when it is empty. Thread-safe."""
+        with self._tokens_lock:
+            now = time.monotonic()
+            cap = max(self.auto_create_rate, 1.0)
+            self._tokens = min(cap, self._tokens + (now - self._tokens_at) * self.auto_create_rate)
+            self._tokens_at = now
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
+            return True
 
     # -- topics and partitions -------------------------------------------------------------
     def topic(self, name: str, create: bool = False) -> Topic:
@@ -119,19 +174,68 @@ class Broker:
                 return self.store.topic(name)
 
     def partition(self, name: str, i: int) -> tuple[Log | None, int]:
-        """(the writer Log of ``name``/``i``, 0) or (None, Kafka error code)."""
+        """(the writer Log of ``name``/``i``, 0) or (None, Kafka error code). Opens (and
+        recovers) the partition on first use: call it in a thread, not on the loop."""
+        log = self.ready(name, i, check=True)
+        if log is not None:
+            return log, 0
         try:
-            return self.store.topic(name).partition(i), 0
+            topic = self.store.topic(name)
+            log = topic.partition(i)
         except (UnknownTopicError, UnknownPartitionError, InvalidNameError, TypeError):
             return None, E.unknown_topic_or_partition
         except PylogError:
             return None, E.unknown_server_error
+        self._ready[(name, i)] = (topic, log)
+        return log, 0
+
+    def ready(self, name: str, i: int, check: bool = False) -> Log | None:
+        """The writer Log of ``name``/``i`` if it is open already, else None (open it with
+        :meth:`partition` in a thread, or :meth:`partitions`). A dict lookup, safe on the
+        loop: it takes no lock an admin thread may hold (the store's is held while a topic
+        is created or deleted). ``check`` also looks for changes other processes made to
+        the topic (a ``stat`` at most every ``metadata_refresh_ms``; may close and reopen
+        the partition for a new config): not on the loop."""
+        got = self._ready.get((name, i))
+        if got is None:
+            return None
+        topic, log = got
+        try:
+            if check and i >= topic.partitions:  # the property looks at topic.json
+                raise UnknownPartitionError(f"topic {name!r} has no partition {i}")
+        except PylogError:
+            self._ready.pop((name, i), None)
+            return None
+        if log.closed:  # deleted, or reopened for a new config
+            self._ready.pop((name, i), None)
+            return None
+        return log
+
+    async def partitions(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[Log | None, int]]:
+        """``{(topic, partition): (Log or None, error code)}`` as :meth:`partition`, those not
+        yet open opened in an admin thread (the loop waits for none of it)."""
+        out: dict[tuple[str, int], tuple[Log | None, int]] = {}
+        todo = []
+        for key in keys:
+            if key not in out:
+                log = self.ready(*key)
+                if log is None:
+                    todo.append(key)
+                out[key] = (log, 0)
+        if todo:
+            opened = await self.admin(lambda: [self.partition(*k) for k in todo])
+            out.update(zip(todo, opened))
+        return out
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic (its open partitions are closed first)."""
-        self.store.delete_topic(name)
-        for key in [k for k in self._last_ts if k[0] == name]:
-            del self._last_ts[key]
+        """Delete a topic (its open partitions are closed first). In an admin thread."""
+        try:
+            self.store.delete_topic(name)
+        finally:
+            for key in [k for k in list(self._ready) if k[0] == name]:
+                self._ready.pop(key, None)
+        for key in [k for k in list(self._last_ts) if k[0] == name]:
+            self._last_ts.pop(key, None)
 
     @staticmethod
     def visible_end(log: Log, read_committed: bool) -> int:
@@ -142,7 +246,7 @@ class Broker:
     def cleanup(self) -> None:
         """Retention of ``delete`` topics and compaction of ``compact`` topics (what Kafka's
         log cleaner and retention check do in the background); run by the server every
-        ``cleanup_interval`` seconds, in the append threads."""
+        ``cleanup_interval`` seconds, in an admin thread."""
         for what, run in (("retention", self.store.enforce_retention), ("compaction", self.store.compact)):
             try:
                 done: dict[tuple[str, int], Any] = run()
@@ -153,12 +257,13 @@ class Broker:
                 _log.info("retention deleted %d segments", sum(done.values()))
 
     async def run_cleanup(self) -> None:
-        """:meth:`cleanup` in the append threads."""
-        await asyncio.get_running_loop().run_in_executor(self._pool, self.cleanup)
+        """:meth:`cleanup` in an admin thread (it may open every partition)."""
+        await self.admin(self.cleanup)
 
     def close(self) -> None:
-        """Wait for appends in flight, then flush and close every partition."""
+        """Wait for appends and admin work in flight, then flush and close every partition."""
         self._pool.shutdown(wait=True)
+        self._admin.shutdown(wait=True)
         self.producers.close()
         self.store.close()
         os.close(self._lock_fd)  # releases the root
@@ -166,7 +271,7 @@ class Broker:
     # -- produce -----------------------------------------------------------------------------
     def _append(self, name: str, i: int, records: Any) -> tuple[int, int, int]:
         """Decode and append one partition's data, all or nothing: (error, base offset, start)."""
-        log, err = self.partition(name, i)
+        log, err = self.partition(name, i)  # open already (see produce): no admin work here
         if log is None:
             return err, -1, -1
         try:
@@ -249,8 +354,15 @@ class Broker:
             for p in t.partition_data:
                 jobs.append((t.name, p.index, p.records))
 
+        # partitions not yet open are opened (recovered) in an admin thread first: the
+        # append threads never wait for another partition's recovery
+        opened = await self.partitions((n, i) for n, i, _ in jobs)
+        errors = {(n, i): e for (n, i), (_, e) in opened.items() if e}
+
         def run() -> list[tuple[int, int, int]]:
-            return [self._append_checked(n, i, r) if r is not None else (E.corrupt_message, -1, -1) for n, i, r in jobs]
+            return [(errors[(n, i)], -1, -1) if (n, i) in errors else
+                    self._append_checked(n, i, r) if r is not None else (E.corrupt_message, -1, -1)
+                    for n, i, r in jobs]
 
         results = await loop.run_in_executor(self._pool, run)
         self.notify()
@@ -268,7 +380,8 @@ class Broker:
             self._appended.set()
             self._appended = None
 
-    def _read_all(self, req: Any) -> tuple[list[dict[str, Any]], int]:
+    def _read_all(self, req: Any, opened: dict[tuple[str, int], tuple[Log | None, int]],
+                  ) -> tuple[list[dict[str, Any]], int]:
         committed = getattr(req, "isolation_level", 0) == 1
         budget = max(req.max_bytes, 0) if hasattr(req, "max_bytes") else 1 << 30
         total = 0
@@ -279,9 +392,9 @@ class Broker:
                 r: dict[str, Any] = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": [], "preferred_read_replica": -1, "records": b""}
-                log, err = self.partition(t.topic, p.partition)
-                if log is None:
-                    r["error_code"] = err
+                log, err = opened[(t.topic, p.partition)]
+                if log is None or log.closed:  # closed: deleted since it was opened
+                    r["error_code"] = err or E.unknown_topic_or_partition
                     parts.append(r)
                     continue
                 end = self.visible_end(log, committed)
@@ -361,8 +474,9 @@ class Broker:
         """Fetch: up to max_bytes; waits up to max_wait for min_bytes (a long poll)."""
         wait_ms = req.max_wait.total_seconds() * 1000
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
+        keys = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
         while True:
-            out, total = self._read_all(req)
+            out, total = self._read_all(req, await self.partitions(keys))
             left = deadline - time.monotonic()
             if total >= req.min_bytes or left <= 0:
                 break

@@ -4,7 +4,9 @@ Why asyncio: a broker is mostly waiting (long-polling fetches, clients that are 
 slow, producers waiting for an fsync), and per-connection coroutines keep each of those
 waits from holding anything but its own connection; the CPU work of a request (decode,
 append, encode) is done in C and in a thread pool for appends. A selectors loop would do
-the same with hand-written buffering and timers.
+the same with hand-written buffering and timers. The loop never waits on disk or admin
+work: the admin APIs, opening partitions and the group files run in threads (see
+:mod:`.broker`), so an admin storm on one connection does not stall the others.
 
 Each connection handles its requests one at a time, in order (Kafka answers a
 connection's requests in the order they came). A frame's size is checked against
@@ -60,13 +62,17 @@ class Server:
     advertise
         ``HOST:PORT`` that Metadata and FindCoordinator name instead of the listening
         address (Kafka's ``advertised.listeners``), e.g. behind a proxy.
+    auto_create_per_request, auto_create_rate
+        At most this many topics auto-created by one Metadata request, and this many a
+        second over all requests (see :class:`.Broker`).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
                  max_request_bytes: int = 100 << 20, request_timeout: float = 30.0,
                  idle_timeout: float = 600.0, auto_create: bool = True,
                  cleanup_interval: float | None = 300.0, advertise: str | None = None,
-                 tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None) -> None:
+                 tls_cert: str | None = None, tls_key: str | None = None, users: str | None = None,
+                 auto_create_per_request: int = 100, auto_create_rate: float = 100.0) -> None:
         self.root = root
         self.host = host
         self.port = port
@@ -75,6 +81,8 @@ class Server:
         self.idle_timeout = idle_timeout
         self.auto_create = auto_create
         self.cleanup_interval = cleanup_interval
+        self.auto_create_per_request = auto_create_per_request
+        self.auto_create_rate = auto_create_rate
         self._cleaner: asyncio.Task[None] | None = None
         self.advertise = advertise
         if (tls_cert is None) != (tls_key is None):
@@ -91,7 +99,9 @@ class Server:
 
     async def start(self) -> None:
         """Open the data root and listen."""
-        self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create)
+        self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create,
+                             auto_create_per_request=self.auto_create_per_request,
+                             auto_create_rate=self.auto_create_rate)
         try:
             self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 16,
                                                       ssl=self.tls)
@@ -245,13 +255,15 @@ class Server:
                 data = await broker.fetch(body, req.api_version)
             elif key in GROUP_KEYS and self.coordinator is not None:
                 data = await self.coordinator.handle(key, body, req.api_version, req.client_id)
-            elif key == 22:
-                data = broker.producers.init_producer_id(body, req.api_version)
+            elif key == 22:  # writes the next producer id: in an admin thread
+                data = await broker.admin(broker.producers.init_producer_id, body, req.api_version)
             elif key == 3 and users is not None:  # auto-creation needs the write permission
-                data = handlers.metadata(broker, body, req.api_version,
-                                         may_create=lambda name: users.may(user, name, True))
-            elif key in handlers.HANDLERS:
-                data = handlers.HANDLERS[key](broker, body, req.api_version)
+                data = await broker.admin(handlers.metadata, broker, body, req.api_version,
+                                          lambda name: users.may(user, name, True))
+            elif key == 18:
+                data = handlers.api_versions(broker, body, req.api_version)
+            elif key in handlers.HANDLERS:  # the admin APIs: in an admin thread, never on the loop
+                data = await broker.admin(handlers.HANDLERS[key], broker, body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
                 data = {}
             if users is not None:
