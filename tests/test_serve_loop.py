@@ -2,11 +2,11 @@
 
 A canary client produces, fetches and heartbeats in a consumer group, one round trip after
 another, and records each round trip's time while a second client runs an admin storm:
-Metadata auto-creating many topics, CreateTopics of many topics, CreatePartitions of many
-partitions, DeleteTopics of many topics. Every storm is answered correctly (a topic exists
-on disk once CreateTopics answered it, is gone once DeleteTopics answered), and the
-canary's round trips stay within a bound: on a loop that ran the storm itself, one round
-trip waited for the whole storm request (seconds).
+Metadata auto-creating many topics, a Produce opening their partitions, DeleteTopics of
+them, CreateTopics of many topics, CreatePartitions of many partitions. Every storm is
+answered correctly (a topic exists on disk once CreateTopics answered it, is gone once
+DeleteTopics answered), and the canary's round trips stay within a bound: on a loop that
+ran the storm itself, one round trip waited for the whole storm request (seconds).
 
 The normal run uses storms of ``STORM`` topics; ``PYLOG_LONG=1`` uses 1,000 (the figures
 in docs/serve.md) and prints p50/p99/max of the canary's round trips for each storm.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -22,10 +23,13 @@ import pytest
 
 pytest.importorskip("kio")
 
-from conftest import LONG  # noqa: E402
-from serve_util import BrokerProcess, batch, call, connect, frame, produce  # noqa: E402
+from conftest import LONG, strace_path  # noqa: E402
+from serve_util import BrokerProcess, batch, call, connect, fetch, fetched_values, frame, produce  # noqa: E402
 
-STORM = 1000 if LONG else 100
+import pylog  # noqa: E402
+
+STORM = 1000 if LONG else 50
+CHUNK = 50 if LONG else 25  # topics per Metadata request of the auto-creation storm
 #: the canary's bounds during a storm (generous for a loaded 2-core machine; a loop that
 #: runs a storm request itself keeps one round trip waiting for all of it: seconds)
 P99_BOUND = 0.25
@@ -65,6 +69,7 @@ class Canary(threading.Thread):
         self._done = threading.Event()
         self._mark = threading.Event()
         self._next = 0
+        self.rounds = 0
 
     def round(self) -> None:
         """One produce, fetch and heartbeat, each timed."""
@@ -90,6 +95,7 @@ class Canary(threading.Thread):
         self.times["produce"].append(t1 - t0)
         self.times["fetch"].append(t2 - t1)
         self.times["heartbeat"].append(t3 - t2)
+        self.rounds += 1
 
     def run(self) -> None:
         try:
@@ -114,6 +120,14 @@ class Canary(threading.Thread):
         self.join(60)
         self.sock.close()
 
+    def settle(self) -> None:
+        """Wait until the round in flight and one more are done: a round trip that waited
+        for a storm is counted with that storm, not the next one."""
+        start = self.rounds
+        end = time.monotonic() + 120
+        while self.rounds < start + 2 and self.is_alive() and time.monotonic() < end:
+            time.sleep(0.005)
+
     def figures(self) -> tuple[int, float, float, float]:
         """(round trips, p50, p99, max) in seconds, over every kind."""
         xs = sorted(x for v in self.times.values() for x in v)
@@ -123,6 +137,7 @@ class Canary(threading.Thread):
 
 def _check(canary: Canary, what: str, took: float, over: list[str]) -> None:
     """Print the canary's figures during the storm ``what``; a bound it broke goes to ``over``."""
+    canary.settle()
     n, p50, p99, worst = canary.figures()
     line = (f"{what}: storm {took:.2f} s; canary {n} round trips, p50 {p50 * 1000:.1f} ms, "
             f"p99 {p99 * 1000:.1f} ms, max {worst * 1000:.1f} ms ("
@@ -151,18 +166,27 @@ def test_admin_storms_do_not_stall_other_clients(broker):
     try:
         with connect(broker) as s:
             s.settimeout(600)
-            # Metadata auto-creating STORM topics, in requests of 50
+            # Metadata auto-creating STORM topics, in requests of CHUNK
             canary.reset()
             t0 = time.monotonic()
-            for i in range(0, STORM, 50):
-                r = call(s, frame(3, 12, {"topics": [{"name": n, "topic_id": None} for n in names[i:i + 50]],
+            for i in range(0, STORM, CHUNK):
+                r = call(s, frame(3, 12, {"topics": [{"name": n, "topic_id": None} for n in names[i:i + CHUNK]],
                                           "allow_auto_topic_creation": True,
                                           "include_topic_authorized_operations": False}), 3, 12)
-                assert [t.error_code for t in r.topics] == [0] * len(names[i:i + 50])
-                assert all(os.path.isfile(os.path.join(root, n, "topic.json")) for n in names[i:i + 50])
+                assert [t.error_code for t in r.topics] == [0] * len(names[i:i + CHUNK])
+                assert all(os.path.isfile(os.path.join(root, n, "topic.json")) for n in names[i:i + CHUNK])
             _check(canary, f"Metadata auto-creating {STORM} topics", time.monotonic() - t0, over)
 
-            # DeleteTopics of them, one request
+            # one Produce to all of them: their partitions are opened in admin threads
+            canary.reset()
+            t0 = time.monotonic()
+            r = call(s, frame(0, 9, {"acks": -1, "timeout": 60000, "topic_data": [
+                {"name": n, "partition_data": [{"index": 0, "records": batch([n.encode()])}]} for n in names]}), 0, 9)
+            assert [(x.name, x.partition_responses[0].error_code, x.partition_responses[0].base_offset)
+                    for x in r.responses] == [(n, 0, 0) for n in names]
+            _check(canary, f"Produce opening {STORM} partitions", time.monotonic() - t0, over)
+
+            # DeleteTopics of them (open partitions: each is closed first), one request
             canary.reset()
             t0 = time.monotonic()
             r = call(s, frame(20, 5, {"topic_names": names,
@@ -192,3 +216,89 @@ def test_admin_storms_do_not_stall_other_clients(broker):
     finally:
         canary.stop()
     assert not over, over
+
+
+@pytest.mark.skipif(strace_path() is None, reason="strace not installed, or under qemu-user")
+def test_opening_a_partition_does_not_stall_other_clients(tmp_path):
+    """A partition opened on first use (its lock, recovery) is opened in an admin thread:
+    strace delays the broker's openat of the partition's lock file by DELAY seconds; the
+    Fetch that opens it waits that long and gets its records, while the canary's round
+    trips go on (on a loop that opened it itself, one round trip waited the DELAY)."""
+    delay = 3.0
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("slow").append(b"kept", key=b"k", partition=0)
+    b = BrokerProcess(root)
+    canary = Canary(b, "canary")
+    lock = os.path.join(root, "slow", "partition-0", ".lock")
+    st = subprocess.Popen(["strace", "-f", "-qq", "-P", lock, "-e", "trace=openat",
+                           "-e", f"inject=openat:delay_enter={int(delay * 1e6)}", "-o", str(tmp_path / "st"),
+                           "-p", str(b.proc.pid)], stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)  # strace attaches to every thread
+        canary.begin()
+        canary.reset()
+        with connect(b) as s:
+            t0 = time.monotonic()
+            r = call(s, fetch("slow", 0), 1, 12)
+            took = time.monotonic() - t0
+        assert fetched_values(r) == [(0, b"kept")]
+        assert took >= delay * 0.9, "the delay was not injected: the test proves nothing"
+        _check(canary, f"Fetch opening a partition whose open takes {delay:g} s", took, over := [])
+        assert not over, over
+    finally:
+        canary.stop()
+        st.terminate()
+        st.wait(10)
+        b.stop()
+
+
+def _metadata(s: socket.socket, names: list[str]):  # type: ignore[no-untyped-def]
+    return call(s, frame(3, 12, {"topics": [{"name": n, "topic_id": None} for n in names],
+                                 "allow_auto_topic_creation": True,
+                                 "include_topic_authorized_operations": False}), 3, 12)
+
+
+def test_auto_creation_per_request_limit(tmp_path):
+    """--auto-create-per-request 5: a Metadata naming 12 unknown topics creates the first
+    5; the others are answered UNKNOWN_TOPIC_OR_PARTITION and are not created; a topic
+    that exists is answered whatever the limit; the next request creates the next 5."""
+    b = BrokerProcess(str(tmp_path / "root"), "--auto-create-per-request", "5", "--auto-create-rate", "1000")
+    try:
+        names = [f"t{i}" for i in range(12)]
+        with connect(b) as s:
+            r = _metadata(s, names)
+            assert [(t.name, t.error_code, len(t.partitions)) for t in r.topics] == (
+                [(n, 0, 1) for n in names[:5]] + [(n, 3, 0) for n in names[5:]])  # 3: UNKNOWN_TOPIC_OR_PARTITION
+            assert sorted(pylog.LogStore(b.root, readonly=True).topics()) == sorted(names[:5])
+            r = _metadata(s, names)
+            assert [t.error_code for t in r.topics] == [0] * 10 + [3] * 2
+            r = _metadata(s, names)
+            assert [t.error_code for t in r.topics] == [0] * 12
+    finally:
+        b.stop()
+
+
+def test_auto_creation_rate_limit(tmp_path):
+    """--auto-create-rate 4: however fast a client asks, at most 4 topics (one second's
+    worth) plus 4 a second are auto-created; the rest are answered
+    UNKNOWN_TOPIC_OR_PARTITION, and a client that asks again gets them created."""
+    rate = 4
+    b = BrokerProcess(str(tmp_path / "root"), "--auto-create-rate", str(rate))
+    try:
+        names = [f"r{i}" for i in range(100)]
+        with connect(b) as s:
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 1.5:
+                r = _metadata(s, names)
+                assert {t.error_code for t in r.topics} <= {0, 3}
+            elapsed = time.monotonic() - t0
+            created = sum(t.error_code == 0 for t in r.topics)
+            assert created == len(pylog.LogStore(b.root, readonly=True).topics())
+            assert rate <= created <= rate + rate * elapsed + 1, (created, elapsed)
+            # a client that keeps asking gets its topic: the bucket refills
+            time.sleep(1.0 / rate + 0.1)
+            r = _metadata(s, ["late"])
+            assert r.topics[0].error_code == 0
+    finally:
+        b.stop()

@@ -132,6 +132,7 @@ class Broker:
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
         self._admin = concurrent.futures.ThreadPoolExecutor(admin_threads, thread_name_prefix="pylog-admin")
         #: (topic, partition) -> (Topic, its open writer Log): what the loop may use as is
+        self._handles: dict[str, Topic] = {}
         self._ready: dict[tuple[str, int], tuple[Topic, Log]] = {}
         self.auto_create_per_request = auto_create_per_request
         self.auto_create_rate = float(auto_create_rate)
@@ -162,16 +163,28 @@ class Broker:
 
     # -- topics and partitions -------------------------------------------------------------
     def topic(self, name: str, create: bool = False) -> Topic:
-        """The topic ``name``; with ``create``, an unknown one is made with one partition."""
+        """The topic ``name``; with ``create``, an unknown one is made with one partition.
+        A topic looked up before is answered from the broker's handles, without the store's
+        lock (which an admin thread holds while it creates or deletes a topic: 43 s for a
+        topic of 1,000 partitions): Metadata of known topics never waits for a storm."""
+        t = self._handles.get(name)
+        if t is not None:
+            try:
+                t.partitions  # noqa: B018  (the property notices a delete: UnknownTopicError)
+                return t
+            except UnknownTopicError:
+                self._handles.pop(name, None)
         try:
-            return self.store.topic(name)
+            t = self.store.topic(name)
         except UnknownTopicError:
             if not create:
                 raise
             try:
-                return self.store.create_topic(name, partitions=1)
+                t = self.store.create_topic(name, partitions=1)
             except PylogError:
-                return self.store.topic(name)
+                t = self.store.topic(name)
+        self._handles[name] = t
+        return t
 
     def partition(self, name: str, i: int) -> tuple[Log | None, int]:
         """(the writer Log of ``name``/``i``, 0) or (None, Kafka error code). Opens (and
@@ -180,7 +193,7 @@ class Broker:
         if log is not None:
             return log, 0
         try:
-            topic = self.store.topic(name)
+            topic = self.topic(name)
             log = topic.partition(i)
         except (UnknownTopicError, UnknownPartitionError, InvalidNameError, TypeError):
             return None, E.unknown_topic_or_partition
@@ -232,6 +245,7 @@ class Broker:
         try:
             self.store.delete_topic(name)
         finally:
+            self._handles.pop(name, None)
             for key in [k for k in list(self._ready) if k[0] == name]:
                 self._ready.pop(key, None)
         for key in [k for k in list(self._last_ts) if k[0] == name]:
@@ -263,7 +277,7 @@ class Broker:
     def close(self) -> None:
         """Wait for appends and admin work in flight, then flush and close every partition."""
         self._pool.shutdown(wait=True)
-        self._admin.shutdown(wait=True)
+        self._admin.shutdown(wait=True, cancel_futures=True)  # admin work not started is dropped
         self.producers.close()
         self.store.close()
         os.close(self._lock_fd)  # releases the root
@@ -393,8 +407,8 @@ class Broker:
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": [], "preferred_read_replica": -1, "records": b""}
                 log, err = opened[(t.topic, p.partition)]
-                if log is None or log.closed:  # closed: deleted since it was opened
-                    r["error_code"] = err or E.unknown_topic_or_partition
+                if log is None or log.closed:  # closed: deleted (or reconfigured) since it was opened
+                    r["error_code"] = err or E.not_leader_or_follower
                     parts.append(r)
                     continue
                 end = self.visible_end(log, committed)
@@ -414,6 +428,13 @@ class Broker:
                         data = b""
                     except CorruptRecordError:
                         r["error_code"] = E.kafka_storage_error
+                        data = b""
+                    except (PylogError, OSError):
+                        if not log.closed:
+                            raise
+                        # an admin thread deleted the topic while it was read: the client
+                        # asks for metadata again
+                        r["error_code"] = E.not_leader_or_follower
                         data = b""
                     if data:
                         r["records"] = data

@@ -50,11 +50,13 @@ def metadata(broker: Broker, req: Any, version: int,
     auto-creation bucket has tokens: the others are answered UNKNOWN_TOPIC_OR_PARTITION
     (as Kafka answers a topic it does not create; clients ask again)."""
     store = broker.store
-    if req.topics is None or (version == 0 and not req.topics):  # v0: an empty list means all
+    listing = req.topics is None or (version == 0 and not req.topics)  # v0: an empty list means all
+    if listing:
         names = store.topics()
     else:
         names = [t.name for t in req.topics if t.name is not None]
-    auto = bool(getattr(req, "allow_auto_topic_creation", True)) and broker.auto_create
+    # a listing creates nothing (a topic deleted by another thread since it was listed stays gone)
+    auto = bool(getattr(req, "allow_auto_topic_creation", True)) and broker.auto_create and not listing
     topics = []
     created = 0
     for name in names:
@@ -75,6 +77,8 @@ def metadata(broker: Broker, req: Any, version: int,
         except InvalidNameError:
             err = E.invalid_topic_exception
         except UnknownTopicError:
+            if listing:
+                continue  # deleted since it was listed
             err = E.topic_authorization_failed if auto and not create else E.unknown_topic_or_partition
         else:
             parts = [{"error_code": 0, "partition_index": i, "leader_id": 0, "leader_epoch": 0,
