@@ -1,7 +1,7 @@
 """The broker's event loop never waits on disk or admin work (issue 25, item 7).
 
-A canary client produces, fetches and heartbeats in a consumer group, one round trip after
-another, and records each round trip's time while a second client runs an admin storm:
+A canary client produces, fetches, heartbeats and commits in a consumer group, one round
+trip after another, and records each round trip's time while a second client runs an admin storm:
 Metadata auto-creating many topics, a Produce opening their partitions, DeleteTopics of
 them, CreateTopics of many topics, CreatePartitions of many partitions. Every storm is
 answered correctly (a topic exists on disk once CreateTopics answered it, is gone once
@@ -29,10 +29,10 @@ from serve_util import BrokerProcess, batch, call, connect, fetch, fetched_value
 import pylog  # noqa: E402
 
 STORM = 1000 if LONG else 50
-CHUNK = 50 if LONG else 25  # topics per Metadata request of the auto-creation storm
+CHUNK = 50  # topics per Metadata request of the auto-creation storm
 #: the canary's bounds during a storm (generous for a loaded 2-core machine; a loop that
 #: runs a storm request itself keeps one round trip waiting for all of it: seconds)
-P99_BOUND = 0.25
+P99_BOUND = 0.3
 MAX_BOUND = 1.0
 FAST = ["--auto-create-per-request", "100000", "--auto-create-rate", "100000"]
 
@@ -53,18 +53,19 @@ def _join(s: socket.socket, group: str) -> dict:  # type: ignore[type-arg]
 
 
 class Canary(threading.Thread):
-    """Produce (acks=1), Fetch and Heartbeat round trips, timed, until :meth:`stop`."""
+    """Produce (acks=1), Fetch, Heartbeat and OffsetCommit round trips, timed, until :meth:`stop`."""
 
     def __init__(self, broker: BrokerProcess, topic: str) -> None:
         super().__init__(daemon=True)
         self.sock = connect(broker)
+        self.sock.settimeout(600)  # a round trip that waits for a whole storm is measured, not given up
         with connect(broker) as s:
             r = call(s, frame(19, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
                                                   "assignments": [], "configs": []}], "timeout": 5000}), 19, 7)
             assert r.topics[0].error_code == 0, r
         self.topic = topic
         self.hb = _join(self.sock, "canary-group")
-        self.times: dict[str, list[float]] = {"produce": [], "fetch": [], "heartbeat": []}
+        self.times: dict[str, list[float]] = {"produce": [], "fetch": [], "heartbeat": [], "commit": []}
         self.errors: list[str] = []
         self._done = threading.Event()
         self._mark = threading.Event()
@@ -72,7 +73,7 @@ class Canary(threading.Thread):
         self.rounds = 0
 
     def round(self) -> None:
-        """One produce, fetch and heartbeat, each timed."""
+        """One produce, fetch, heartbeat and commit, each timed."""
         s = self.sock
         t0 = time.monotonic()
         r = call(s, produce(self.topic, batch([b"canary"]), acks=1), 0, 9)
@@ -92,9 +93,21 @@ class Canary(threading.Thread):
         t3 = time.monotonic()
         if r.error_code:
             self.errors.append(f"heartbeat: {r}")
+            if r.error_code == 25:  # UNKNOWN_MEMBER_ID: its session ran out during a stall
+                self.hb = _join(s, self.hb["group_id"])
+        # a commit: the group's offset file written (fsynced) in a thread
+        r = call(s, frame(8, 8, {"group_id": self.hb["group_id"], "member_id": self.hb["member_id"],
+                                 "generation_id_or_member_epoch": self.hb["generation_id"], "group_instance_id": None,
+                                 "topics": [{"name": self.topic, "partitions": [
+                                     {"partition_index": 0, "committed_offset": self._next,
+                                      "committed_leader_epoch": -1, "committed_metadata": ""}]}]}), 8, 8)
+        t4 = time.monotonic()
+        if r.topics[0].partitions[0].error_code:
+            self.errors.append(f"commit: {r}")
         self.times["produce"].append(t1 - t0)
         self.times["fetch"].append(t2 - t1)
         self.times["heartbeat"].append(t3 - t2)
+        self.times["commit"].append(t4 - t3)
         self.rounds += 1
 
     def run(self) -> None:
@@ -129,8 +142,9 @@ class Canary(threading.Thread):
             time.sleep(0.005)
 
     def figures(self) -> tuple[int, float, float, float]:
-        """(round trips, p50, p99, max) in seconds, over every kind."""
-        xs = sorted(x for v in self.times.values() for x in v)
+        """(round trips, p50, p99, max) in seconds of produce, fetch and heartbeat (a commit
+        waits for its fsync, whose time is the disk's, not the loop's: reported, not bounded)."""
+        xs = sorted(x for k, v in self.times.items() if k != "commit" for x in v)
         assert xs, "the canary made no round trip"
         return len(xs), xs[len(xs) // 2], xs[min(len(xs) - 1, int(len(xs) * 0.99))], xs[-1]
 
@@ -142,9 +156,11 @@ def _check(canary: Canary, what: str, took: float, over: list[str]) -> None:
     line = (f"{what}: storm {took:.2f} s; canary {n} round trips, p50 {p50 * 1000:.1f} ms, "
             f"p99 {p99 * 1000:.1f} ms, max {worst * 1000:.1f} ms ("
             + ", ".join(f"{k} {max(v, default=0) * 1000:.0f}" for k, v in canary.times.items()) + ")")
+    if canary.errors:
+        line += f"; errors: {canary.errors[:3]}"
+        canary.errors.clear()
     print(line)
-    assert not canary.errors, canary.errors[:5]
-    if p99 > P99_BOUND or worst > MAX_BOUND:
+    if p99 > P99_BOUND or worst > MAX_BOUND or "errors" in line:
         over.append(line)
 
 
@@ -302,3 +318,33 @@ def test_auto_creation_rate_limit(tmp_path):
             assert r.topics[0].error_code == 0
     finally:
         b.stop()
+
+
+def test_kafka_client_gets_its_topics_created_within_the_rate(tmp_path):
+    """A real client (kafka-python) producing to 6 new topics against --auto-create-rate 2:
+    the topics over the rate are answered UNKNOWN_TOPIC_OR_PARTITION, the client asks for
+    metadata again, and every record is acknowledged once its topic was created."""
+    kafka = pytest.importorskip("kafka")
+    b = BrokerProcess(str(tmp_path / "root"), "--auto-create-rate", "2")
+    try:
+        p = kafka.KafkaProducer(bootstrap_servers=b.bootstrap, acks="all", max_block_ms=60000,
+                                retry_backoff_ms=100)
+        names = [f"new-{i}" for i in range(6)]
+        futures = [p.send(n, b"v-" + n.encode()) for n in names]
+        assert [f.get(timeout=60).offset for f in futures] == [0] * 6
+        p.close()
+        assert sorted(pylog.LogStore(b.root, readonly=True).topics()) == names
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize("kw", [{"auto_create_rate": 0}, {"auto_create_rate": float("inf")},
+                                {"auto_create_per_request": -1}, {"auto_create_per_request": 1.5},
+                                {"auto_create_per_request": True}])
+def test_bad_auto_creation_limits_are_refused_by_name(tmp_path, kw):
+    from pylog.serve.broker import Broker
+
+    (key, value), = kw.items()
+    with pytest.raises(pylog.InvalidArgumentError, match=f"{key}={value!r}"):
+        Broker(str(tmp_path / "root"), **kw)
+    assert not os.path.exists(tmp_path / "root")  # refused before the root is touched

@@ -131,8 +131,8 @@ class Broker:
         self.max_decompressed_bytes = max_decompressed_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
         self._admin = concurrent.futures.ThreadPoolExecutor(admin_threads, thread_name_prefix="pylog-admin")
+        self._handles: dict[str, Topic] = {}  # see topic()
         #: (topic, partition) -> (Topic, its open writer Log): what the loop may use as is
-        self._handles: dict[str, Topic] = {}
         self._ready: dict[tuple[str, int], tuple[Topic, Log]] = {}
         self.auto_create_per_request = auto_create_per_request
         self.auto_create_rate = float(auto_create_rate)

@@ -429,12 +429,13 @@ class GroupCoordinator:
         fut = m.sync
         if req.member_id == g.leader:
             given = {a.member_id: bytes(a.assignment) for a in req.assignments}
-            g.state = STABLE
             for x in g.members.values():
                 x.assignment = given.get(x.id, b"")
             gen = g.generation
+            # the locks first (in a thread; the others' syncs wait meanwhile), then Stable
             await self._lock_group(g)
-            if g.generation == gen and g.state == STABLE:  # else a rebalance answered the syncs
+            if g.generation == gen and g.state == COMPLETING:  # else a rebalance answered the syncs
+                g.state = STABLE
                 for x in g.members.values():
                     if x.sync is not None and not x.sync.done():
                         x.sync.set_result({"error_code": 0, "assignment": x.assignment})
@@ -470,7 +471,8 @@ class GroupCoordinator:
     async def _lock_group(self, g: _Group) -> None:
         """Hold, for each member, its member lock in every topic it is assigned and its
         partitions' locks (released at the next rebalance or when it goes). The files are
-        locked in a thread; locks of a generation that ended meanwhile are let go."""
+        locked in a thread; locks of a generation that ended (or became Stable through
+        another call) meanwhile are let go."""
         for m in g.members.values():
             self._unlock(m)
         gen = g.generation
@@ -479,7 +481,7 @@ class GroupCoordinator:
         taken = await asyncio.get_running_loop().run_in_executor(None, self._take_locks, g.id, plan)
         for mid, fds in taken.items():
             member = g.members.get(mid)
-            if g.generation == gen and g.state == STABLE and member is not None:
+            if g.generation == gen and g.state == COMPLETING and member is not None:
                 member.locks.extend(fds)
             else:
                 self._unlock_fds(fds)
@@ -491,7 +493,7 @@ class GroupCoordinator:
             locks = out.setdefault(mid, [])
             for topic, parts in assigned.items():
                 try:
-                    t = self.broker.store.topic(topic)
+                    t = self.broker.topic(topic)
                     gdir = os.path.join(t.path, CONSUMERS_DIR, group)
                     os.makedirs(gdir, exist_ok=True)
                 except (PylogError, OSError):
@@ -529,7 +531,8 @@ class GroupCoordinator:
 
     # -- offsets ---------------------------------------------------------------------------
     def _offset_path(self, topic: str, group: str, p: int) -> str:
-        return os.path.join(self.broker.store.topic(topic).path, CONSUMERS_DIR, group, f"partition-{p}.offset")
+        # broker.topic: a known topic without the store's lock, which a topic creation holds
+        return os.path.join(self.broker.topic(topic).path, CONSUMERS_DIR, group, f"partition-{p}.offset")
 
     async def offset_commit(self, req: Any, version: int) -> dict[str, Any]:
         """OffsetCommit: durable in pylog's group offset files before the answer."""
@@ -606,7 +609,7 @@ class GroupCoordinator:
         out = []
         for name, parts in wanted:
             try:
-                t = store.topic(name)
+                t = self.broker.topic(name)
             except (UnknownTopicError, InvalidNameError):
                 if parts is not None:
                     out.append({"name": name, "partitions": [
