@@ -168,7 +168,7 @@ def _check(canary: Canary, what: str, took: float, over: list[str]) -> None:
 def broker(tmp_path):
     b = BrokerProcess(str(tmp_path / "root"), *FAST)
     yield b
-    b.stop()
+    b.stop(timeout=300)  # closing thousands of partitions (PYLOG_LONG) takes a while
 
 
 def test_admin_storms_do_not_stall_other_clients(broker):
@@ -348,3 +348,28 @@ def test_bad_auto_creation_limits_are_refused_by_name(tmp_path, kw):
     with pytest.raises(pylog.InvalidArgumentError, match=f"{key}={value!r}"):
         Broker(str(tmp_path / "root"), **kw)
     assert not os.path.exists(tmp_path / "root")  # refused before the root is touched
+
+
+def test_create_partitions_while_a_partition_opens(tmp_path):
+    """CreatePartitions of a topic (an admin thread holding the store lock, then the
+    topic's) while a Produce opens one of its partitions (another thread holding the
+    topic's lock, then waiting for the store lock) both finish: the locks are taken in
+    one order. Before, the two threads waited for each other forever."""
+    b = BrokerProcess(str(tmp_path / "root"))
+    try:
+        with connect(b) as s, connect(b) as p:
+            s.settimeout(60)
+            p.settimeout(60)
+            r = call(s, frame(19, 7, {"topics": [{"name": "grow", "num_partitions": 2, "replication_factor": 1,
+                                                  "assignments": [], "configs": []}], "timeout": 5000}), 19, 7)
+            assert r.topics[0].error_code == 0
+            s.sendall(frame(37, 3, {"topics": [{"name": "grow", "count": 62, "assignments": None}],
+                                    "timeout": 600000, "validate_only": False}))
+            time.sleep(0.2)  # the growing has started (60 partitions: seconds)
+            r = call(p, produce("grow", batch([b"first"]), partition=1), 0, 9)
+            assert r.responses[0].partition_responses[0].error_code == 0
+            r = call(s, b"", 37, 3)  # the CreatePartitions answer
+            assert r.results[0].error_code == 0, r
+            assert os.path.isdir(os.path.join(b.root, "grow", "partition-61"))
+    finally:
+        b.stop(timeout=30)
