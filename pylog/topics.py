@@ -617,21 +617,21 @@ class Topic:
         deadline = time.monotonic() + timeout
         pause = 0.005
         while True:
-            with self._open_lock:
+            # Under the store lock (delete_topic takes it too; taken before the topic's, as
+            # add_partitions and alter_topic do: the other order deadlocks), after a fresh look
+            # at topic.json: a partition opened here is one of this very topic, never a
+            # directory recreated after a delete.
+            with self.store._meta_lock(), self._open_lock:
                 log = self._logs[i] if i < len(self._logs) else None
                 if log is not None:
                     return log
-                # Under the store lock (delete_topic takes it too), after a fresh look at
-                # topic.json: a partition opened here is one of this very topic, never a
-                # directory recreated after a delete.
-                with self.store._meta_lock():
-                    self._check_meta(force=True)
-                    if i >= self._n:
-                        raise UnknownPartitionError(f"topic {self.name!r} has no partition {i} (it has {self._n})")
-                    try:
-                        log = Log(_partition_dir(self.path, i), config=self.config)
-                    except LogLockedError:
-                        log = None
+                self._check_meta(force=True)
+                if i >= self._n:
+                    raise UnknownPartitionError(f"topic {self.name!r} has no partition {i} (it has {self._n})")
+                try:
+                    log = Log(_partition_dir(self.path, i), config=self.config)
+                except LogLockedError:
+                    log = None
                 if log is not None:
                     self._logs[i] = log
                     r = self._readers.pop(i, None)

@@ -57,6 +57,10 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
               help="Delay before a failed login is answered (connection.failed.authentication.delay.ms).")
 @click.option("--max-failed-logins", type=click.IntRange(0), default=20, show_default=True,
               help="Failed logins per client address per minute; past it logins fail unchecked (0: no limit).")
+@click.option("--auto-create-per-request", default=100, show_default=True, type=click.IntRange(0),
+              help="Most topics one Metadata request may auto-create (the rest: UNKNOWN_TOPIC_OR_PARTITION).")
+@click.option("--auto-create-rate", default=100.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Most topics auto-created per second over all clients.")
 @click.pass_context
 def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tls_cert: str | None,
           tls_key: str | None, users: str | None, data_mode: str, failed_auth_delay_ms: int,

@@ -5,6 +5,13 @@ serves. Appends run in a small thread pool so that a Produce waiting for its fsy
 (``flush.messages=1``) does not stop other clients, and so that concurrent producers'
 appends share fsyncs (the Log's group commit). Fetches read on the event loop and
 long-poll on an event set by every append.
+
+The event loop never waits on disk or admin work: opening (and recovering) a partition,
+creating, growing and deleting topics, and the other admin APIs run in a second pool,
+the admin threads (:meth:`Broker.admin`), so that an admin storm neither stalls the loop
+nor takes the append threads. The loop itself only uses partitions already open
+(:meth:`Broker.ready`: a dict lookup); :meth:`Broker.partitions` opens the others in an
+admin thread first.
 """
 from __future__ import annotations
 
@@ -12,12 +19,14 @@ import asyncio
 import concurrent.futures
 import errno
 import fcntl
+import functools
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from kio.schema.errors import ErrorCode as E
@@ -25,6 +34,7 @@ from kio.schema.errors import ErrorCode as E
 from pylog import _backend
 from pylog.errors import (
     CorruptRecordError,
+    InvalidArgumentError,
     InvalidNameError,
     InvalidTimestampError,
     LogClosedError,
@@ -64,6 +74,7 @@ SERVE_LOCK = ".serve.lock"
 _WANT = ("key", "metadata", "value", "timestamp")
 _MIN_RECORD = 7  # the wire size of an empty record (no key, value or headers)
 _MIN_BATCH = HEADER_SIZE + _MIN_RECORD
+_T = TypeVar("_T")
 
 
 #: The least a Fetch response waits for from the response pool (less when it asks for less).
@@ -154,11 +165,28 @@ class Broker:
     fence_backoff
         Seconds after an I/O error fenced a partition before a produce may reopen it
         (docs/serve.md, "Storage errors"); transient errors (EMFILE, ENFILE, ENOMEM) wait none.
+    admin_threads
+        Threads for the work kept off the event loop and out of the append threads:
+        opening and recovering partitions, CreateTopics, DeleteTopics, CreatePartitions,
+        Metadata (and its auto-creation), the other admin APIs.
+    auto_create_per_request, auto_create_rate
+        At most this many topics auto-created by one Metadata request, and a token bucket
+        of ``auto_create_rate`` topics a second (a burst of one second's worth) over all
+        requests; an unknown topic beyond either is answered UNKNOWN_TOPIC_OR_PARTITION and
+        not created (a client asks again: its next Metadata may create it).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092, auto_create: bool = True,
-                 max_decompressed_bytes: int = 32 << 20, append_threads: int = 4,
-                 fetch_max_bytes: int = 55 << 20, fence_backoff: float = 5.0) -> None:
+                 max_decompressed_bytes: int = 32 << 20, append_threads: int = 4, admin_threads: int = 4,
+                 fetch_max_bytes: int = 55 << 20, fence_backoff: float = 5.0,
+                 auto_create_per_request: int = 100, auto_create_rate: float = 100.0) -> None:
+        if isinstance(auto_create_per_request, bool) or not isinstance(auto_create_per_request, int) \
+                or auto_create_per_request < 0:
+            raise InvalidArgumentError(f"auto_create_per_request={auto_create_per_request!r} must be an int >= 0")
+        if isinstance(auto_create_rate, bool) or not isinstance(auto_create_rate, (int, float)) \
+                or not 0 < auto_create_rate < float("inf"):
+            raise InvalidArgumentError(f"auto_create_rate={auto_create_rate!r} must be a number of topics "
+                                       f"a second > 0")
         self.store = LogStore(root)
         # one broker per root: it is the writer of every partition, so a second one would
         # fail partition by partition; it fails here instead, before it listens
@@ -179,6 +207,15 @@ class Broker:
         #: written; without it (the library's own use) they take none
         self.responses: Pool | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
+        self._admin = concurrent.futures.ThreadPoolExecutor(admin_threads, thread_name_prefix="pylog-admin")
+        self._handles: dict[str, Topic] = {}  # see topic()
+        #: (topic, partition) -> (Topic, its open writer Log): what the loop may use as is
+        self._ready: dict[tuple[str, int], tuple[Topic, Log]] = {}
+        self.auto_create_per_request = auto_create_per_request
+        self.auto_create_rate = float(auto_create_rate)
+        self._tokens = max(self.auto_create_rate, 1.0)
+        self._tokens_at = time.monotonic()
+        self._tokens_lock = threading.Lock()
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
         self.producers = Producers(self.store)  # idempotent producers' state (producers.py)
@@ -192,27 +229,62 @@ class Broker:
         self._acked: dict[tuple[str, int], int] = {}
         self._open_errors: dict[tuple[str, int], int | None] = {}
 
+    # -- the admin threads -------------------------------------------------------------------
+    async def admin(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` in an admin thread (see the module docstring)."""
+        return await asyncio.get_running_loop().run_in_executor(self._admin, functools.partial(fn, *args))
+
+    def take_auto_create(self) -> bool:
+        """Take a token of the auto-creation bucket (``auto_create_rate`` a second, at most
+        one second's worth saved): False when it is empty. Thread-safe."""
+        with self._tokens_lock:
+            now = time.monotonic()
+            cap = max(self.auto_create_rate, 1.0)
+            self._tokens = min(cap, self._tokens + (now - self._tokens_at) * self.auto_create_rate)
+            self._tokens_at = now
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
+            return True
+
     # -- topics and partitions -------------------------------------------------------------
     def topic(self, name: str, create: bool = False) -> Topic:
-        """The topic ``name``; with ``create``, an unknown one is made with one partition."""
+        """The topic ``name``; with ``create``, an unknown one is made with one partition.
+        A topic looked up before is answered from the broker's handles, without the store's
+        lock (which an admin thread holds while it creates or deletes a topic: 43 s for a
+        topic of 1,000 partitions): Metadata of known topics never waits for a storm."""
+        t = self._handles.get(name)
+        if t is not None:
+            try:
+                t.partitions  # noqa: B018  (the property notices a delete: UnknownTopicError)
+                return t
+            except UnknownTopicError:
+                self._handles.pop(name, None)
         try:
-            return self.store.topic(name)
+            t = self.store.topic(name)
         except UnknownTopicError:
             if not create:
                 raise
             try:
-                return self.store.create_topic(name, partitions=1)
+                t = self.store.create_topic(name, partitions=1)
             except PylogError:
-                return self.store.topic(name)
+                t = self.store.topic(name)
+        self._handles[name] = t
+        return t
 
     def partition(self, name: str, i: int, read: bool = False) -> tuple[Log | None, int]:
-        """(the writer Log of ``name``/``i``, 0) or (None, Kafka error code). An OSError
-        opening or recovering it (a full disk, EMFILE, EACCES) is KAFKA_STORAGE_ERROR, logged
-        once per cause, and tried again at the next request; with ``read``, the partition is
-        then read through a read-only Log (which writes nothing), so it still serves what it
-        holds."""
+        """(the writer Log of ``name``/``i``, 0) or (None, Kafka error code). Opens (and
+        recovers) the partition on first use: call it in a thread, not on the loop. An
+        OSError opening or recovering it (a full disk, EMFILE, EACCES) is
+        KAFKA_STORAGE_ERROR, logged once per cause, and tried again at the next request;
+        with ``read``, the partition is then read through a read-only Log (which writes
+        nothing), so it still serves what it holds."""
+        log = self.ready(name, i, check=True)
+        if log is not None:
+            return log, 0
         try:
-            log = self.store.topic(name).partition(i)
+            topic = self.topic(name)
+            log = topic.partition(i)
         except (UnknownTopicError, UnknownPartitionError, InvalidNameError, TypeError):
             return None, E.unknown_topic_or_partition
         except LogClosedError:
@@ -231,7 +303,48 @@ class Broker:
             return None, E.kafka_storage_error
         if self._open_errors:
             self._open_errors.pop((name, i), None)
+        self._ready[(name, i)] = (topic, log)
         return log, 0
+
+    def ready(self, name: str, i: int, check: bool = False) -> Log | None:
+        """The writer Log of ``name``/``i`` if it is open already, else None (open it with
+        :meth:`partition` in a thread, or :meth:`partitions`). A dict lookup, safe on the
+        loop: it takes no lock an admin thread may hold (the store's is held while a topic
+        is created or deleted). ``check`` also looks for changes other processes made to
+        the topic (a ``stat`` at most every ``metadata_refresh_ms``; may close and reopen
+        the partition for a new config): not on the loop."""
+        got = self._ready.get((name, i))
+        if got is None:
+            return None
+        topic, log = got
+        try:
+            if check and i >= topic.partitions:  # the property looks at topic.json
+                raise UnknownPartitionError(f"topic {name!r} has no partition {i}")
+        except PylogError:
+            self._ready.pop((name, i), None)
+            return None
+        if log.closed:  # deleted, or reopened for a new config
+            self._ready.pop((name, i), None)
+            return None
+        return log
+
+    async def partitions(self, keys: Iterable[tuple[str, int]], read: bool = False,
+                         ) -> dict[tuple[str, int], tuple[Log | None, int]]:
+        """``{(topic, partition): (Log or None, error code)}`` as :meth:`partition` (``read``
+        as there), those not yet open opened in an admin thread (the loop waits for none of
+        it)."""
+        out: dict[tuple[str, int], tuple[Log | None, int]] = {}
+        todo = []
+        for key in keys:
+            if key not in out:
+                log = self.ready(*key)
+                if log is None:
+                    todo.append(key)
+                out[key] = (log, 0)
+        if todo:
+            opened = await self.admin(lambda: [self.partition(*k, read=read) for k in todo])
+            out.update(zip(todo, opened))
+        return out
 
     def _writable(self, name: str, i: int) -> tuple[Log | None, int]:
         """:meth:`partition` for an append: a fenced partition is reopened first when its
@@ -302,13 +415,18 @@ class Broker:
             gate.leave(exclusive=True)
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic (its open partitions are closed first)."""
-        self.store.delete_topic(name)
+        """Delete a topic (its open partitions are closed first). In an admin thread."""
+        try:
+            self.store.delete_topic(name)
+        finally:
+            self._handles.pop(name, None)
+            for key in [k for k in list(self._ready) if k[0] == name]:
+                self._ready.pop(key, None)
         for d in (self._last_ts, self._acked, self._fences, self._gates):
-            for key in [k for k in d if k[0] == name]:
-                del d[key]
-        for log in [g for g, k in self._fenced_logs.items() if k[0] == name]:
-            del self._fenced_logs[log]
+            for key in [k for k in list(d) if k[0] == name]:
+                d.pop(key, None)
+        for log in [g for g, k in list(self._fenced_logs.items()) if k[0] == name]:
+            self._fenced_logs.pop(log, None)
         self.producers.forget_topic(name)
 
     def visible_end(self, log: Log, read_committed: bool, key: tuple[str, int] | None = None) -> int:
@@ -326,7 +444,7 @@ class Broker:
     def cleanup(self) -> None:
         """Retention of ``delete`` topics and compaction of ``compact`` topics (what Kafka's
         log cleaner and retention check do in the background); run by the server every
-        ``cleanup_interval`` seconds, in the append threads."""
+        ``cleanup_interval`` seconds, in an admin thread."""
         for what, run in (("retention", self.store.enforce_retention), ("compaction", self.store.compact)):
             try:
                 done: dict[tuple[str, int], Any] = run()
@@ -337,14 +455,15 @@ class Broker:
                 _log.info("retention deleted %d segments", sum(done.values()))
 
     async def run_cleanup(self) -> None:
-        """:meth:`cleanup` in the append threads."""
-        await asyncio.get_running_loop().run_in_executor(self._pool, self.cleanup)
+        """:meth:`cleanup` in an admin thread (it may open every partition)."""
+        await self.admin(self.cleanup)
 
     def close(self) -> None:
-        """Wait for appends in flight, then flush and close every partition. A partition
-        that cannot be closed cleanly (a full disk, a fenced log) is logged and recovered at
-        the next start: closing never raises for it."""
+        """Wait for appends and admin work in flight, then flush and close every partition. A
+        partition that cannot be closed cleanly (a full disk, a fenced log) is logged and
+        recovered at the next start: closing never raises for it."""
         self._pool.shutdown(wait=True)
+        self._admin.shutdown(wait=True, cancel_futures=True)  # admin work not started is dropped
         self.producers.close()
         try:
             self.store.close()
@@ -473,9 +592,15 @@ class Broker:
             for p in t.partition_data:
                 jobs.append((t.name, p.index, p.records))
 
+        # partitions not yet open are opened (recovered) in an admin thread first: the
+        # append threads never wait for another partition's recovery
+        opened = await self.partitions((n, i) for n, i, _ in jobs)
+        errors = {(n, i): e for (n, i), (_, e) in opened.items() if e}
+
         def run() -> list[tuple[int, int, int]]:
             budget = Budget(self.max_decompressed_bytes)  # one for the whole request
-            return [self._append_checked(n, i, r, budget) if r is not None else (E.corrupt_message, -1, -1)
+            return [(errors[(n, i)], -1, -1) if (n, i) in errors else
+                    self._append_checked(n, i, r, budget) if r is not None else (E.corrupt_message, -1, -1)
                     for n, i, r in jobs]
 
         results = await loop.run_in_executor(self._pool, run)
@@ -514,7 +639,8 @@ class Broker:
         """The request's max_bytes, within the broker's own cap (fetch.max.bytes)."""
         return min(max(req.max_bytes, 0) if hasattr(req, "max_bytes") else 1 << 30, self.fetch_max_bytes)
 
-    def _read_all(self, req: Any, budget: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    def _read_all(self, req: Any, opened: dict[tuple[str, int], tuple[Log | None, int]],
+                  budget: int | None = None) -> tuple[list[dict[str, Any]], int]:
         committed = getattr(req, "isolation_level", 0) == 1
         if budget is None:
             budget = self._fetch_limit(req)
@@ -526,9 +652,9 @@ class Broker:
                 r: dict[str, Any] = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": [], "preferred_read_replica": -1, "records": b""}
-                log, err = self.partition(topic, p.partition, read=True)
-                if log is None:
-                    r["error_code"] = err
+                log, err = opened[(topic, p.partition)]
+                if log is None or log.closed:  # closed: deleted (or reconfigured) since it was opened
+                    r["error_code"] = err or E.not_leader_or_follower
                     parts.append(r)
                     continue
                 try:
@@ -555,9 +681,12 @@ class Broker:
                             r["records"] = data
                             total += len(data)
                             budget -= len(data)
-                except (LogClosedError, OSError, PylogError) as e:  # closed by a reopen, a failing disk
+                except (LogClosedError, OSError, PylogError) as e:
+                    # closed: deleted by an admin thread or reopened while it was read (the
+                    # client asks for metadata again); else a failing disk
                     _log.debug("fetch of %s-%d: %s", topic, p.partition, e)
-                    r["error_code"], r["records"] = E.kafka_storage_error, b""
+                    r["error_code"] = E.not_leader_or_follower if log.closed else E.kafka_storage_error
+                    r["records"] = b""
                 parts.append(r)
             out.append({"topic": topic, "partitions": parts})
         return out, total
@@ -616,13 +745,15 @@ class Broker:
         limit = self._fetch_limit(req)
         pool = self.responses
         hold = RESPONSE_HOLD.get(None) if pool is not None else None
+        keys = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
         while True:
+            opened = await self.partitions(keys, read=True)
             got = limit
             if pool is not None and hold is not None:
                 # its bytes while it is built and written: under pressure a smaller response
                 # (at least RESPONSE_LEAST), or a wait holding nothing
                 got = await pool.take_upto(limit, min(limit, RESPONSE_LEAST))
-            out, total = self._read_all(req, got)
+            out, total = self._read_all(req, opened, got)
             left = deadline - time.monotonic()
             done = total >= req.min_bytes or left <= 0 or self.closing  # closing: answer now
             if pool is not None and hold is not None:

@@ -28,6 +28,11 @@ partition a Kafka member owns.
 
 ListGroups, DescribeGroups and DeleteGroups see both: the groups in memory and those only
 on disk (state ``Empty``).
+
+The group state lives on the event loop (no lock needed); everything that touches the disk
+(offset files, the member and partition locks, the listing of groups on disk, opening a
+partition) runs in threads (the loop's default executor; partitions in the broker's
+admin threads), so a slow disk or an admin storm never delays a heartbeat.
 """
 from __future__ import annotations
 
@@ -215,10 +220,9 @@ class GroupCoordinator:
             return await self.offset_commit(body, version)
         if key == 9:
             return await self.offset_fetch(body, version)
-        if key == 16:
-            return self.list_groups(body, version)
-        if key == 15:
-            return self.describe_groups(body, version)
+        if key in (15, 16):  # the groups on disk: listed in a thread
+            disk = await asyncio.get_running_loop().run_in_executor(None, self._on_disk)
+            return self.list_groups(body, version, disk) if key == 16 else self.describe_groups(body, version, disk)
         if key == 42:
             return await self.delete_groups(body, version)
         raise ValueError(f"API key {key} is not a group API")
@@ -425,14 +429,17 @@ class GroupCoordinator:
         fut = m.sync
         if req.member_id == g.leader:
             given = {a.member_id: bytes(a.assignment) for a in req.assignments}
-            g.state = STABLE
             for x in g.members.values():
                 x.assignment = given.get(x.id, b"")
-            self._lock_group(g)
-            for x in g.members.values():
-                if x.sync is not None and not x.sync.done():
-                    x.sync.set_result({"error_code": 0, "assignment": x.assignment})
-                x.sync = None
+            gen = g.generation
+            # the locks first (in a thread; the others' syncs wait meanwhile), then Stable
+            await self._lock_group(g)
+            if g.generation == gen and g.state == COMPLETING:  # else a rebalance answered the syncs
+                g.state = STABLE
+                for x in g.members.values():
+                    if x.sync is not None and not x.sync.done():
+                        x.sync.set_result({"error_code": 0, "assignment": x.assignment})
+                    x.sync = None
         out = await fut
         return {**base, "assignment": b"", **out}
 
@@ -461,17 +468,33 @@ class GroupCoordinator:
         return {"error_code": 0, "members": results}
 
     # -- locks: what pylog's tools see of a Kafka group ------------------------------------
-    def _lock_group(self, g: _Group) -> None:
+    async def _lock_group(self, g: _Group) -> None:
         """Hold, for each member, its member lock in every topic it is assigned and its
-        partitions' locks (released at the next rebalance or when it goes)."""
+        partitions' locks (released at the next rebalance or when it goes). The files are
+        locked in a thread; locks of a generation that ended (or became Stable through
+        another call) meanwhile are let go."""
         for m in g.members.values():
             self._unlock(m)
-        for m in g.members.values():
-            who = f"kafka member {m.id} client {m.client_id}"
-            for topic, parts in decode_assignment(m.assignment).items():
+        gen = g.generation
+        plan = [(m.id, f"kafka member {m.id} client {m.client_id}", decode_assignment(m.assignment))
+                for m in g.members.values()]
+        taken = await asyncio.get_running_loop().run_in_executor(None, self._take_locks, g.id, plan)
+        for mid, fds in taken.items():
+            member = g.members.get(mid)
+            if g.generation == gen and g.state == COMPLETING and member is not None:
+                member.locks.extend(fds)
+            else:
+                self._unlock_fds(fds)
+
+    def _take_locks(self, group: str, plan: list[tuple[str, str, dict[str, list[int]]]]) -> dict[str, list[int]]:
+        """The lock files of :meth:`_lock_group` (in a thread): member id -> descriptors."""
+        out: dict[str, list[int]] = {}
+        for mid, who, assigned in plan:
+            locks = out.setdefault(mid, [])
+            for topic, parts in assigned.items():
                 try:
-                    t = self.broker.store.topic(topic)
-                    gdir = os.path.join(t.path, CONSUMERS_DIR, g.id)
+                    t = self.broker.topic(topic)
+                    gdir = os.path.join(t.path, CONSUMERS_DIR, group)
                     os.makedirs(gdir, exist_ok=True)
                 except (PylogError, OSError):
                     continue
@@ -479,22 +502,27 @@ class GroupCoordinator:
                     fd = _try_lock(os.path.join(gdir, f"member-{k}.lock"))
                     if fd >= 0:
                         _mark_owner(fd, who)
-                        m.locks.append(fd)
+                        locks.append(fd)
                         break
                 for p in parts:
                     if 0 <= p < t.partitions:
                         fd = _try_lock(os.path.join(gdir, f"partition-{p}.lock"))
                         if fd >= 0:
                             _mark_owner(fd, who)
-                            m.locks.append(fd)
+                            locks.append(fd)
+        return out
 
     @staticmethod
-    def _unlock(m: _Member) -> None:
-        for fd in m.locks:
+    def _unlock_fds(fds: list[int]) -> None:
+        for fd in fds:
             try:
                 os.close(fd)
             except OSError:
                 pass
+
+    @classmethod
+    def _unlock(cls, m: _Member) -> None:
+        cls._unlock_fds(m.locks)
         m.locks = []
 
     def _release_group(self, g: _Group) -> None:
@@ -503,7 +531,8 @@ class GroupCoordinator:
 
     # -- offsets ---------------------------------------------------------------------------
     def _offset_path(self, topic: str, group: str, p: int) -> str:
-        return os.path.join(self.broker.store.topic(topic).path, CONSUMERS_DIR, group, f"partition-{p}.offset")
+        # broker.topic: a known topic without the store's lock, which a topic creation holds
+        return os.path.join(self.broker.topic(topic).path, CONSUMERS_DIR, group, f"partition-{p}.offset")
 
     async def offset_commit(self, req: Any, version: int) -> dict[str, Any]:
         """OffsetCommit: durable in pylog's group offset files before the answer."""
@@ -522,12 +551,15 @@ class GroupCoordinator:
             err = E.unknown_member_id  # a live group takes commits from its members only
         jobs: list[tuple[str, int, int]] = []
         out = []
+        # the partitions named, opened (if not yet) in an admin thread
+        opened = await self.broker.partitions((t.name, p.partition_index) for t in req.topics
+                                              for p in t.partitions) if not err else {}
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 code = err
                 if not code:
-                    log, code = self.broker.partition(t.name, p.partition_index)
+                    log, code = opened[(t.name, p.partition_index)]
                     if not code and p.committed_offset < 0:
                         code = E.invalid_request
                     if not code and p.committed_metadata is not None and len(p.committed_metadata) > 4096:
@@ -577,7 +609,7 @@ class GroupCoordinator:
         out = []
         for name, parts in wanted:
             try:
-                t = store.topic(name)
+                t = self.broker.topic(name)
             except (UnknownTopicError, InvalidNameError):
                 if parts is not None:
                     out.append({"name": name, "partitions": [
@@ -616,9 +648,10 @@ class GroupCoordinator:
         except PylogError:
             return set()
 
-    def list_groups(self, req: Any, version: int) -> dict[str, Any]:
-        """ListGroups: the groups in memory and the groups with offsets on disk."""
-        states: dict[str, str] = {n: EMPTY for n in self._on_disk()}
+    def list_groups(self, req: Any, version: int, disk: set[str] | None = None) -> dict[str, Any]:
+        """ListGroups: the groups in memory and the groups with offsets on disk (``disk``:
+        listed already, in a thread)."""
+        states: dict[str, str] = {n: EMPTY for n in (self._on_disk() if disk is None else disk)}
         for g in self.groups.values():
             if g.members:
                 states[g.id] = g.state
@@ -627,9 +660,10 @@ class GroupCoordinator:
             {"group_id": n, "protocol_type": "consumer", "group_state": s}
             for n, s in sorted(states.items()) if not wanted or s in wanted]}
 
-    def describe_groups(self, req: Any, version: int) -> dict[str, Any]:
-        """DescribeGroups: state, protocol, members and their assignments."""
-        disk = self._on_disk()
+    def describe_groups(self, req: Any, version: int, disk: set[str] | None = None) -> dict[str, Any]:
+        """DescribeGroups: state, protocol, members and their assignments (``disk``: the
+        groups on disk, listed already, in a thread)."""
+        disk = self._on_disk() if disk is None else disk
         out = []
         for name in req.groups:
             r: dict[str, Any] = {"error_code": 0, "group_id": name, "group_state": DEAD, "protocol_type": "",

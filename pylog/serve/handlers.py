@@ -1,9 +1,11 @@
 """One handler per API: a kio request entity in, a plain dict for the response out.
 
-Handlers run on the broker's event loop; the only blocking work, appending (which waits
-for fsync under ``flush.messages=1``), is handed to a thread pool by :mod:`.broker`.
-Each returns a dict that :func:`.protocol.build` turns into the response of the request's
-version. Error codes are Kafka's (``kio.schema.errors.ErrorCode``).
+The handlers here (but ApiVersions) run in the broker's admin threads
+(:meth:`.Broker.admin`), never on the event loop: they open partitions, read topic files,
+create and delete topics. They may run concurrently with each other, with appends and
+with the loop's fetches; the LogStore's locks order what they change. Each returns a
+dict that :func:`.protocol.build` turns into the response of the request's version.
+Error codes are Kafka's (``kio.schema.errors.ErrorCode``).
 """
 from __future__ import annotations
 
@@ -35,26 +37,48 @@ def api_versions(broker: Broker | None, req: Any, version: int) -> dict[str, Any
     return {"error_code": 0, "api_keys": keys}
 
 
+class _Limited(Exception):
+    """An unknown topic over the auto-creation limits (not created)."""
+
+
 def metadata(broker: Broker, req: Any, version: int,
              may_create: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """Metadata: this one broker leads every partition; unknown topics may be auto-created
     (v0-3 always ask for it), each only when ``may_create(name)`` (the principal may write
-    it): else an unknown topic is answered TOPIC_AUTHORIZATION_FAILED, as Kafka does."""
+    it): else an unknown topic is answered TOPIC_AUTHORIZATION_FAILED, as Kafka does. At
+    most ``broker.auto_create_per_request`` are created, and only while the broker's
+    auto-creation bucket has tokens: the others are answered UNKNOWN_TOPIC_OR_PARTITION
+    (as Kafka answers a topic it does not create; clients ask again)."""
     store = broker.store
-    if req.topics is None or (version == 0 and not req.topics):  # v0: an empty list means all
+    listing = req.topics is None or (version == 0 and not req.topics)  # v0: an empty list means all
+    if listing:
         names = store.topics()
     else:
         names = [t.name for t in req.topics if t.name is not None]
-    auto = bool(getattr(req, "allow_auto_topic_creation", True)) and broker.auto_create
+    # a listing creates nothing (a topic deleted by another thread since it was listed stays gone)
+    auto = bool(getattr(req, "allow_auto_topic_creation", True)) and broker.auto_create and not listing
     topics = []
+    created = 0
     for name in names:
         err, parts = 0, []
         create = auto and (may_create is None or may_create(name))
         try:
-            topic = broker.topic(name, create=create)
+            try:
+                topic = broker.topic(name)
+            except UnknownTopicError:
+                if not create:
+                    raise
+                if created >= broker.auto_create_per_request or not broker.take_auto_create():
+                    raise _Limited() from None
+                created += 1
+                topic = broker.topic(name, create=True)
+        except _Limited:
+            err = E.unknown_topic_or_partition
         except InvalidNameError:
             err = E.invalid_topic_exception
         except UnknownTopicError:
+            if listing:
+                continue  # deleted since it was listed
             err = E.topic_authorization_failed if auto and not create else E.unknown_topic_or_partition
         except OSError:  # auto-creation on a full or failing disk: that topic only
             err = E.kafka_storage_error

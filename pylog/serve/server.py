@@ -4,7 +4,9 @@ Why asyncio: a broker is mostly waiting (long-polling fetches, clients that are 
 slow, producers waiting for an fsync), and per-connection coroutines keep each of those
 waits from holding anything but its own connection; the CPU work of a request (decode,
 append, encode) is done in C and in a thread pool for appends. A selectors loop would do
-the same with hand-written buffering and timers.
+the same with hand-written buffering and timers. The loop never waits on disk or admin
+work: the admin APIs, opening partitions and the group files run in threads (see
+:mod:`.broker`), so an admin storm on one connection does not stall the others.
 
 Each connection handles its requests one at a time, in order (Kafka answers a
 connection's requests in the order they came). A frame's size is checked against
@@ -193,6 +195,9 @@ class Server:
         Seconds before a failed login is answered (Kafka's
         ``connection.failed.authentication.delay.ms``) and the failed logins an address may
         have within ``failed_login_window`` seconds (:class:`.security.Logins`).
+    auto_create_per_request, auto_create_rate
+        At most this many topics auto-created by one Metadata request, and this many a
+        second over all requests (see :class:`.Broker`).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
@@ -204,7 +209,8 @@ class Server:
                  queued_max_request_bytes: int = 100 << 20, fetch_max_bytes: int = 55 << 20,
                  max_decompressed_bytes: int = 32 << 20, fence_backoff: float = 5.0,
                  data_mode: str = "private", failed_auth_delay: float = 0.1, max_failed_logins: int = 20,
-                 failed_login_window: float = 60.0) -> None:
+                 failed_login_window: float = 60.0, auto_create_per_request: int = 100,
+                 auto_create_rate: float = 100.0) -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
@@ -223,6 +229,8 @@ class Server:
         self.idle_timeout = idle_timeout
         self.auto_create = auto_create
         self.cleanup_interval = cleanup_interval
+        self.auto_create_per_request = auto_create_per_request
+        self.auto_create_rate = auto_create_rate
         self._cleaner: asyncio.Task[None] | None = None
         self.advertise = advertise
         if (tls_cert is None) != (tls_key is None):
@@ -260,7 +268,9 @@ class Server:
         try:
             self.broker = Broker(self.root, self.host, self.port, auto_create=self.auto_create,
                                  max_decompressed_bytes=self.max_decompressed_bytes,
-                                 fetch_max_bytes=self.fetch_max_bytes, fence_backoff=self.fence_backoff)
+                                 fetch_max_bytes=self.fetch_max_bytes, fence_backoff=self.fence_backoff,
+                                 auto_create_per_request=self.auto_create_per_request,
+                                 auto_create_rate=self.auto_create_rate)
             try:
                 for sock in self._listen():
                     self._servers.append(await asyncio.start_server(
@@ -552,13 +562,15 @@ class Server:
                 data = await broker.fetch(body, req.api_version)
             elif key in GROUP_KEYS and self.coordinator is not None:
                 data = await self.coordinator.handle(key, body, req.api_version, req.client_id)
-            elif key == 22:
-                data = broker.producers.init_producer_id(body, req.api_version)
+            elif key == 22:  # writes the next producer id: in an admin thread
+                data = await broker.admin(broker.producers.init_producer_id, body, req.api_version)
             elif key == 3 and users is not None:  # auto-creation needs the write permission
-                data = handlers.metadata(broker, body, req.api_version,
-                                         may_create=lambda name: users.may(user, name, True))
-            elif key in handlers.HANDLERS:
-                data = handlers.HANDLERS[key](broker, body, req.api_version)
+                data = await broker.admin(handlers.metadata, broker, body, req.api_version,
+                                          lambda name: users.may(user, name, True))
+            elif key == 18:
+                data = handlers.api_versions(broker, body, req.api_version)
+            elif key in handlers.HANDLERS:  # the admin APIs: in an admin thread, never on the loop
+                data = await broker.admin(handlers.HANDLERS[key], broker, body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
                 data = {}
             if users is not None:
