@@ -35,7 +35,7 @@ EXTRA_MODULES = {
     "kio": "kio", "kafka": "kafka-python", "confluent_kafka": "confluent-kafka", "aiokafka": "aiokafka",
     "cryptography": "cryptography", "lz4": "lz4", "zstandard": "zstandard", "cramjam": "cramjam",
     "snappy": "python-snappy", "mkdocs": "mkdocs", "material": "mkdocs-material",
-    "mkdocstrings": "mkdocstrings", "mkdocstrings_handlers.python": "mkdocstrings-python",
+    "mkdocstrings": "mkdocstrings", "mkdocstrings_handlers.python": "mkdocstrings[python]",
     "lmdb": "lmdb", "rocksdict": "rocksdict", "queuelib": "queuelib", "redis": "redis",
 }
 if sys.version_info >= (3, 11):  # the spark extra needs 3.11
