@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import operator
 import os
@@ -42,6 +43,22 @@ def _lines(streams: list[tuple[str, BinaryIO]]) -> Iterator[tuple[str, int, list
             yield name, first, [rest[:-1] if rest.endswith(b"\r") else rest]
 
 
+def _served(root: str) -> bool:
+    """Whether a ``pylog serve`` serves ``root``: it holds the flock of ``.serve.lock``
+    (pylog.serve.broker.SERVE_LOCK; not imported, as pylog.serve needs the serve extra)."""
+    try:
+        fd = os.open(os.path.join(root, ".serve.lock"), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops a lock it took
+    return False
+
+
 class _BadLine(Exception):
     def __init__(self, index: int, why: str) -> None:
         super().__init__(why)
@@ -80,6 +97,8 @@ def _parse_json_line(line: bytes) -> tuple[bytes | None, bytes | None, bytes | N
     for name, v in (("timestamp", ts), ("partition", part)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+    if "value" not in obj and "value_base64" not in obj:  # a typo ("vaule") must not make a tombstone
+        raise ValueError('has no "value" (or "value_base64") field; "value": null writes a tombstone')
     return _json_bytes(obj, "key"), _json_bytes(obj, "value"), _json_bytes(obj, "metadata"), ts, part
 
 
@@ -146,11 +165,14 @@ def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_sep
     t = store.topic(topic_name)
     if partition is not None:
         t._check_partition(partition)
+    if _served(store.root):  # it writes every partition: waiting for a lock would be in vain
+        raise CliError(f"pylog serve is serving the data root {store.root!r} and writes its partitions: "
+                       "produce through the broker (a Kafka client, e.g. kcat -P)")
     try:  # every lock before the first byte of input: two producers never interleave by chance
         for p in [partition] if partition is not None else range(t.partitions):
             t.partition(p)
     except LogLockedError as e:
-        raise CliError(f"{e}; another producer is writing it (see --lock-timeout)") from None
+        raise CliError(f"{e}; another process is writing it (see --lock-timeout)") from None
     limit = t.config.max_record_bytes
     streams: list[tuple[str, BinaryIO]] = []
     try:
