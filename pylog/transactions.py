@@ -69,7 +69,7 @@ from pylog.errors import (
     InvalidArgumentError,
     InvalidTimestampError,
     LogLockedError,
-    PylogError,
+    TransactionError,
     UnknownTopicError,
 )
 from pylog.loader import STABLE_FILE, STABLE_HOOKS, drop_stable_file, fence_unfinished, read_stable_file
@@ -120,10 +120,6 @@ def batch_arguments(values: Any, keys: Any) -> tuple[list[Any], list[Any] | None
         if len(keys) != n:
             raise InvalidArgumentError(f"keys has {len(keys)} items, values has {n}")
     return values, keys, n
-
-class TransactionError(PylogError):
-    """A transaction could not be used or committed (it is aborted unless it says otherwise)."""
-
 
 def _txn_root(root: str) -> str:
     return os.path.join(root, TXN_DIR)

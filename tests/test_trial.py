@@ -326,3 +326,10 @@ def test_the_hint_of_a_truncate_into_a_compacted_segment_is_where_a_truncate_wor
             log.truncate(hint - 1)
         log.truncate(hint)
         assert log.next_offset == hint
+
+
+def test_transaction_error_is_exported_where_the_docs_say():
+    from pylog import errors, transactions
+
+    assert pylog.TransactionError is errors.TransactionError is transactions.TransactionError
+    assert issubclass(pylog.TransactionError, pylog.PylogError) and "TransactionError" in pylog.__all__
