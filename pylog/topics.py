@@ -107,7 +107,10 @@ def partition_for_key(key: Any, partitions: int) -> int:
     if type(key) is not bytes:
         if isinstance(key, str):
             raise ArgumentTypeError("key must be bytes-like, got str (encode it first)")
-        key = bytes(memoryview(key))
+        try:
+            key = bytes(memoryview(key))
+        except TypeError:  # None (a keyless record has no partition of its own), an int...
+            raise ArgumentTypeError(f"key must be bytes-like, got {type(key).__name__}") from None
     return _positive_hash(key) % partitions
 
 

@@ -333,3 +333,20 @@ def test_transaction_error_is_exported_where_the_docs_say():
 
     assert pylog.TransactionError is errors.TransactionError is transactions.TransactionError
     assert issubclass(pylog.TransactionError, pylog.PylogError) and "TransactionError" in pylog.__all__
+
+
+def test_partition_for_a_key_that_is_not_bytes_is_a_typed_error(tmp_path):
+    with pylog.LogStore(str(tmp_path / "s")) as s:
+        t = s.create_topic("t", partitions=3)
+        for bad, name in ((None, "NoneType"), (7, "int")):
+            with pytest.raises(pylog.ArgumentTypeError, match=f"key must be bytes-like, got {name}"):
+                t.partition_for(bad)
+        assert t.partition_for(b"k") == t.partition_for(bytearray(b"k"))
+
+
+def test_a_negative_timestamp_is_a_usage_error_before_any_input(tmp_path):
+    root = tmp_path / "d"
+    ok(cli(root, "topic", "create", "t"))
+    p = cli(root, "produce", "t", "--timestamp", "-1", input="x\n")
+    assert p.returncode == 2 and "'-1' is before the epoch" in p.stderr, p.stderr
+    assert _rows(root, "t") == []

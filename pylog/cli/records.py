@@ -105,7 +105,7 @@ def _parse_json_line(line: bytes) -> tuple[bytes | None, bytes | None, bytes | N
 def _parse_ts(text: str) -> int:
     """A --timestamp: milliseconds since the epoch, or an ISO 8601 date/time."""
     try:
-        return int(text)
+        ms = int(text)
     except ValueError:
         from pylog.groups import parse_datetime
 
@@ -114,6 +114,9 @@ def _parse_ts(text: str) -> int:
         except ValueError as e:
             raise click.BadParameter(f"{text!r} is neither milliseconds since the epoch nor an ISO 8601 "
                                      f"date/time", param_hint="--timestamp") from e
+    if ms < 0:  # a usage error (exit 2) before any input is read, as a malformed one
+        raise click.BadParameter(f"{text!r} is before the epoch (milliseconds >= 0)", param_hint="--timestamp")
+    return ms
 
 
 @click.command(context_settings=CONTEXT)
