@@ -22,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -72,6 +73,8 @@ def main() -> int:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's workers must import pylog
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # SIGTERM (a CI timeout, kill) exits through the finally below too, as Ctrl-C does
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     root = args.root or tempfile.mkdtemp(prefix="pylog-pipeline-")
     try:
         return run(root, args.events)

@@ -350,3 +350,30 @@ def test_a_negative_timestamp_is_a_usage_error_before_any_input(tmp_path):
     p = cli(root, "produce", "t", "--timestamp", "-1", input="x\n")
     assert p.returncode == 2 and "'-1' is before the epoch" in p.stderr, p.stderr
     assert _rows(root, "t") == []
+
+
+def test_kafka_headers_round_trip_between_the_command_and_a_kafka_client(tmp_path):
+    """produce --header reaches a Kafka consumer as headers; consume --format json shows a
+    Kafka producer's headers decoded."""
+    pytest.importorskip("kio")
+    kafka = pytest.importorskip("kafka")
+    from serve_util import BrokerProcess
+
+    root = tmp_path / "data"
+    ok(cli(root, "topic", "create", "t"))
+    ok(cli(root, "produce", "t", "--header", "lang=en", "--header", "source=import", input="x\n"))
+    assert "--header" in error(cli(root, "produce", "t", "--header", "nosep", input="y\n"), 2)
+    broker = BrokerProcess(str(root))
+    try:
+        producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer.send("t", b"y", headers=[("lang", b"fr")]).get(timeout=30)
+        producer.close()
+        consumer = kafka.KafkaConsumer("t", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                                       consumer_timeout_ms=10_000)
+        got = [(m.value, m.headers) for m in consumer]
+        consumer.close()
+    finally:
+        broker.stop()
+    assert got == [(b"x", [("lang", b"en"), ("source", b"import")]), (b"y", [("lang", b"fr")])]
+    rows = _rows(root, "t")
+    assert [r.get("headers") for r in rows] == [[["lang", "en"], ["source", "import"]], [["lang", "fr"]]]

@@ -43,6 +43,34 @@ def _lines(streams: list[tuple[str, BinaryIO]]) -> Iterator[tuple[str, int, list
             yield name, first, [rest[:-1] if rest.endswith(b"\r") else rest]
 
 
+def _encode_headers(headers: tuple[str, ...]) -> Any:
+    """The metadata of ``--header NAME=VALUE`` options: Kafka's header encoding, as the broker
+    keeps a Kafka record's headers (pylog.serve.headers; needs no kio)."""
+    from pylog.serve.headers import encode_headers
+
+    pairs = []
+    for h in headers:
+        name, sep, value = h.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{h!r} is not NAME=VALUE", param_hint="--header")
+        pairs.append((name, value.encode()))
+    return encode_headers(pairs)
+
+
+def _json_headers(obj: dict[str, Any], metadata: Any) -> None:
+    """``headers`` of a consumed record whose metadata is Kafka headers (what a Kafka client
+    produced through pylog serve, or --header wrote), as ``[[name, value or null], ...]``."""
+    if metadata is None:
+        return
+    from pylog.serve.headers import decode_headers, is_headers
+
+    if is_headers(metadata):
+        try:
+            obj["headers"] = [[k, None if v is None else v.decode()] for k, v in decode_headers(metadata)]
+        except UnicodeDecodeError:
+            pass  # not text: the bytes are in metadata_base64
+
+
 def _served(root: str) -> bool:
     """Whether a ``pylog serve`` serves ``root``: it holds the flock of ``.serve.lock``
     (pylog.serve.broker.SERVE_LOCK; not imported, as pylog.serve needs the serve extra)."""
@@ -132,6 +160,9 @@ def _parse_ts(text: str) -> int:
 @click.option("--null-marker", default=None, metavar="TEXT",
               help="text format: a value equal to TEXT is a tombstone (a record whose value is None).")
 @click.option("-H", "--metadata", default=None, metavar="TEXT", help="text format: metadata of every record.")
+@click.option("--header", "headers", multiple=True, metavar="NAME=VALUE",
+              help="text format: a Kafka header of every record (repeatable): what Kafka clients of pylog serve "
+                   "see as headers (-H is pylog's own metadata, which they see as one header pylog.metadata).")
 @click.option("--timestamp", "timestamp_", default=None, metavar="MS|ISO",
               help="text format: timestamp of every record (ms since the epoch, or ISO 8601; default: now).")
 @click.option("--lock-timeout", type=click.FloatRange(0, 1e9), default=10.0, show_default=True,
@@ -140,7 +171,7 @@ def _parse_ts(text: str) -> int:
 @click.pass_context
 def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_separator: str | None,
             partition: int | None, fmt_: str, null_marker: str | None, metadata: str | None,
-            timestamp_: str | None, lock_timeout: float) -> None:
+            headers: tuple[str, ...], timestamp_: str | None, lock_timeout: float) -> None:
     """Append one record per line of FILES (default: stdin) to TOPIC.
 
     A line's trailing newline (\\n or \\r\\n) is not part of the record. With --key-separator,
@@ -160,10 +191,14 @@ def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_sep
         key_separator = key_separator.replace("\\t", "\t")  # -k '\t' as typed in a shell
     if fmt_ == "json":
         for flag, v in (("--key-separator", key_separator), ("--null-marker", null_marker),
-                        ("--metadata", metadata), ("--timestamp", timestamp_)):
+                        ("--metadata", metadata), ("--timestamp", timestamp_), ("--header", headers or None)):
             if v is not None:
                 raise click.UsageError(f"{flag} is for the text format (a JSON line carries its own fields)")
     ts = _parse_ts(timestamp_) if timestamp_ is not None else None
+    if headers:
+        if metadata is not None:
+            raise click.UsageError("give -H/--metadata or --header, not both (headers are kept in the metadata)")
+        metadata = _encode_headers(headers)
     store = _store(ctx, lock_timeout=lock_timeout)
     t = store.topic(topic_name)
     if partition is not None:
@@ -189,7 +224,7 @@ def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_sep
                     raise CliError(f"cannot read {name}: {e.strerror}") from None
         sep = key_separator.encode() if key_separator is not None else None
         null = null_marker.encode() if null_marker is not None else None
-        meta = metadata.encode() if metadata is not None else None
+        meta = (metadata if isinstance(metadata, bytes) else metadata.encode()) if metadata is not None else None
         count = 0
         for source, first, lines in _lines(streams):
             try:
@@ -609,6 +644,7 @@ def _consume_loop(consumer: Any, out: _Output, done: dict[int, int], topic_name:
                     _json_field(obj, "key", r[2])
                     _json_field(obj, "value", r[3])
                     _json_field(obj, "metadata", r[4])
+                    _json_headers(obj, r[4])
                     lines.append(json.dumps(obj).encode() + b"\n")
                 lengths = [len(x) for x in lines]
                 data = b"".join(lines)
