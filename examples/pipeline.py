@@ -53,16 +53,24 @@ def connect_back_failed(e: BaseException) -> bool:
     return "failed to connect back" in str(e)
 
 
-def with_retry(stage: Callable[[], None], name: str) -> None:
-    """Run ``stage``; run it once more if Spark's Python worker failed to connect back."""
-    try:
-        stage()
-    except Exception as e:
-        if not connect_back_failed(e):
-            raise
+#: runs of a stage whose Python worker failed to connect back (a load average of 20 on two
+#: cores made two runs in a row miss the JVM's 10 s)
+ATTEMPTS = 3
+
+
+def with_retry(stage: Callable[[], None], name: str, pause: float = 5.0) -> None:
+    """Run ``stage``; run it again (up to ATTEMPTS runs in all, ``pause`` seconds apart) while
+    Spark's Python worker fails to connect back. Any other failure is raised at once."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            stage()
+            return
+        except Exception as e:
+            if not connect_back_failed(e) or attempt == ATTEMPTS:
+                raise
         print(f"{name}: Spark's Python worker did not connect back in time (a busy machine?); "
-              "running the stage again", file=sys.stderr)
-        stage()
+              f"running the stage again ({attempt + 1} of {ATTEMPTS})", file=sys.stderr)
+        time.sleep(pause)
 
 
 def main() -> int:
