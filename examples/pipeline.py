@@ -22,10 +22,12 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 import pylog
 
@@ -43,6 +45,34 @@ def produce(store: pylog.LogStore, n: int, seed: int) -> list[dict]:
     return events
 
 
+def connect_back_failed(e: BaseException) -> bool:
+    """Whether ``e`` is Spark's "Python worker failed to connect back": the JVM waits a fixed
+    10 s for a Python worker it started, which a starved machine can miss. Nothing was
+    written then (the batch write is one transaction; the stream resumes from its checkpoint,
+    and its sink skips a batch id it committed already), so the stage can run again."""
+    return "failed to connect back" in str(e)
+
+
+#: runs of a stage whose Python worker failed to connect back (a load average of 20 on two
+#: cores made two runs in a row miss the JVM's 10 s)
+ATTEMPTS = 3
+
+
+def with_retry(stage: Callable[[], None], name: str, pause: float = 5.0) -> None:
+    """Run ``stage``; run it again (up to ATTEMPTS runs in all, ``pause`` seconds apart) while
+    Spark's Python worker fails to connect back. Any other failure is raised at once."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            stage()
+            return
+        except Exception as e:
+            if not connect_back_failed(e) or attempt == ATTEMPTS:
+                raise
+        print(f"{name}: Spark's Python worker did not connect back in time (a busy machine?); "
+              f"running the stage again ({attempt + 1} of {ATTEMPTS})", file=sys.stderr)
+        time.sleep(pause)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="pylog + Spark example pipeline")
     ap.add_argument("--root", help="data root (default: a temporary directory, removed after)")
@@ -51,17 +81,28 @@ def main() -> int:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's workers must import pylog
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # SIGTERM (a CI timeout, kill) exits through the finally below too, as Ctrl-C does
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    root = args.root or tempfile.mkdtemp(prefix="pylog-pipeline-")
+    try:
+        return run(root, args.events)
+    finally:
+        if not args.root:  # on every exit: success, a failure, Ctrl-C
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def run(root: str, n_events: int) -> int:
+    """The pipeline on the data root ``root``; returns the exit status."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     import pylog.spark
 
-    root = args.root or tempfile.mkdtemp(prefix="pylog-pipeline-")
     t0 = time.perf_counter()
     with pylog.LogStore(root) as store:
         if "events" not in store:
             store.create_topic("events", partitions=4)
-        events = produce(store, args.events, seed=1)
+        events = produce(store, n_events, seed=1)
 
     spark = (SparkSession.builder.master("local[2]").appName("pylog-pipeline")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -73,16 +114,19 @@ def main() -> int:
         schema = "user string, action string, amount long, seq long"
 
         # ---- batch: events -> per-user totals -------------------------------------------
-        ev = (spark.read.format("pylog").option("path", root).option("topic", "events").load()
-              .select(F.from_json(F.col("value").cast("string"), schema).alias("e")).select("e.*"))
-        totals = ev.groupBy("user").agg(
-            F.count("*").alias("events"),
-            F.sum(F.when(F.col("action") == "purchase", F.col("amount")).otherwise(0)).alias("revenue"),
-        )
-        (totals.select(F.col("user").cast("binary").alias("key"),
-                       F.to_json(F.struct("user", "events", "revenue")).cast("binary").alias("value"))
-         .write.format("pylog").mode("append").option("path", root).option("topic", "user-totals")
-         .option("partitions", "2").save())
+        def batch_totals() -> None:
+            ev = (spark.read.format("pylog").option("path", root).option("topic", "events").load()
+                  .select(F.from_json(F.col("value").cast("string"), schema).alias("e")).select("e.*"))
+            totals = ev.groupBy("user").agg(
+                F.count("*").alias("events"),
+                F.sum(F.when(F.col("action") == "purchase", F.col("amount")).otherwise(0)).alias("revenue"),
+            )
+            (totals.select(F.col("user").cast("binary").alias("key"),
+                           F.to_json(F.struct("user", "events", "revenue")).cast("binary").alias("value"))
+             .write.format("pylog").mode("append").option("path", root).option("topic", "user-totals")
+             .option("partitions", "2").save())
+
+        with_retry(batch_totals, "batch")
 
         # ---- streaming: purchases, availableNow, twice -----------------------------------
         ckpt = os.path.join(root, "_checkpoints", "purchases")
@@ -97,10 +141,10 @@ def main() -> int:
                  .trigger(availableNow=True).start())
             q.awaitTermination()
 
-        stream_purchases()
+        with_retry(stream_purchases, "stream")
         with pylog.LogStore(root) as store:
-            events += produce(store, args.events // 4, seed=2)
-        stream_purchases()
+            events += produce(store, n_events // 4, seed=2)
+        with_retry(stream_purchases, "stream")
     finally:
         spark.stop()
 
@@ -112,7 +156,7 @@ def main() -> int:
 
         got_totals = {d["user"]: d for d in map(json.loads, values("user-totals"))}
         purchases = Counter(json.loads(v)["seq"] for v in values("purchases"))
-    first = events[: args.events]
+    first = events[: n_events]
     want = defaultdict(lambda: {"events": 0, "revenue": 0})
     for e in first:
         want[e["user"]]["events"] += 1
@@ -128,8 +172,6 @@ def main() -> int:
     print(f"stream: 2 availableNow runs, {len(events):,} events -> {sum(purchases.values()):,} purchases "
           f"({'each exactly once' if stream_ok else 'MISMATCH'})")
     print(f"{'OK' if ok else 'FAILED'} in {time.perf_counter() - t0:.1f} s")
-    if not args.root:
-        shutil.rmtree(root, ignore_errors=True)
     return 0 if ok else 1
 
 

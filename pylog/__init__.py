@@ -35,6 +35,7 @@ from pylog.errors import (
     ReadOnlyLogError,
     RecordTooLargeError,
     TopicExistsError,
+    TransactionError,
     UnknownGroupError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -71,5 +72,5 @@ __all__ = [
     "LogClosedError", "LogFencedError", "ReadOnlyLogError", "InvalidNameError", "ConfigError",
     "TopicExistsError", "UnknownTopicError", "UnknownPartitionError", "NotAssignedError",
     "MissingExtraError", "InvalidArgumentError", "ArgumentTypeError", "UnknownGroupError", "GroupActiveError",
-    "LogStore", "Topic", "Consumer",
+    "TransactionError", "LogStore", "Topic", "Consumer",
 ]

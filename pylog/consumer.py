@@ -309,14 +309,23 @@ class Consumer:
     def _reader(self, p: int) -> Log:
         return self.topic.reader(p)
 
-    def _reset(self, p: int, log: Log) -> int:
+    def _reset(self, p: int, log: Log, pos: int | None = None) -> int:
+        """Where partition ``p`` starts per ``auto_offset_reset``: it has no position (``pos``
+        None: nothing committed), or ``pos`` is outside the log."""
         if log.readonly:
             log.refresh()
         if self.auto_offset_reset == "earliest":
             return log.start_offset
         if self.auto_offset_reset == "latest":
             return log.stable_offset  # not past a transaction's records still being applied
-        raise OffsetOutOfRangeError(-1, log.start_offset, log.stable_offset)
+        where = f"partition {p} of topic {self.topic.name!r}"
+        if pos is None:
+            why = (f"group {self.group!r} has no committed offset for {where}" if self.group is not None
+                   else f"a consumer without a group has no position in {where}")
+        else:
+            why = f"position {pos} in {where} is outside the log [{log.start_offset}, {log.stable_offset})"
+        raise OffsetOutOfRangeError(-1 if pos is None else pos, log.start_offset, log.stable_offset,
+                                    f"{why}, and auto_offset_reset='none'")
 
     def _resolve(self, p: int) -> int:
         pos = self._pos[p]
@@ -369,7 +378,10 @@ class Consumer:
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise ArgumentTypeError(f"offset must be an int, got {type(offset).__name__}")
         if offset < 0:
-            raise OffsetOutOfRangeError(offset, 0, 0)
+            log = self._reader(p)
+            raise OffsetOutOfRangeError(offset, log.start_offset, log.next_offset,
+                                        f"offset {offset} is out of range: an offset is >= 0 (partition {p} "
+                                        f"holds [{log.start_offset}, {log.next_offset}))")
         self._pos[p] = offset
 
     def _targets(self, partitions: Iterable[int] | None) -> list[int]:
@@ -466,7 +478,7 @@ class Consumer:
                 try:
                     batch = log.read_batch(pos, self.max_bytes, left)
                 except OffsetOutOfRangeError:
-                    pos = self._pos[p] = self._reset(p, log)
+                    pos = self._pos[p] = self._reset(p, log, pos)
                     batch = log.read_batch(pos, self.max_bytes, left)
             except FileNotFoundError:
                 self.topic._check_meta(force=True)  # the topic was deleted: UnknownTopicError
@@ -519,7 +531,12 @@ class Consumer:
     def commit(self, offsets: dict[int, int] | None = None) -> None:
         """Store positions (or the given ``{partition: offset}``) as the group's committed
         offsets, durably: when this returns, they survive a crash of this process or of
-        the machine. Only partitions this consumer owns can be committed."""
+        the machine. Only partitions this consumer owns can be committed.
+
+        An offset past the partition's ``next_offset`` raises OffsetOutOfRangeError and
+        nothing is committed: the next consumer of the group would find it outside the log
+        and start over per its ``auto_offset_reset`` (re-reading the partition, by default).
+        """
         self._check_open()
         if self.dir is None:
             raise NotAssignedError("a consumer without a group cannot commit offsets")
@@ -532,6 +549,16 @@ class Consumer:
                 if isinstance(off, bool) or not isinstance(off, int) or off < 0:
                     raise InvalidArgumentError(f"offset {off!r} for partition {p} must be an int >= 0")
                 todo[p] = off
+        for p, off in sorted(todo.items()):
+            log = self._reader(p)
+            if off > log.next_offset and log.readonly:
+                log.refresh()
+            if off > log.next_offset:
+                raise OffsetOutOfRangeError(
+                    off, log.start_offset, log.next_offset,
+                    f"cannot commit offset {off} for partition {p} of topic {self.topic.name!r}: it is past the "
+                    f"log end {log.next_offset} (the next consumer would start over per auto_offset_reset); "
+                    "nothing was committed")
         now = _now_ms()
         for p, off in sorted(todo.items()):
             if self._committed_cache.get(p) == off:

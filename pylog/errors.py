@@ -31,6 +31,7 @@ __all__ = [
     "ArgumentTypeError",
     "UnknownGroupError",
     "GroupActiveError",
+    "TransactionError",
 ]
 
 
@@ -44,12 +45,12 @@ class OffsetOutOfRangeError(PylogError, IndexError):
     Attributes: ``offset``, ``start_offset``, ``next_offset``.
     """
 
-    def __init__(self, offset: int, start_offset: int, next_offset: int) -> None:
+    def __init__(self, offset: int, start_offset: int, next_offset: int, message: str | None = None) -> None:
         self.offset = offset
         self.start_offset = start_offset
         self.next_offset = next_offset
         super().__init__(
-            f"offset {offset} is out of range: the log holds [{start_offset}, {next_offset})"
+            message or f"offset {offset} is out of range: the log holds [{start_offset}, {next_offset})"
         )
 
 
@@ -197,6 +198,11 @@ class MissingExtraError(PylogError, ImportError):
         self.extra = extra
         super().__init__(f"{feature} needs {module}, which is not installed: "
                          f'pip install "pylog-commitlog[{extra}]"', name=module)
+
+
+class TransactionError(PylogError):
+    """A transaction could not be used or committed (it is aborted unless it says otherwise).
+    Also ``pylog.transactions.TransactionError``."""
 
 
 def require(module: str, feature: str, extra: str) -> None:

@@ -182,3 +182,27 @@ def flock_held(lock_path: str) -> bool | None:
     finally:
         os.close(fd)
     return False
+
+
+#: a topic directory's metadata file and a data root's lock (pylog.topicmeta.TOPIC_FILE and
+#: pylog.topics.STORE_LOCK: named here, below the topic layer, for :func:`dir_kind`)
+TOPIC_FILE = "topic.json"
+STORE_LOCK = ".store.lock"
+
+
+def dir_kind(path: str) -> str | None:
+    """What directory ``path`` is: ``"log"`` (a Log's segment files), ``"topic"`` (a topic.json),
+    ``"store"`` (a LogStore's data root: its lock, or a topic directory in it), or None
+    (nothing of pylog's; missing; not a directory). Lets Log and LogStore refuse to write
+    their files into a directory of another kind."""
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return None
+    if TOPIC_FILE in names:
+        return "topic"
+    if any(fmt.parse_segment_name(n, fmt.STORE_SUFFIX) is not None for n in names):
+        return "log"
+    if STORE_LOCK in names or any(os.path.isfile(os.path.join(path, n, TOPIC_FILE)) for n in names):
+        return "store"
+    return None

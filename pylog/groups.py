@@ -108,7 +108,11 @@ def describe_group(store: LogStore, group: str, topic: str | None = None) -> dic
     Returns ``{"group", "members": [owner texts of live members], "partitions": [...]}``,
     one partition entry per partition of each topic: ``topic``, ``partition``,
     ``committed`` (None: nothing committed), ``start_offset``, ``log_end`` (the next
-    offset), ``lag`` (``log_end - committed``, None when nothing is committed), ``owner``
+    offset), ``lag`` (the records the group's next consumer has to read: ``log_end -
+    committed``; None when nothing is committed), ``out_of_range`` (the committed offset is
+    outside ``[start_offset, log_end]``, e.g. after retention or a truncation: the next
+    consumer starts per its ``auto_offset_reset``, and ``lag`` is counted from
+    ``start_offset``, as the default ``"earliest"`` does), ``owner``
     (who consumes it now, e.g. ``"member-0 pid 4242 host h"``; None when no live consumer
     owns it) and ``damaged`` (the committed-offset file is unreadable: the consumer starts
     per ``auto_offset_reset``). UnknownGroupError if the group never consumed the topic.
@@ -123,10 +127,12 @@ def describe_group(store: LogStore, group: str, topic: str | None = None) -> dic
             if log.readonly:
                 log.refresh()
             committed, damaged = _read_offset(os.path.join(gdir, f"partition-{p}.offset"))
-            end = log.next_offset
+            end, start = log.next_offset, log.start_offset
+            out = committed is not None and not start <= committed <= end
             rows.append({
-                "topic": t.name, "partition": p, "committed": committed, "start_offset": log.start_offset,
-                "log_end": end, "lag": None if committed is None else max(end - committed, 0),
+                "topic": t.name, "partition": p, "committed": committed, "start_offset": start,
+                "log_end": end, "lag": None if committed is None else end - (start if out else committed),
+                "out_of_range": out,
                 "owner": _lock_state(os.path.join(gdir, f"partition-{p}.lock")), "damaged": damaged,
             })
     return {"group": group, "members": members, "partitions": rows}

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pylog import checkpoint, flusher, vfs
+from pylog import checkpoint, fileutil, flusher, vfs
 from pylog import format as fmt
 from pylog.appender import (  # noqa: F401  (re-exported: see __all__'s comment)
     _ALWAYS,
@@ -129,6 +129,10 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         self.path = os.fspath(path)
         if not self.path:
             raise InvalidArgumentError("path must not be empty")
+        kind = fileutil.dir_kind(self.path)
+        if kind in ("topic", "store"):  # its segment files would land among the topic's or store's
+            what = "a topic (its partitions are Logs)" if kind == "topic" else "a LogStore's data root"
+            raise InvalidArgumentError(f"{self.path!r} is the directory of {what}, not of a Log")
         if config is not None and not isinstance(config, LogConfig):
             raise ArgumentTypeError(f"config must be a LogConfig, got {type(config).__name__}")
         self.readonly = readonly

@@ -315,6 +315,18 @@ class LogReading(LogState):
     def __iter__(self) -> Iterator[Record]:
         return self.scan()
 
+    def __contains__(self, offset: object) -> bool:
+        """``offset in log``: whether :meth:`read` finds a record at ``offset`` (False below
+        ``start_offset``, at or past the end, or where compaction removed the record).
+        ArgumentTypeError for anything but an int offset; CorruptRecordError as read raises it."""
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+            raise ArgumentTypeError(f"`in` on a log takes an int offset, got {type(offset).__name__}")
+        try:
+            self.read(int(offset))
+        except (OffsetOutOfRangeError, OffsetRemovedError):
+            return False
+        return True
+
     def offset_for_time(self, timestamp_ms: int) -> int | None:
         """The first offset whose timestamp is >= ``timestamp_ms``, or None if there is none
         (below the last stable offset)."""

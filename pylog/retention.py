@@ -54,6 +54,16 @@ class LogRetention(LogState):
 
     # ------------------------------------------------------------------------------------
     # truncation and retention
+    def _first_uncompacted(self, offset: int) -> int:
+        """The base offset of the first segment after ``offset`` that compaction has not
+        rewritten (the active one at the latest): where a truncate can cut."""
+        for seg in self._sealed:
+            if seg.base_offset > offset:
+                seg.maps()  # learns seg.gaps
+                if not seg.gaps:
+                    return seg.base_offset
+        return self._active.base_offset
+
     def truncate(self, offset: int) -> None:
         """Drop ``offset`` and every record after it (``next_offset`` becomes ``offset``).
 
@@ -74,7 +84,8 @@ class LogRetention(LogState):
                 tseg.maps()  # learns tseg.gaps
                 if tseg.gaps:  # the active segment cannot be a compacted one
                     raise PylogError(f"cannot truncate at offset {offset}: it lies in a compacted segment "
-                                     f"({tseg.store_path}); truncate at or after {tseg.next_offset}")
+                                     f"({tseg.store_path}); the first offset after it outside a compacted "
+                                     f"segment is {self._first_uncompacted(offset)}")
             self._write_out(active)
             try:
                 # the records kept are durable, and recovery must keep them all: a batch the

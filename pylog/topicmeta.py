@@ -49,6 +49,39 @@ def _partition_dir(topic_dir: str, i: int) -> str:
     return os.path.join(topic_dir, f"{PARTITION_PREFIX}{i}")
 
 
+def check_store_root(root: Any) -> str:
+    """The data root ``root`` of a LogStore as a str: ArgumentTypeError if it is not a path,
+    InvalidArgumentError if it is empty, or a directory of a Log or of a topic (a store
+    would write its files into it)."""
+    if not isinstance(root, (str, os.PathLike)):
+        raise ArgumentTypeError(f"root must be a str or os.PathLike, got {type(root).__name__}")
+    path = os.fspath(root)
+    if not path:
+        raise InvalidArgumentError("root must not be empty")
+    kind = fileutil.dir_kind(path)
+    if kind == "log":
+        raise InvalidArgumentError(f"{path!r} is the directory of a Log, not a data root (open it with pylog.Log)")
+    if kind == "topic":
+        raise InvalidArgumentError(f"{path!r} is the directory of a topic, not a data root (its data root is "
+                                   f"{os.path.dirname(os.path.abspath(path))!r})")
+    return path
+
+
+def topic_contains(topic: Any, item: object) -> bool:
+    """``item in topic`` for a :class:`~pylog.Topic`: whether the Log ``item`` is one of its
+    partitions. An offset is per partition: ``offset in topic`` raises ArgumentTypeError
+    (ask one partition: ``offset in topic.reader(p)``), as does anything else."""
+    from pylog.log import Log
+
+    if isinstance(item, Log):
+        return any(os.path.abspath(item.path) == os.path.abspath(_partition_dir(topic.path, i))
+                   for i in range(topic.partitions))
+    if isinstance(item, int) and not isinstance(item, bool):
+        raise ArgumentTypeError(f"`{item} in topic` is ambiguous: a topic holds partitions, and an offset is "
+                                "per partition (ask one: `offset in topic.reader(p)`)")
+    raise ArgumentTypeError(f"`in` on a topic takes a Log (one of its partitions), got {type(item).__name__}")
+
+
 def _read_topic_file(topic_dir: str, name: str) -> tuple[int, LogConfig]:
     n, cfg, _id = _read_topic_meta(topic_dir, name)
     return n, cfg

@@ -73,6 +73,8 @@ from pylog.topicmeta import (  # noqa: F401  (re-exported)
     _stamp,
     _write_topic_file,
     check_name,
+    check_store_root,
+    topic_contains,
 )
 
 if TYPE_CHECKING:
@@ -105,7 +107,10 @@ def partition_for_key(key: Any, partitions: int) -> int:
     if type(key) is not bytes:
         if isinstance(key, str):
             raise ArgumentTypeError("key must be bytes-like, got str (encode it first)")
-        key = bytes(memoryview(key))
+        try:
+            key = bytes(memoryview(key))
+        except TypeError:  # None (a keyless record has no partition of its own), an int...
+            raise ArgumentTypeError(f"key must be bytes-like, got {type(key).__name__}") from None
     return _positive_hash(key) % partitions
 
 
@@ -153,11 +158,7 @@ class LogStore:
 
     def __init__(self, root: str | os.PathLike[str], readonly: bool = False, *,
                  metadata_refresh_ms: int = METADATA_REFRESH_MS, lock_timeout: float = 0.0) -> None:
-        if not isinstance(root, (str, os.PathLike)):
-            raise ArgumentTypeError(f"root must be a str or os.PathLike, got {type(root).__name__}")
-        self.root = os.fspath(root)
-        if not self.root:
-            raise InvalidArgumentError("root must not be empty")
+        self.root = check_store_root(root)  # a path, not empty, not a Log's or a topic's directory
         if (isinstance(metadata_refresh_ms, bool) or not isinstance(metadata_refresh_ms, int)
                 or metadata_refresh_ms < 0):
             raise InvalidArgumentError(f"metadata_refresh_ms={metadata_refresh_ms!r} must be an int >= 0")
@@ -582,6 +583,8 @@ class Topic:
 
     def __len__(self) -> int:
         return self._n
+
+    __contains__ = topic_contains  # `log in topic`; `offset in topic` raises (offsets are per partition)
 
     def __repr__(self) -> str:
         return f"<pylog.Topic {self.name!r} partitions={self._n}>"

@@ -75,7 +75,9 @@ from pylog.errors import (
     CorruptRecordError,
     InvalidArgumentError,
     InvalidTimestampError,
+    LogLockedError,
     PylogError,
+    TransactionError,
     UnknownTopicError,
 )
 from pylog.loader import STABLE_FILE, TXN_DIR, VISIBLE_FILE, drop_stable_file, fence_unfinished, visibility_token
@@ -129,10 +131,6 @@ def batch_arguments(values: Any, keys: Any) -> tuple[list[Any], list[Any] | None
         if len(keys) != n:
             raise InvalidArgumentError(f"keys has {len(keys)} items, values has {n}")
     return values, keys, n
-
-class TransactionError(PylogError):
-    """A transaction could not be used or committed (it is aborted unless it says otherwise)."""
-
 
 def _txn_root(root: str) -> str:
     return os.path.join(root, TXN_DIR)

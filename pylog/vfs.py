@@ -8,6 +8,7 @@ Reads (``os.pread``, ``mmap``) do not go through here: they cannot change what i
 """
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any
 
@@ -46,7 +47,8 @@ def uninstall() -> None:
 
 
 def makedirs(path: str) -> None:
-    """os.makedirs(exist_ok=True) through :func:`mkdir`."""
+    """os.makedirs(exist_ok=True) through :func:`mkdir`. A file where a directory of the
+    path should be raises NotADirectoryError naming that file (not "File exists")."""
     if os.path.isdir(path):
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -56,4 +58,4 @@ def makedirs(path: str) -> None:
         mkdir(path, 0o755)
     except FileExistsError:
         if not os.path.isdir(path):
-            raise
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory (a file has that name)", path) from None

@@ -144,6 +144,8 @@ run_target() {  # run_target NAME ARCH CPU EXPECT FORCE
     unset PYTHONPATH PYLOG_BACKEND
     export QEMU_CPU=$cpu TMPDIR=$out/tmp PYLOG_EXPECT_CRC_IMPL=$expect
     export HYPOTHESIS_PROFILE=${ARM_HYPOTHESIS_PROFILE:-default} HYPOTHESIS_STORAGE_DIRECTORY=$out/hypothesis
+    # Debian's ARM packages have no Kafka clients, docs tools or linters: their tests skip here
+    export PYLOG_TEST_SUBSET=1
     if [ "$force" = 1 ]; then export PYLOG_CRC32C_FORCE_PORTABLE=1; else unset PYLOG_CRC32C_FORCE_PORTABLE; fi
     # shellcheck disable=SC2086
     exec timeout -k 20 "$ARM_TARGET_TIMEOUT" "$PYQ" -m pytest -q -p no:cacheprovider -m "$ARM_MARKERS" \

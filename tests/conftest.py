@@ -24,6 +24,50 @@ settings.register_profile("expensive", max_examples=2000, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "expensive" if LONG else "default"))
 
 
+# The modules the README's install (``pip install -e ".[spark,test]"``) provides, by import name,
+# with the distribution that has each. A missing one stops the run before it starts: its tests
+# would otherwise skip whole suites (the broker's, the docs site's) behind a line of the summary.
+# PYLOG_TEST_SUBSET=1 lets a run without them go on, skipping their tests: the emulated ARM suite
+# (scripts/test-arm.sh) and cibuildwheel's test run set it.
+EXTRA_MODULES = {
+    "hypothesis": "hypothesis", "psutil": "psutil", "crc32c": "crc32c", "pyarrow": "pyarrow",
+    "wheel": "wheel", "ruff": "ruff", "mypy": "mypy",
+    "kio": "kio", "kafka": "kafka-python", "confluent_kafka": "confluent-kafka", "aiokafka": "aiokafka",
+    "cryptography": "cryptography", "lz4": "lz4", "zstandard": "zstandard", "cramjam": "cramjam",
+    "snappy": "python-snappy", "mkdocs": "mkdocs", "material": "mkdocs-material",
+    "mkdocstrings": "mkdocstrings", "mkdocstrings_handlers.python": "mkdocstrings[python]",
+    "lmdb": "lmdb", "rocksdict": "rocksdict", "queuelib": "queuelib", "redis": "redis",
+}
+if sys.version_info >= (3, 11):  # the spark extra needs 3.11
+    EXTRA_MODULES["pyspark"] = "pyspark"
+
+
+def missing_extras() -> list[str]:
+    """The distributions of EXTRA_MODULES that are not installed."""
+    import importlib.util
+
+    missing = []
+    for mod, dist in EXTRA_MODULES.items():
+        try:
+            found = importlib.util.find_spec(mod) is not None
+        except ImportError:  # a parent package is missing
+            found = False
+        if not found:
+            missing.append(dist)
+    return missing
+
+
+def pytest_configure(config):
+    """Refuse to start without the test extra (see EXTRA_MODULES)."""
+    if os.environ.get("PYLOG_TEST_SUBSET") == "1":
+        return
+    missing = missing_extras()
+    if missing:
+        raise pytest.UsageError(
+            f"the test dependencies {', '.join(missing)} are not installed, and the tests that need them would "
+            'be skipped: pip install -e ".[spark,test]" (or set PYLOG_TEST_SUBSET=1 to run without them)')
+
+
 def scaled(ci: int, long: int) -> int:
     """An iteration count: ``ci`` normally, ``long`` with PYLOG_LONG=1."""
     return long if LONG else ci

@@ -523,6 +523,10 @@ def test_the_docs_site_builds_strict(tmp_path):
     assert 'id="pylog.Log.append_batch"' in api and "recovery_report" in api
     assert 'id="pylog.groups.reset_group"' in api and "exactly one of" in api
     assert ":class:" not in api and ":meth:" not in api
+    # the broker's library names (issue 26), and every error under pylog.errors
+    for name in ("pylog.serve.server.Server", "pylog.serve.security.add_user", "pylog.serve.headers.decode_headers",
+                 "pylog.errors.TransactionError"):
+        assert f'id="{name}"' in api, name
     bench = (site / "benchmarks.html").read_text()
     for png in ("compare-throughput.png", "compare-latency.png", "compare-targets.png"):
         assert f"img/{png}" in bench and (site / "img" / png).stat().st_size > 10_000

@@ -20,6 +20,9 @@ API = [
     ("pylog.errors", None),
     ("pylog.testing", ["CrashFS", "PowerCut", "simulate_crash", "LogMachine"]),
     ("pylog.arrow", None),
+    ("pylog.serve.server", ["Server", "serve"]),
+    ("pylog.serve.security", ["add_user"]),
+    ("pylog.serve.headers", ["encode_headers", "decode_headers", "is_headers"]),
 ]
 
 

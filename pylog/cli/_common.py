@@ -46,10 +46,15 @@ def _store(ctx: click.Context, *, create: bool = False, readonly: bool = False, 
     from pylog.topics import LogStore
 
     root = ctx.obj["root"]
-    if not create and not os.path.isdir(root):
-        raise CliError(f"data root {root!r} does not exist (create a topic first, or pass --root)")
     if os.path.exists(root) and not os.path.isdir(root):
         raise CliError(f"data root {root!r} is not a directory")
+    if not create and not os.path.isdir(root):
+        raise CliError(f"data root {root!r} does not exist (create a topic first, or pass --root)")
+    above = os.path.dirname(os.path.abspath(root))
+    while not os.path.lexists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):  # e.g. --root FILE/sub: not "File exists"
+        raise CliError(f"data root {root!r} cannot be a directory: {above!r} is a file")
     if os.path.isdir(root) and not os.access(root, os.R_OK | os.X_OK):
         raise CliError(f"data root {root!r} is not readable")
     if not readonly and os.path.isdir(root) and not os.access(root, os.W_OK):

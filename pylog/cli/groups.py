@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import click
@@ -25,8 +24,7 @@ def _dash(v: Any) -> str:
 @click.pass_context
 def group_list(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
     """List the consumer groups, one per line."""
-    root = ctx.obj["root"]
-    names = _store(ctx).groups(topic_name) if os.path.isdir(root) or topic_name else []
+    names = _store(ctx, readonly=True).groups(topic_name)
     if fmt_ == "json":
         click.echo(json.dumps(names))
         return
@@ -41,7 +39,7 @@ def group_list(ctx: click.Context, topic_name: str | None, fmt_: str) -> None:
 @click.pass_context
 def group_describe(ctx: click.Context, group_name: str, topic_name: str | None, fmt_: str) -> None:
     """Per partition: committed offset, log end, lag and the live consumer that owns it."""
-    info = _store(ctx).describe_group(group_name, topic_name)
+    info = _store(ctx, readonly=True).describe_group(group_name, topic_name)
     if fmt_ == "json":
         click.echo(json.dumps(info, indent=1))
         return
@@ -50,11 +48,15 @@ def group_describe(ctx: click.Context, group_name: str, topic_name: str | None, 
         owner = r["owner"] or "-"
         if r["damaged"]:
             owner += " (committed-offset file damaged: ignored)"
+        lag = _dash(r["lag"]) + ("*" if r["out_of_range"] else "")
         rows.append((group_name, r["topic"], str(r["partition"]), _dash(r["committed"]), str(r["log_end"]),
-                     _dash(r["lag"]), owner))
+                     lag, owner))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    if any(r["out_of_range"] for r in info["partitions"]):
+        click.echo("* the committed offset is outside the log: the next consumer starts per its "
+                   "auto_offset_reset; the lag counts from the log start (earliest, the default)")
     members = info["members"]
     click.echo(f"\n{len(members)} live member{'s' if len(members) != 1 else ''}"
                f"{': ' + '; '.join(members) if members else ''}")

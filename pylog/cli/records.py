@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import operator
 import os
@@ -42,6 +43,50 @@ def _lines(streams: list[tuple[str, BinaryIO]]) -> Iterator[tuple[str, int, list
             yield name, first, [rest[:-1] if rest.endswith(b"\r") else rest]
 
 
+def _encode_headers(headers: tuple[str, ...]) -> Any:
+    """The metadata of ``--header NAME=VALUE`` options: Kafka's header encoding, as the broker
+    keeps a Kafka record's headers (pylog.serve.headers; needs no kio)."""
+    from pylog.serve.headers import encode_headers
+
+    pairs = []
+    for h in headers:
+        name, sep, value = h.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{h!r} is not NAME=VALUE", param_hint="--header")
+        pairs.append((name, value.encode()))
+    return encode_headers(pairs)
+
+
+def _json_headers(obj: dict[str, Any], metadata: Any) -> None:
+    """``headers`` of a consumed record whose metadata is Kafka headers (what a Kafka client
+    produced through pylog serve, or --header wrote), as ``[[name, value or null], ...]``."""
+    if metadata is None:
+        return
+    from pylog.serve.headers import decode_headers, is_headers
+
+    if is_headers(metadata):
+        try:
+            obj["headers"] = [[k, None if v is None else v.decode()] for k, v in decode_headers(metadata)]
+        except UnicodeDecodeError:
+            pass  # not text: the bytes are in metadata_base64
+
+
+def _served(root: str) -> bool:
+    """Whether a ``pylog serve`` serves ``root``: it holds the flock of ``.serve.lock``
+    (pylog.serve.broker.SERVE_LOCK; not imported, as pylog.serve needs the serve extra)."""
+    try:
+        fd = os.open(os.path.join(root, ".serve.lock"), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops a lock it took
+    return False
+
+
 class _BadLine(Exception):
     def __init__(self, index: int, why: str) -> None:
         super().__init__(why)
@@ -80,13 +125,15 @@ def _parse_json_line(line: bytes) -> tuple[bytes | None, bytes | None, bytes | N
     for name, v in (("timestamp", ts), ("partition", part)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+    if "value" not in obj and "value_base64" not in obj:  # a typo ("vaule") must not make a tombstone
+        raise ValueError('has no "value" (or "value_base64") field; "value": null writes a tombstone')
     return _json_bytes(obj, "key"), _json_bytes(obj, "value"), _json_bytes(obj, "metadata"), ts, part
 
 
 def _parse_ts(text: str) -> int:
     """A --timestamp: milliseconds since the epoch, or an ISO 8601 date/time."""
     try:
-        return int(text)
+        ms = int(text)
     except ValueError:
         from pylog.groups import parse_datetime
 
@@ -95,6 +142,9 @@ def _parse_ts(text: str) -> int:
         except ValueError as e:
             raise click.BadParameter(f"{text!r} is neither milliseconds since the epoch nor an ISO 8601 "
                                      f"date/time", param_hint="--timestamp") from e
+    if ms < 0:  # a usage error (exit 2) before any input is read, as a malformed one
+        raise click.BadParameter(f"{text!r} is before the epoch (milliseconds >= 0)", param_hint="--timestamp")
+    return ms
 
 
 @click.command(context_settings=CONTEXT)
@@ -110,6 +160,9 @@ def _parse_ts(text: str) -> int:
 @click.option("--null-marker", default=None, metavar="TEXT",
               help="text format: a value equal to TEXT is a tombstone (a record whose value is None).")
 @click.option("-H", "--metadata", default=None, metavar="TEXT", help="text format: metadata of every record.")
+@click.option("--header", "headers", multiple=True, metavar="NAME=VALUE",
+              help="text format: a Kafka header of every record (repeatable): what Kafka clients of pylog serve "
+                   "see as headers (-H is pylog's own metadata, which they see as one header pylog.metadata).")
 @click.option("--timestamp", "timestamp_", default=None, metavar="MS|ISO",
               help="text format: timestamp of every record (ms since the epoch, or ISO 8601; default: now).")
 @click.option("--lock-timeout", type=click.FloatRange(0, 1e9), default=10.0, show_default=True,
@@ -118,7 +171,7 @@ def _parse_ts(text: str) -> int:
 @click.pass_context
 def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_separator: str | None,
             partition: int | None, fmt_: str, null_marker: str | None, metadata: str | None,
-            timestamp_: str | None, lock_timeout: float) -> None:
+            headers: tuple[str, ...], timestamp_: str | None, lock_timeout: float) -> None:
     """Append one record per line of FILES (default: stdin) to TOPIC.
 
     A line's trailing newline (\\n or \\r\\n) is not part of the record. With --key-separator,
@@ -138,19 +191,26 @@ def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_sep
         key_separator = key_separator.replace("\\t", "\t")  # -k '\t' as typed in a shell
     if fmt_ == "json":
         for flag, v in (("--key-separator", key_separator), ("--null-marker", null_marker),
-                        ("--metadata", metadata), ("--timestamp", timestamp_)):
+                        ("--metadata", metadata), ("--timestamp", timestamp_), ("--header", headers or None)):
             if v is not None:
                 raise click.UsageError(f"{flag} is for the text format (a JSON line carries its own fields)")
     ts = _parse_ts(timestamp_) if timestamp_ is not None else None
+    if headers:
+        if metadata is not None:
+            raise click.UsageError("give -H/--metadata or --header, not both (headers are kept in the metadata)")
+        metadata = _encode_headers(headers)
     store = _store(ctx, lock_timeout=lock_timeout)
     t = store.topic(topic_name)
     if partition is not None:
         t._check_partition(partition)
+    if _served(store.root):  # it writes every partition: waiting for a lock would be in vain
+        raise CliError(f"pylog serve is serving the data root {store.root!r} and writes its partitions: "
+                       "produce through the broker (a Kafka client, e.g. kcat -P)")
     try:  # every lock before the first byte of input: two producers never interleave by chance
         for p in [partition] if partition is not None else range(t.partitions):
             t.partition(p)
     except LogLockedError as e:
-        raise CliError(f"{e}; another producer is writing it (see --lock-timeout)") from None
+        raise CliError(f"{e}; another process is writing it (see --lock-timeout)") from None
     limit = t.config.max_record_bytes
     streams: list[tuple[str, BinaryIO]] = []
     try:
@@ -164,7 +224,7 @@ def produce(ctx: click.Context, topic_name: str, files: tuple[str, ...], key_sep
                     raise CliError(f"cannot read {name}: {e.strerror}") from None
         sep = key_separator.encode() if key_separator is not None else None
         null = null_marker.encode() if null_marker is not None else None
-        meta = metadata.encode() if metadata is not None else None
+        meta = (metadata if isinstance(metadata, bytes) else metadata.encode()) if metadata is not None else None
         count = 0
         for source, first, lines in _lines(streams):
             try:
@@ -584,6 +644,7 @@ def _consume_loop(consumer: Any, out: _Output, done: dict[int, int], topic_name:
                     _json_field(obj, "key", r[2])
                     _json_field(obj, "value", r[3])
                     _json_field(obj, "metadata", r[4])
+                    _json_headers(obj, r[4])
                     lines.append(json.dumps(obj).encode() + b"\n")
                 lengths = [len(x) for x in lines]
                 data = b"".join(lines)
