@@ -75,8 +75,6 @@ from pylog.errors import (
     CorruptRecordError,
     InvalidArgumentError,
     InvalidTimestampError,
-    LogLockedError,
-    PylogError,
     TransactionError,
     UnknownTopicError,
 )
