@@ -418,6 +418,26 @@ def test_a_started_size_is_under_the_request_timeout(tmp_path):
         assert b.stop() == 0
 
 
+def test_limit_flags_are_checked_before_anything_starts(tmp_path, capsys):
+    """A bad bound is a usage error naming the flag and the value; nothing is created."""
+    from pylog.cli import main
+    from pylog.serve import Server
+
+    for args, words in ((["--queued-max-request-bytes", "1MiB"], "at least --max-request-bytes"),
+                        (["--fetch-max-bytes", "lots"], "'lots' is not a size"),
+                        (["--max-connections", "0"], "--max-connections"),
+                        (["--request-timeout", "0s"], "not a positive duration")):
+        with pytest.raises(SystemExit) as e:
+            main(["--root", str(tmp_path / "r"), "serve", "--port", "0", *args])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and words in err, (args, err)
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(pylog.errors.InvalidArgumentError, match="max_connections must be a positive integer, not 0"):
+        Server(str(tmp_path / "r"), max_connections=0)
+    with pytest.raises(pylog.errors.InvalidArgumentError, match=r"queued_max_request_bytes \(10\) must be at least"):
+        Server(str(tmp_path / "r"), queued_max_request_bytes=10)
+
+
 def test_open_files_limit_raised_and_running_out_refuses_at_accept(tmp_path):
     """Started with a soft RLIMIT_NOFILE of 32 and a hard one of 64, the broker runs with 64.
     Then 150 clients connect: those without a descriptor are closed at accept and counted
