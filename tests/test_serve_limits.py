@@ -418,38 +418,42 @@ def test_a_started_size_is_under_the_request_timeout(tmp_path):
         assert b.stop() == 0
 
 
-def test_open_files_soft_limit_raised_to_hard(tmp_path):
-    """Started with a soft RLIMIT_NOFILE of 256 (hard 4096), the broker runs with 4096."""
-    if not shutil.which("prlimit"):
-        pytest.skip("prlimit (util-linux) is not installed")
-    cmd = ["prlimit", "--nofile=256:4096", "--", sys.executable, "-m", "pylog.cli", "--root", str(tmp_path / "r"),
-           "serve", "--port", "0"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=py_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        assert "listening on" in proc.stdout.readline()
-        with open(f"/proc/{proc.pid}/limits") as f:
-            row = next(x for x in f if x.startswith("Max open files")).split()
-        assert row[3:5] == ["4096", "4096"]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert "raised from 256 to 4096" in err
+def test_limit_flags_are_checked_before_anything_starts(tmp_path, capsys):
+    """A bad bound is a usage error naming the flag and the value; nothing is created."""
+    from pylog.cli import main
+    from pylog.serve import Server
+
+    for args, words in ((["--queued-max-request-bytes", "1MiB"], "at least --max-request-bytes"),
+                        (["--fetch-max-bytes", "lots"], "'lots' is not a size"),
+                        (["--max-connections", "0"], "--max-connections"),
+                        (["--request-timeout", "0s"], "not a positive duration")):
+        with pytest.raises(SystemExit) as e:
+            main(["--root", str(tmp_path / "r"), "serve", "--port", "0", *args])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and words in err, (args, err)
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(pylog.errors.InvalidArgumentError, match="max_connections must be a positive integer, not 0"):
+        Server(str(tmp_path / "r"), max_connections=0)
+    with pytest.raises(pylog.errors.InvalidArgumentError, match=r"queued_max_request_bytes \(10\) must be at least"):
+        Server(str(tmp_path / "r"), queued_max_request_bytes=10)
 
 
-def test_out_of_descriptors_refuses_at_accept_without_tracebacks(tmp_path):
-    """Under a hard RLIMIT_NOFILE of 64, 150 clients connect: those without a descriptor
-    are closed at accept and counted in one warning line, not a traceback per attempt
-    (asyncio's accept loop logs up to 100 per round), and the broker serves once they go."""
+def test_open_files_limit_raised_and_running_out_refuses_at_accept(tmp_path):
+    """Started with a soft RLIMIT_NOFILE of 32 and a hard one of 64, the broker runs with 64.
+    Then 150 clients connect: those without a descriptor are closed at accept and counted
+    in one warning line, not a traceback per attempt (asyncio's accept loop logs up to 100
+    per round), and the broker serves once they go."""
     if not shutil.which("prlimit"):
         pytest.skip("prlimit (util-linux) is not installed")
-    cmd = ["prlimit", "--nofile=64:64", "--", sys.executable, "-m", "pylog.cli", "--root", str(tmp_path / "r"),
+    cmd = ["prlimit", "--nofile=32:64", "--", sys.executable, "-m", "pylog.cli", "--root", str(tmp_path / "r"),
            "serve", "--port", "0"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=py_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline().rsplit(":", 1)[1])
+        with open(f"/proc/{proc.pid}/limits") as f:
+            row = next(x for x in f if x.startswith("Max open files")).split()
+        assert row[3:5] == ["64", "64"]
         socks = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(150)]
         refused = 0
         for s in socks[-60:]:  # past the limit: closed unanswered
@@ -474,6 +478,7 @@ def test_out_of_descriptors_refuses_at_accept_without_tracebacks(tmp_path):
     assert "Traceback" not in err, err[:3000]
     lines = [x for x in err.splitlines() if "refusing connections: no descriptor left (EMFILE" in x]
     assert 1 <= len(lines) <= 3, err[:3000]
+    assert "raised from 32 to 64" in err
     assert "open files limit (64) is below max.connections (1000)" in err
 
 
