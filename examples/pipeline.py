@@ -58,16 +58,26 @@ def connect_back_failed(e: BaseException) -> bool:
 ATTEMPTS = 3
 
 
+class ConnectBackError(RuntimeError):
+    """Every run of a stage failed: Spark's Python worker did not connect back in time."""
+
+
 def with_retry(stage: Callable[[], None], name: str, pause: float = 5.0) -> None:
     """Run ``stage``; run it again (up to ATTEMPTS runs in all, ``pause`` seconds apart) while
-    Spark's Python worker fails to connect back. Any other failure is raised at once."""
+    Spark's Python worker fails to connect back, then raise ConnectBackError. Any other
+    failure is raised at once."""
     for attempt in range(1, ATTEMPTS + 1):
         try:
             stage()
             return
         except Exception as e:
-            if not connect_back_failed(e) or attempt == ATTEMPTS:
+            if not connect_back_failed(e):
                 raise
+            if attempt == ATTEMPTS:
+                load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+                raise ConnectBackError(
+                    f"{name}: Spark's Python worker did not connect back within the JVM's 10 s in {ATTEMPTS} runs: "
+                    f"the machine is too busy (load average {load}); run the job on a quieter one") from e
         print(f"{name}: Spark's Python worker did not connect back in time (a busy machine?); "
               f"running the stage again ({attempt + 1} of {ATTEMPTS})", file=sys.stderr)
         time.sleep(pause)
@@ -86,6 +96,9 @@ def main() -> int:
     root = args.root or tempfile.mkdtemp(prefix="pylog-pipeline-")
     try:
         return run(root, args.events)
+    except ConnectBackError as e:  # one line, not Spark's 100-line traceback
+        print(f"pipeline: {e}", file=sys.stderr)
+        return 1
     finally:
         if not args.root:  # on every exit: success, a failure, Ctrl-C
             shutil.rmtree(root, ignore_errors=True)

@@ -69,7 +69,7 @@ def test_a_stage_runs_again_after_a_connect_back_failure_a_bounded_number_of_tim
         raise RuntimeError("Python worker failed to connect back")
 
     calls.clear()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(pipeline.ConnectBackError, match="did not connect back within the JVM's 10 s in 3 runs"):
         pipeline.with_retry(always, "stream", pause=0)
     assert len(calls) == pipeline.ATTEMPTS == 3  # a few more times, not forever
 
