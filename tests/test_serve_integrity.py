@@ -307,3 +307,173 @@ def test_full_disk_refused_batch_is_not_served_after_a_restart(small_disk):
             assert _fetched(s, "f") == (0, 5, acked)
     finally:
         b.stop()
+
+
+# -- 1, 2. EIO: the refused batch is never served, its retry is answered right -------------
+@needs_strace
+@pytest.mark.parametrize("restart", [False, True])
+def test_eio_at_the_records_fdatasync_then_retry_exactly_once(tmp_path, restart):
+    """The fdatasync of an idempotent batch's records fails with EIO (strace): the batch is
+    answered KAFKA_STORAGE_ERROR, Fetch does not serve it, the partition is fenced. The
+    producer's retry, after the back-off (the partition reopens and cuts the refused
+    records) or after a broker restart (recovery may keep them: then the retry is the
+    duplicate it is), is answered with base offset 1 and the log holds the batch once."""
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("d", config=pylog.LogConfig(fsync="always")).append(b"a0")
+    pid, vals = 1000, [b"v%d" % i for i in range(5)]
+    # the first fdatasync of the append thread is the intent's, the second the records'
+    b = BrokerProcess(root, "--fence-backoff", "0.2", prefix=_strace("fdatasync:error=EIO:when=2"))
+    try:
+        with connect(b) as s:
+            assert _result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (56, -1)
+            assert _fetched(s, "d") == (0, 1, [b"a0"])
+            if not restart:
+                time.sleep(0.3)
+                assert _result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (0, 1)
+                assert _result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (0, 1)  # a duplicate
+                assert _fetched(s, "d") == (0, 6, [b"a0", *vals])
+    finally:
+        assert _stop_traced(b, signal.SIGTERM) == 0
+    if restart:
+        b = BrokerProcess(root)
+        try:
+            with connect(b) as s:
+                assert _result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (0, 1)
+        finally:
+            b.stop()
+    assert _values(root, "d") == [b"a0", *vals]
+
+
+@needs_strace
+def test_producer_state_that_cannot_be_rewritten_is_answered_then_loaded(tmp_path):
+    """Loading a partition's producer state rewrites its file; when that file's fsync fails
+    (EIO, strace) the idempotent Produce is answered KAFKA_STORAGE_ERROR on an open
+    connection and nothing is appended; the next Produce loads the state and is appended,
+    its retry is a duplicate, and the state is on disk: after a restart too."""
+    root = str(tmp_path / "root")
+    b = BrokerProcess(root)
+    try:
+        with connect(b) as s:
+            create_topic(s, "d")
+            assert _result(call(s, produce("d", _idem([b"a"], 1000, 0, 0)), 0, 9)) == (0, 0)
+    finally:
+        b.stop()
+    state = os.path.join(root, "d", "~producers", "partition-0.producers")
+    assert os.path.getsize(state) == 40
+    b = BrokerProcess(root, prefix=[*_strace("fsync:error=EIO:when=1"), "-P", state + ".tmp"])
+    try:
+        with connect(b) as s:
+            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (56, -1)
+            assert _fetched(s, "d") == (0, 1, [b"a"])
+            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 1)
+            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 1)
+            assert _result(call(s, produce("d", _idem([b"c"], 1000, 0, 2)), 0, 9)) == (0, 2)
+    finally:
+        assert _stop_traced(b, signal.SIGTERM) == 0
+    b = BrokerProcess(root)
+    try:
+        with connect(b) as s:
+            assert _result(call(s, produce("d", _idem([b"c"], 1000, 0, 2)), 0, 9)) == (0, 2)
+            assert _result(call(s, produce("d", _idem([b"x"], 1000, 0, 9)), 0, 9))[0] == 45  # a gap
+    finally:
+        b.stop()
+    assert _values(root, "d") == [b"a", b"b", b"c"]
+
+
+# -- 1. a real idempotent client across broker kills -----------------------------------------
+@needs_strace
+def test_confluent_idempotent_producer_across_sigkills_at_fdatasync(tmp_path):
+    """A confluent-kafka producer with enable.idempotence sends to two partitions
+    (flush.messages=1) while its broker is killed at an fdatasync (strace, a different Nth
+    each time: an intent's or the records') and restarted, KILLS times
+    (``PYLOG_INTEGRITY_KILLS``, default 2; more under PYLOG_LONG=1): every message is
+    delivered, and the log holds each exactly once."""
+    ck = pytest.importorskip("confluent_kafka")
+    from test_serve_idempotence import _Proxy
+
+    kills = int(os.environ.get("PYLOG_INTEGRITY_KILLS", "8" if LONG else "2"))
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("c", partitions=2, config=pylog.LogConfig(fsync="always"))
+    proxy = _Proxy()
+    n = 600 + 200 * kills
+    errors: list = []  # type: ignore[type-arg]
+    brokers: list[BrokerProcess] = []
+
+    def start(when: int | None) -> None:
+        prefix = _strace(f"fdatasync:signal=SIGKILL:when={when}") if when else None
+        brokers.append(BrokerProcess(root, "--advertise", f"127.0.0.1:{proxy.port}", prefix=prefix))
+        proxy.target = brokers[-1].port
+
+    def done(err, msg):  # type: ignore[no-untyped-def]
+        if err is not None:
+            errors.append(err)
+
+    p = None
+    try:
+        start(7)
+        p = ck.Producer({"bootstrap.servers": f"127.0.0.1:{proxy.port}", "enable.idempotence": True,
+                         "linger.ms": 5, "batch.num.messages": 25, "retry.backoff.ms": 50,
+                         "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
+                         "message.timeout.ms": 120000})
+        died = 0
+        for i in range(n):
+            p.produce("c", value=b"m%d" % i, partition=i % 2, on_delivery=done)
+            p.poll(0)
+            if i % 20 == 0:
+                time.sleep(0.01)
+            if brokers[-1].proc.poll() is not None:  # killed at its fdatasync: a new one
+                died += 1
+                brokers[-1].stop()
+                start(7 + 5 * died if died < kills else None)
+        deadline = time.monotonic() + 120
+        while died < kills:  # not reached yet: send more, so that every run has its kills
+            assert time.monotonic() < deadline, f"{died} of {kills} kills"
+            for _ in range(20):
+                p.produce("c", value=b"m%d" % n, partition=n % 2, on_delivery=done)
+                n += 1
+            p.flush(1)
+            if brokers[-1].proc.poll() is not None:
+                died += 1
+                brokers[-1].stop()
+                start(7 + 5 * died if died < kills else None)
+        assert p.flush(120) == 0
+        assert not errors, errors[:5]
+    finally:
+        proxy.stop.set()
+        for b in brokers:
+            if b.proc.poll() is None:
+                _stop_traced(b, signal.SIGTERM) if b.proc.args[0] == STRACE else b.stop()
+    got = _values(root, "c", 0) + _values(root, "c", 1)
+    dups = len(got) - len(set(got))
+    print(f"{kills} kills: {len(got)} records, {dups} duplicates, {n - len(set(got))} missing")
+    assert dups == 0 and sorted(got) == sorted(b"m%d" % i for i in range(n))
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="prlimit is not installed")
+def test_emfile_at_a_roll_is_a_refusal_not_a_fence(tmp_path):
+    """An append that must roll to a new segment while the broker has no descriptor left
+    (soft RLIMIT_NOFILE lowered by prlimit) is answered KAFKA_STORAGE_ERROR; EMFILE does
+    not fence: once descriptors are free the next Produce is appended at once, though the
+    back-off for I/O errors is an hour."""
+    root = str(tmp_path / "root")
+    b = BrokerProcess(root, "--fence-backoff", "3600")
+    try:
+        with connect(b) as s:
+            create_topic(s, "r", segment_bytes="4096")
+            assert _codes(call(s, produce("r", batch([b"a" * 100])), 0, 9)) == [0]
+            n = _fds(b.proc.pid)
+            soft = int(open(f"/proc/{b.proc.pid}/limits").read().split("Max open files")[1].split()[0])
+            subprocess.run(["prlimit", f"--pid={b.proc.pid}", f"--nofile={n}:"], check=True)
+            try:
+                assert _codes(call(s, produce("r", batch([b"b" * 1000] * 8)), 0, 9)) == [56]
+            finally:
+                subprocess.run(["prlimit", f"--pid={b.proc.pid}", f"--nofile={soft}:"], check=True)
+            assert _codes(call(s, produce("r", batch([b"c" * 1000] * 8)), 0, 9)) == [0]
+            assert _fetched(s, "r")[2][0] == b"a" * 100
+    finally:
+        assert b.stop() == 0
+    err = b.stderr()
+    assert "partition r-0 refused an append" in err and "is fenced" not in err, err
+    assert _values(root, "r") == [b"a" * 100] + [b"c" * 1000] * 8
