@@ -344,14 +344,16 @@ class Broker:
         g = self._gates.get(key)
         return g if g is not None else self._gates.setdefault(key, _Gate())
 
-    def _append(self, name: str, i: int, records: Any,
-                idem: tuple[tuple[int, int, int, int], Any] | None = None) -> tuple[int, int, int]:
+    def _append(self, name: str, i: int, records: Any, idem: tuple[tuple[int, int, int, int], Any] | None = None,
+                log: Log | None = None) -> tuple[int, int, int]:
         """Decode and append one partition's data, all or nothing: (error, base offset, start).
         ``idem``: (producer, state) of an idempotent batch that :meth:`Producers.check`
-        let through; its intent is written right before the records (producers.py)."""
-        log, err = self._writable(name, i)
+        let through, and ``log`` the partition it was checked against; its intent is
+        written right before the records (producers.py)."""
         if log is None:
-            return err, -1, -1
+            log, err = self._writable(name, i)
+            if log is None:
+                return err, -1, -1
         try:
             d = decode_records(records, self.max_decompressed_bytes)
         except BatchError as e:
@@ -447,7 +449,7 @@ class Broker:
         try:
             # the intent is written before the records, as durable as they will be
             # (fdatasync'd first under fsync=always): the state is never older than the log
-            return self._append(name, i, records, (prod, part))
+            return self._append(name, i, records, (prod, part), log)
         finally:
             self.producers.release(part)
 

@@ -183,13 +183,14 @@ class Producers:
         self._partition(topic, i, log)
 
     def forget(self, topic: str, i: int) -> None:
-        """Drop what is loaded of ``topic``/``i`` (its log is being reopened): the next
-        :meth:`load` checks the file against the reopened log again."""
+        """Drop what is loaded of ``topic``/``i`` (its log is being reopened, with no append
+        under way): the next :meth:`load` checks the file against the reopened log again."""
         with self._lock:
             part = self._parts.pop((topic, i), None)
         if part is not None:
-            with part.lock:
-                self._close_fd(part)
+            # not under part.lock: the caller may hold it (a produce that reopens the
+            # partition), and no intent is written meanwhile (the broker's gate is held)
+            self._close_fd(part)
 
     def forget_topic(self, topic: str) -> None:
         """Drop what is loaded of every partition of ``topic`` (deleted)."""
