@@ -8,6 +8,7 @@ resource errors (EMFILE) do not fence; a fenced partition is reopened without a 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -64,6 +65,19 @@ def _strace(spec: str) -> list[str]:
     return [STRACE or "strace", "-f", "-qq", "-o", os.devnull, "-e", f"inject={spec}"]
 
 
+@contextlib.contextmanager
+def _restarted(root: str):  # type: ignore[no-untyped-def]
+    """A broker over ``root`` in this process (a restart, without a process's start-up
+    time); its ``produce(data)`` appends one partition's data to d/0: (error, base)."""
+    from pylog.serve.broker import Broker
+
+    broker = Broker(root, port=0)
+    try:
+        yield lambda data, topic="d": broker._append_checked(topic, 0, data)[:2]
+    finally:
+        broker.close()
+
+
 def _tracee(b: BrokerProcess) -> int | None:
     """The pid of the broker that strace (``b.proc``) runs, or None once it is gone."""
     try:
@@ -117,15 +131,10 @@ def test_sigkill_at_fdatasync_then_retry_is_a_duplicate(tmp_path, when):
     finally:
         _stop_traced(b)
     assert answered == (when - 1) // 2  # killed at the batch whose fdatasync it was
-    b = BrokerProcess(root)
-    try:
-        with connect(b) as s:
-            for k in range(answered, 3):
-                assert _result(call(s, produce("d", _idem(sent[k], pid, epoch, 1 + 5 * k)), 0, 9)) == (0, 1 + 5 * k)
-            # the next batch follows on
-            assert _result(call(s, produce("d", _idem([b"n"], pid, epoch, 16)), 0, 9)) == (0, 16)
-    finally:
-        b.stop()
+    with _restarted(root) as send:
+        for k in range(answered, 3):
+            assert send(_idem(sent[k], pid, epoch, 1 + 5 * k)) == (0, 1 + 5 * k)
+        assert send(_idem([b"n"], pid, epoch, 16)) == (0, 16)  # the next batch follows on
     assert _values(root, "d") == [b"a0", *sent[0], *sent[1], *sent[2], b"n"]
 
 
@@ -258,8 +267,9 @@ def test_full_disk_refused_batch_is_never_served_and_the_partition_reopens(small
 
 def test_full_disk_recovery_still_serves_reads(small_disk):
     """A broker killed (SIGKILL) and restarted on a disk full to the brim: the partition's
-    recovery cannot write its side files, yet Fetch serves what it holds, a Produce is
-    answered KAFKA_STORAGE_ERROR on the connection, which stays open; SIGTERM exits 0."""
+    recovery cannot write its side files, yet Fetch serves what it holds; a Produce, a
+    CreateTopics and Metadata's auto-creation are answered KAFKA_STORAGE_ERROR on the
+    connection, which stays open; SIGTERM exits 0."""
     root = str(small_disk / "root")
     b = BrokerProcess(root)
     try:
@@ -276,12 +286,21 @@ def test_full_disk_recovery_still_serves_reads(small_disk):
             assert _fetched(s, "f") == (0, 5, acked)
             assert _codes(call(s, produce("f", batch([b"x"])), 0, 9)) == [56]
             assert _fetched(s, "f") == (0, 5, acked)
+            # creating a topic on the full disk: answered on that topic, the connection stays
+            r = call(s, frame(19, 7, {"topics": [{"name": "g", "num_partitions": 2, "replication_factor": 1,
+                                                  "configs": []}], "timeout": 5000}), 19, 7)
+            assert r.topics[0].error_code == 56, r
+            r = call(s, frame(3, 9, {"topics": [{"name": "h"}], "allow_auto_topic_creation": True,
+                                     "include_topic_authorized_operations": False}), 3, 9)
+            assert r.topics[0].error_code == 56, r
+            assert _fetched(s, "f") == (0, 5, acked)
         assert b.stop() == 0
     finally:
         b.stop()
     assert "Traceback" not in b.stderr()
 
 
+@pytest.mark.skipif(not LONG, reason="PYLOG_LONG=1: an expected failure until the log layer's fix is merged")
 @pytest.mark.xfail(reason="needs the log layer's all-or-nothing append_batch on a full disk (the 'torn' "
                           "branch): recovery after a restart keeps whole frames of a refused batch", strict=False)
 def test_full_disk_refused_batch_is_not_served_after_a_restart(small_disk):
@@ -336,12 +355,8 @@ def test_eio_at_the_records_fdatasync_then_retry_exactly_once(tmp_path, restart)
     finally:
         assert _stop_traced(b, signal.SIGTERM) == 0
     if restart:
-        b = BrokerProcess(root)
-        try:
-            with connect(b) as s:
-                assert _result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (0, 1)
-        finally:
-            b.stop()
+        with _restarted(root) as send:
+            assert send(_idem(vals, pid, 0, 0)) == (0, 1)
     assert _values(root, "d") == [b"a0", *vals]
 
 
@@ -352,13 +367,10 @@ def test_producer_state_that_cannot_be_rewritten_is_answered_then_loaded(tmp_pat
     connection and nothing is appended; the next Produce loads the state and is appended,
     its retry is a duplicate, and the state is on disk: after a restart too."""
     root = str(tmp_path / "root")
-    b = BrokerProcess(root)
-    try:
-        with connect(b) as s:
-            create_topic(s, "d")
-            assert _result(call(s, produce("d", _idem([b"a"], 1000, 0, 0)), 0, 9)) == (0, 0)
-    finally:
-        b.stop()
+    with pylog.LogStore(root) as store:
+        store.create_topic("d")
+    with _restarted(root) as send:
+        assert send(_idem([b"a"], 1000, 0, 0)) == (0, 0)
     (name,) = os.listdir(os.path.join(root, "d", "~producers"))  # partition-0.producers
     state = os.path.join(root, "d", "~producers", name)
     b = BrokerProcess(root, prefix=[*_strace("fsync:error=EIO:when=1"), "-P", state + ".tmp"])
@@ -371,13 +383,9 @@ def test_producer_state_that_cannot_be_rewritten_is_answered_then_loaded(tmp_pat
             assert _result(call(s, produce("d", _idem([b"c"], 1000, 0, 2)), 0, 9)) == (0, 2)
     finally:
         assert _stop_traced(b, signal.SIGTERM) == 0
-    b = BrokerProcess(root)
-    try:
-        with connect(b) as s:
-            assert _result(call(s, produce("d", _idem([b"c"], 1000, 0, 2)), 0, 9)) == (0, 2)
-            assert _result(call(s, produce("d", _idem([b"x"], 1000, 0, 9)), 0, 9))[0] == 45  # a gap
-    finally:
-        b.stop()
+    with _restarted(root) as send:
+        assert send(_idem([b"c"], 1000, 0, 2)) == (0, 2)
+        assert send(_idem([b"x"], 1000, 0, 9))[0] == 45  # a gap
     assert _values(root, "d") == [b"a", b"b", b"c"]
 
 
