@@ -486,3 +486,25 @@ def test_emfile_at_a_roll_is_a_refusal_not_a_fence(tmp_path):
     err = b.stderr()
     assert "partition r-0 refused an append" in err and "is fenced" not in err, err
     assert _values(root, "r") == [b"a" * 100] + [b"c" * 1000] * 8
+
+
+@needs_strace
+def test_eacces_opening_a_partition_is_answered_on_that_partition(tmp_path):
+    """Opening one partition fails with EACCES (strace, at the open of its lock file): a
+    Produce to two partitions is answered 0 and KAFKA_STORAGE_ERROR on a connection that
+    stays open; the failure is not remembered: the next Produce opens the partition and
+    is appended."""
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("p", partitions=2)
+    lock = os.path.join(root, "p", "partition-1", ".lock")
+    b = BrokerProcess(root, prefix=[*_strace("openat:error=EACCES:when=1"), "-P", lock])
+    try:
+        with connect(b) as s:
+            assert _codes(call(s, _produce_all("p", 2, [b"x"]), 0, 9)) == [0, 56]
+            assert _codes(call(s, _produce_all("p", 2, [b"y"]), 0, 9)) == [0, 0]
+    finally:
+        assert _stop_traced(b, signal.SIGTERM) == 0
+    err = b.stderr()
+    assert err.count("partition p-1 cannot be opened for writing") == 1 and "Permission denied" in err, err
+    assert _values(root, "p", 0) == [b"x", b"y"] and _values(root, "p", 1) == [b"y"]
