@@ -508,3 +508,55 @@ def test_eacces_opening_a_partition_is_answered_on_that_partition(tmp_path):
     err = b.stderr()
     assert err.count("partition p-1 cannot be opened for writing") == 1 and "Permission denied" in err, err
     assert _values(root, "p", 0) == [b"x", b"y"] and _values(root, "p", 1) == [b"y"]
+
+
+def test_power_cut_at_every_step_of_an_idempotent_append(tmp_path):
+    """A simulated power cut (pylog.testing.CrashFS: every file as of its last fsync, the
+    bytes written since torn at a random point) before each file operation in turn of a
+    broker appending an idempotent batch under fsync=always, and after its answer: after
+    the cut the retry is answered with base offset 1 (a duplicate where the records were
+    durable, appended where not), and the log holds the batch once."""
+    from pylog.serve.broker import Broker
+    from pylog.testing import CrashFS, PowerCut, simulate_crash
+
+    vals = [b"v%d" % i for i in range(5)]
+    prepared = tmp_path / "prepared"
+    with pylog.LogStore(str(prepared / "root")) as store:
+        store.create_topic("d", config=pylog.LogConfig(fsync="always")).append(b"a0")
+
+    def run(fs: CrashFS, root: str) -> None:
+        broker = None
+        with fs:
+            try:
+                broker = Broker(root, port=0)
+                assert broker._append_checked("d", 0, _idem(vals, 1000, 0, 0))[:2] == (0, 1)
+            except PowerCut:
+                pass
+        if broker is not None:  # abandoned as a power cut leaves it: nothing more written
+            broker._pool.shutdown()
+            broker.producers.close()
+            for t in list(broker.store._topics.values()):
+                for log in t._logs:
+                    if log is not None:
+                        simulate_crash(log)
+            os.close(broker._lock_fd)
+
+    def copy(name: str) -> str:
+        shutil.copytree(prepared, tmp_path / name)
+        return str(tmp_path / name / "root")
+
+    root = copy("dry")
+    dry = CrashFS(root)
+    run(dry, root)
+    assert any(op == "fdatasync" for op, _ in dry.log)
+    kept = 0  # cuts after which the records were durable (the retry is then a duplicate)
+    for cut in range(1, dry.ops + 2):  # the last: a cut after the answer
+        root = copy(f"cut-{cut}")
+        fs = CrashFS(root, cut_after=cut, seed=cut)
+        run(fs, root)
+        img = fs.materialize(str(tmp_path / f"img-{cut}"))
+        kept += _values(img, "d") == [b"a0", *vals]
+        with _restarted(img) as send:
+            assert send(_idem(vals, 1000, 0, 0)) == (0, 1), f"cut {cut}/{dry.ops}: {fs.log[-1]}"
+        assert _values(img, "d") == [b"a0", *vals], f"cut {cut}/{dry.ops}: {fs.log[-1]}"
+    assert 0 < kept < dry.ops + 1, (kept, dry.ops)
