@@ -560,3 +560,28 @@ def test_power_cut_at_every_step_of_an_idempotent_append(tmp_path):
             assert send(_idem(vals, 1000, 0, 0)) == (0, 1), f"cut {cut}/{dry.ops}: {fs.log[-1]}"
         assert _values(img, "d") == [b"a0", *vals], f"cut {cut}/{dry.ops}: {fs.log[-1]}"
     assert 0 < kept < dry.ops + 1, (kept, dry.ops)
+
+
+@needs_strace
+def test_failed_intent_is_answered_and_does_not_fence_the_log(tmp_path):
+    """The fdatasync of an idempotent batch's intent fails (EIO, strace, on the producer
+    state file only): the batch is answered KAFKA_STORAGE_ERROR and nothing is appended;
+    the partition's log is not fenced (a plain Produce is appended at once, whatever the
+    back-off), and the retry loads the state again and is appended once."""
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("d", config=pylog.LogConfig(fsync="always")).append(b"a0")
+    with _restarted(root) as send:
+        assert send(_idem([b"a1"], 1000, 0, 0)) == (0, 1)
+    state = os.path.join(root, "d", "~producers", "partition-0.producers")
+    b = BrokerProcess(root, "--fence-backoff", "3600", prefix=[*_strace("fdatasync:error=EIO:when=1"), "-P", state])
+    try:
+        with connect(b) as s:
+            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (56, -1)
+            assert _codes(call(s, produce("d", batch([b"plain"])), 0, 9)) == [0]
+            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 3)
+            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 3)
+    finally:
+        assert _stop_traced(b, signal.SIGTERM) == 0
+    assert "fenced" not in b.stderr()
+    assert _values(root, "d") == [b"a0", b"a1", b"plain", b"b"]

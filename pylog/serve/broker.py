@@ -395,8 +395,11 @@ class Broker:
                     if idem is not None:
                         base = log.next_offset
                         digest = records_digest([d.values, d.keys, d.headers], ts)
-                        self.producers.intend(idem[1], idem[0], base, d.count, digest,
-                                              sync=log.config.fsync == "always")
+                        try:
+                            self.producers.intend(idem[1], idem[0], base, d.count, digest,
+                                                  sync=log.config.fsync == "always")
+                        except OSError:  # the state file failed, not the log: nothing appended
+                            return E.kafka_storage_error, -1, -1
                     first = log.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys), timestamps=ts,
                                              metadata=PackedBytes(*d.headers))
                     # acknowledged records go to the OS now (fsynced before this when the policy
