@@ -585,3 +585,24 @@ def test_failed_intent_is_answered_and_does_not_fence_the_log(tmp_path):
         assert _stop_traced(b, signal.SIGTERM) == 0
     assert "fenced" not in b.stderr()
     assert _values(root, "d") == [b"a0", b"a1", b"plain", b"b"]
+
+
+def test_producer_state_of_the_earlier_format_is_migrated(tmp_path):
+    """A ``partition-N.state`` file of the earlier format (34-byte entries written after
+    their records) is read once: its batches are still known (a retry is a duplicate), and
+    it is replaced by ``partition-N.producers``."""
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("d").append_batch([b"a", b"b"])
+    d = os.path.join(root, "d", "~producers")
+    os.makedirs(d)
+    body = struct.pack("<qhiiqi", 1000, 0, 0, 1, 0, 2)
+    with open(os.path.join(d, "partition-0.state"), "wb") as f:
+        f.write(body + struct.pack("<I", impl.crc32c(body)))
+    with _restarted(root) as send:
+        assert send(_idem([b"a", b"b"], 1000, 0, 0)) == (0, 0)
+        assert send(_idem([b"c"], 1000, 0, 5))[0] == 45  # a gap after the known batch
+    assert os.listdir(d) == ["partition-0.producers"]
+    with _restarted(root) as send:
+        assert send(_idem([b"a", b"b"], 1000, 0, 0)) == (0, 0)
+    assert _values(root, "d") == [b"a", b"b"]

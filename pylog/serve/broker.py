@@ -197,7 +197,16 @@ class Broker:
         opening or recovering it (a full disk, EMFILE, EACCES) is KAFKA_STORAGE_ERROR, logged
         once per cause, and tried again at the next request; with ``read``, the partition is
         then read through a read-only Log (which writes nothing), so it still serves what it
-        holds."""
+        holds, until a produce opens the writer (reads do not run its recovery again and
+        again); so is a fenced partition whose reopen failed."""
+        if read and (self._fences or self._open_errors):
+            key = (name, i)
+            if key in self._fences or key in self._open_errors:
+                try:  # what it holds, capped by visible_end while fenced
+                    topic = self.store.topic(name)
+                    return topic._logs[i] or topic.reader(i), 0
+                except (PylogError, OSError):
+                    return None, E.kafka_storage_error
         try:
             log = self.store.topic(name).partition(i)
         except (UnknownTopicError, UnknownPartitionError, InvalidNameError, TypeError):
