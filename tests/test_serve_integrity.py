@@ -105,7 +105,8 @@ def _stop_traced(b: BrokerProcess, sig: int = signal.SIGKILL) -> int:
 
 # -- 1. no duplicate across a SIGKILL at any fdatasync ---------------------------------------
 @needs_strace
-@pytest.mark.parametrize("when", [1, 2, 3, 4, 5, 6] if LONG else [1, 2])
+# 2: the records' fdatasync of the first batch (1, its intent's: the power cut test covers it)
+@pytest.mark.parametrize("when", [1, 2, 3, 4, 5, 6] if LONG else [2])
 def test_sigkill_at_fdatasync_then_retry_is_a_duplicate(tmp_path, when):
     """The broker is killed (SIGKILL, by strace) at its Nth fdatasync while it appends
     idempotent batches under flush.messages=1 (each batch: its intent's fdatasync, then its
@@ -330,7 +331,7 @@ def test_full_disk_refused_batch_is_not_served_after_a_restart(small_disk):
 
 # -- 1, 2. EIO: the refused batch is never served, its retry is answered right -------------
 @needs_strace
-@pytest.mark.parametrize("restart", [False, True])
+@pytest.mark.parametrize("restart", [False, True] if LONG else [False])
 def test_eio_at_the_records_fdatasync_then_retry_exactly_once(tmp_path, restart):
     """The fdatasync of an idempotent batch's records fails with EIO (strace): the batch is
     answered KAFKA_STORAGE_ERROR, Fetch does not serve it, the partition is fenced. The
