@@ -224,8 +224,10 @@ def test_state_entry_fsynced_with_the_records_before_the_answer(tmp_path, monkey
                 real(fd)
             return sync
 
-        monkeypatch.setattr(os, "fsync", watch(os.fsync))
-        monkeypatch.setattr(os, "fdatasync", watch(os.fdatasync))
+        from pylog import vfs
+
+        monkeypatch.setattr(vfs, "fsync", watch(vfs.fsync))
+        monkeypatch.setattr(vfs, "fdatasync", watch(vfs.fdatasync))
         err, base, _ = broker._append_checked("d", 0, _idem([b"a", b"b"], 1000, 0, 0))
         assert (err, base) == (0, 0)
         state = [p for p in synced if p.endswith("partition-0.producers")]

@@ -278,7 +278,17 @@ class Broker:
         OSError opening or recovering it (a full disk, EMFILE, EACCES) is
         KAFKA_STORAGE_ERROR, logged once per cause, and tried again at the next request;
         with ``read``, the partition is then read through a read-only Log (which writes
-        nothing), so it still serves what it holds."""
+        nothing), so it still serves what it holds, until a produce opens the writer (reads
+        do not run its recovery again and again); so is a fenced partition whose reopen
+        failed."""
+        if read and (self._fences or self._open_errors):
+            key = (name, i)
+            if key in self._fences or key in self._open_errors:
+                try:  # what it holds, capped by visible_end while fenced
+                    topic = self.store.topic(name)
+                    return topic._logs[i] or topic.reader(i), 0
+                except (PylogError, OSError):
+                    return None, E.kafka_storage_error
         log = self.ready(name, i, check=True)
         if log is not None:
             return log, 0
@@ -477,14 +487,17 @@ class Broker:
         return g if g is not None else self._gates.setdefault(key, _Gate())
 
     def _append(self, name: str, i: int, records: Any, budget: Budget | None = None,
-                idem: tuple[tuple[int, int, int, int], Any] | None = None) -> tuple[int, int, int]:
+                idem: tuple[tuple[int, int, int, int], Any] | None = None,
+                log: Log | None = None) -> tuple[int, int, int]:
         """Decode and append one partition's data, all or nothing: (error, base offset, start).
         ``budget``: what the request may still decompress (a fresh one when None).
         ``idem``: (producer, state) of an idempotent batch that :meth:`Producers.check`
-        let through; its intent is written right before the records (producers.py)."""
-        log, err = self._writable(name, i)
+        let through, and ``log`` the partition it was checked against; its intent is
+        written right before the records (producers.py)."""
         if log is None:
-            return err, -1, -1
+            log, err = self._writable(name, i)
+            if log is None:
+                return err, -1, -1
         try:
             d = decode_records(records, budget or Budget(self.max_decompressed_bytes))
         except BatchError as e:
@@ -526,8 +539,11 @@ class Broker:
                     if idem is not None:
                         base = log.next_offset
                         digest = records_digest([d.values, d.keys, d.headers], ts)
-                        self.producers.intend(idem[1], idem[0], base, d.count, digest,
-                                              sync=log.config.fsync == "always")
+                        try:
+                            self.producers.intend(idem[1], idem[0], base, d.count, digest,
+                                                  sync=log.config.fsync == "always")
+                        except OSError:  # the state file failed, not the log: nothing appended
+                            return E.kafka_storage_error, -1, -1
                     first = log.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys), timestamps=ts,
                                              metadata=PackedBytes(*d.headers))
                     # acknowledged records go to the OS now (fsynced before this when the policy
@@ -580,7 +596,7 @@ class Broker:
         try:
             # the intent is written before the records, as durable as they will be
             # (fdatasync'd first under fsync=always): the state is never older than the log
-            return self._append(name, i, records, budget, (prod, part))
+            return self._append(name, i, records, budget, (prod, part), log)
         finally:
             self.producers.release(part)
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from kio.schema.errors import ErrorCode as E
 
-from pylog import fileutil
+from pylog import fileutil, vfs
 from pylog import format as fmt
 from pylog._backend import impl
 from pylog.errors import PylogError
@@ -183,13 +183,14 @@ class Producers:
         self._partition(topic, i, log)
 
     def forget(self, topic: str, i: int) -> None:
-        """Drop what is loaded of ``topic``/``i`` (its log is being reopened): the next
-        :meth:`load` checks the file against the reopened log again."""
+        """Drop what is loaded of ``topic``/``i`` (its log is being reopened, with no append
+        under way): the next :meth:`load` checks the file against the reopened log again."""
         with self._lock:
             part = self._parts.pop((topic, i), None)
         if part is not None:
-            with part.lock:
-                self._close_fd(part)
+            # not under part.lock: the caller may hold it (a produce that reopens the
+            # partition), and no intent is written meanwhile (the broker's gate is held)
+            self._close_fd(part)
 
     def forget_topic(self, topic: str) -> None:
         """Drop what is loaded of every partition of ``topic`` (deleted)."""
@@ -244,7 +245,7 @@ class Producers:
                     self._remember(part, pid, epoch, first, last, base, count, digest)
         self._rewrite(part)
         if old is not None:
-            os.unlink(old_path)
+            vfs.unlink(old_path)
 
     def _load_old(self, part: _Partition, data: bytes, log: Log) -> None:
         size, end = _OLD_ENTRY.size + _CRC.size, log.next_offset
@@ -267,20 +268,31 @@ class Producers:
         del batches[:-KEEP]
         part.producers[pid] = (epoch, batches)
 
+    @staticmethod
+    def _make_dir(part: _Partition) -> None:
+        """Create ``~producers`` (durably: its parent is fsynced) if it is missing."""
+        d = os.path.dirname(part.path)
+        if not os.path.isdir(d):
+            try:
+                vfs.mkdir(d)
+            except FileExistsError:
+                pass
+            fileutil.fsync_dir(os.path.dirname(d))
+
     def _rewrite(self, part: _Partition) -> None:
-        os.makedirs(os.path.dirname(part.path), exist_ok=True)
+        self._make_dir(part)
         data = b"".join(self._entry(pid, epoch, f, la, b, c, d) for pid, (epoch, bs) in part.producers.items()
                         for f, la, b, c, d in bs)
         self._close_fd(part)
         fileutil.atomic_write(part.path, data)
-        part.fd = os.open(part.path, os.O_WRONLY | os.O_APPEND)
+        part.fd = vfs.open(part.path, os.O_WRONLY | os.O_APPEND)
         part.size = len(data)
 
     @staticmethod
     def _close_fd(part: _Partition) -> None:
         if part.fd >= 0:
             fd, part.fd = part.fd, -1
-            os.close(fd)
+            vfs.close(fd)
 
     @staticmethod
     def _entry(pid: int, epoch: int, first: int, last: int, base: int, count: int, digest: int) -> bytes:
@@ -333,13 +345,13 @@ class Producers:
         last = (first + _n - 1) & 0x7FFFFFFF
         try:
             if part.fd < 0:
-                os.makedirs(os.path.dirname(part.path), exist_ok=True)
-                part.fd = os.open(part.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._make_dir(part)
+                part.fd = vfs.open(part.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 fileutil.fsync_dir(os.path.dirname(part.path))
             fileutil.write_all(part.fd, self._entry(pid, epoch, first, last, base, count, digest))
             part.size += ENTRY_SIZE
             if sync:
-                os.fdatasync(part.fd)
+                vfs.fdatasync(part.fd)
         except OSError:
             self._drop(part)
             raise
