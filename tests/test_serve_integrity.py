@@ -301,9 +301,6 @@ def test_full_disk_recovery_still_serves_reads(small_disk):
     assert "Traceback" not in b.stderr()
 
 
-@pytest.mark.skipif(not LONG, reason="PYLOG_LONG=1: an expected failure until the log layer's fix is merged")
-@pytest.mark.xfail(reason="needs the log layer's all-or-nothing append_batch on a full disk (the 'torn' "
-                          "branch): recovery after a restart keeps whole frames of a refused batch", strict=False)
 def test_full_disk_refused_batch_is_not_served_after_a_restart(small_disk):
     """A batch refused on a full disk (its first record reached the file) is not served
     after the broker stops (SIGTERM, exit 0) and starts again with space free."""
