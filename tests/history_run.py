@@ -42,7 +42,7 @@ CLIENT_TIMEOUT_MS = 1000
 SESSION_TIMEOUT_MS = 2000
 #: an fdatasync kill fires at the N-th fdatasync of one broker thread after strace attached (it
 #: counts per thread; each appending thread makes one per Produce): N in this range
-KILL_AT = (1, 30)
+KILL_AT = (1, 20)
 
 
 #: the broker's launcher: imports the broker once, then forks a ``pylog serve`` per line on its
@@ -520,10 +520,12 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
     plan = [kinds[i % len(kinds)] for i in range(faults)]
     rnd.shuffle(plan)
     broker = Broker(root, workdir, h)
-    broker.start(kill_at_fdatasync=rnd.randint(*KILL_AT) if plan and plan[0] == "fsync-kill" else None)
+    broker.start()
     out = Outcome(report=Report(), history_file=os.path.join(workdir, "history.jsonl"))
     try:
         _create_topic(broker.bootstrap, partitions)
+        if plan and plan[0] == "fsync-kill":  # armed once the topic exists (its creation fdatasyncs)
+            broker.arm(rnd.randint(*KILL_AT))
         producers: list[ConfluentProducer | KafkaPythonProducer] = [
             ConfluentProducer("p0", h, broker.bootstrap, partitions, True, pace),
             ConfluentProducer("p1", h, broker.bootstrap, partitions, False, pace),

@@ -7,7 +7,7 @@ the same port and root, SIGSTOPped for longer than the clients' timeouts, and ki
 strace at an fdatasync (records in the file, not yet durable, producer state not written).
 tests/history.py checks the recorded history against the final log: no acknowledged write
 lost, no position holding two values, no duplicate from an idempotent producer, no consumer
-skipping or going back. 24 faults here (about 80 s on a loaded 2-core machine);
+skipping or going back. 20 faults here (65-90 s on a loaded 2-core machine);
 ``PYLOG_LONG=1`` runs 300. ``PYLOG_HISTORY_SEED`` replays a seed's fault plan (the timing of the faults
 varies), ``PYLOG_HISTORY_DIR`` keeps the run's files (``history.jsonl``, the broker's logs, the
 data root) in an empty directory of your choice.
@@ -28,7 +28,7 @@ from history_run import run  # noqa: E402
 
 @pytest.mark.crash
 def test_history_under_kills_pauses_and_fdatasync_kills(tmp_path):
-    faults = scaled(24, 300)
+    faults = scaled(20, 300)
     seed = int(os.environ.get("PYLOG_HISTORY_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
     workdir = os.environ.get("PYLOG_HISTORY_DIR") or str(tmp_path)  # keep the history and broker logs
     os.makedirs(workdir, exist_ok=True)
