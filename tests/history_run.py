@@ -522,6 +522,7 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
     broker = Broker(root, workdir, h)
     broker.start()
     out = Outcome(report=Report(), history_file=os.path.join(workdir, "history.jsonl"))
+    workers: list[_Worker] = []
     try:
         _create_topic(broker.bootstrap, partitions)
         if plan and plan[0] == "fsync-kill":  # armed once the topic exists (its creation fdatasyncs)
@@ -532,7 +533,8 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
             KafkaPythonProducer("p2", h, broker.bootstrap, partitions, True, pace),
             KafkaPythonProducer("p3", h, broker.bootstrap, partitions, False, pace)]
         group = [GroupConsumer(f"c{i}", h, broker.bootstrap) for i in range(consumers)]
-        for w in [*producers, *group]:
+        workers += [*producers, *group]
+        for w in workers:
             w.start()
         for i, kind in enumerate(plan):
             nxt = plan[i + 1] if i + 1 < len(plan) else None
@@ -588,6 +590,8 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
         out.failures = [f"{w.name}: {w.failure!r}" for w in [*producers, *group] if w.failure is not None]
         out.failures += [f"{w.name}: still running" for w in [*producers, *group] if w.is_alive()]
     finally:
+        for w in workers:  # on an error above: no client outlives the run
+            w.stopping.set()
         if broker.alive():
             status = broker.terminate()
             h.note("broker stopped", status=status)
