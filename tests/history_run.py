@@ -42,7 +42,7 @@ CLIENT_TIMEOUT_MS = 1000
 SESSION_TIMEOUT_MS = 2000
 #: an fdatasync kill fires at the N-th fdatasync of one broker thread after strace attached (it
 #: counts per thread; each appending thread makes one per Produce): N in this range
-KILL_AT = (1, 30)
+KILL_AT = (1, 20)
 
 
 #: the broker's launcher: imports the broker once, then forks a ``pylog serve`` per line on its
@@ -520,17 +520,21 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
     plan = [kinds[i % len(kinds)] for i in range(faults)]
     rnd.shuffle(plan)
     broker = Broker(root, workdir, h)
-    broker.start(kill_at_fdatasync=rnd.randint(*KILL_AT) if plan and plan[0] == "fsync-kill" else None)
+    broker.start()
     out = Outcome(report=Report(), history_file=os.path.join(workdir, "history.jsonl"))
+    workers: list[_Worker] = []
     try:
         _create_topic(broker.bootstrap, partitions)
+        if plan and plan[0] == "fsync-kill":  # armed once the topic exists (its creation fdatasyncs)
+            broker.arm(rnd.randint(*KILL_AT))
         producers: list[ConfluentProducer | KafkaPythonProducer] = [
             ConfluentProducer("p0", h, broker.bootstrap, partitions, True, pace),
             ConfluentProducer("p1", h, broker.bootstrap, partitions, False, pace),
             KafkaPythonProducer("p2", h, broker.bootstrap, partitions, True, pace),
             KafkaPythonProducer("p3", h, broker.bootstrap, partitions, False, pace)]
         group = [GroupConsumer(f"c{i}", h, broker.bootstrap) for i in range(consumers)]
-        for w in [*producers, *group]:
+        workers += [*producers, *group]
+        for w in workers:
             w.start()
         for i, kind in enumerate(plan):
             nxt = plan[i + 1] if i + 1 < len(plan) else None
@@ -586,6 +590,8 @@ def _run(workdir: str, faults: int, seed: int, rnd: random.Random, t0: float, pa
         out.failures = [f"{w.name}: {w.failure!r}" for w in [*producers, *group] if w.failure is not None]
         out.failures += [f"{w.name}: still running" for w in [*producers, *group] if w.is_alive()]
     finally:
+        for w in workers:  # on an error above: no client outlives the run
+            w.stopping.set()
         if broker.alive():
             status = broker.terminate()
             h.note("broker stopped", status=status)
