@@ -114,7 +114,7 @@ class TailSegment(_Reader):
             vfs.close(fd)
         # only whole write units: a batch the writer is still writing out (or failed to)
         # shows none of its records until its last frame is there (pylog.torn)
-        u = torn.unit_end(m.buf, end, app.position, app.next_offset, end) if end > app.position else None
+        u = torn.unit_end(m.buf, app.position, app.next_offset, end) if end > app.position else None
         self.app.recover(m.buf, u[0] if u is not None else app.position)
 
     def first_timestamp(self) -> int | None:

@@ -1,5 +1,6 @@
 """Torn writes versus damage: how far recovery keeps the part of the active segment that is
-not known durable (docs/format.md "Write units and the durable point", docs/durability.md).
+not known durable (docs/format.md "Write units" and "durable-point", docs/durability.md
+"Torn writes versus damage").
 
 A power cut may persist the sectors of an unsynced write in any order, so past the last
 point known durable a bad frame is a torn write, even with whole frames after it: the store
@@ -25,7 +26,7 @@ _U64_MAX = (1 << 64) - 1
 _CHUNK = 4096
 
 
-def unit_end(buf: Any, length: int, start: int, expected: int, stop: int) -> tuple[int, int] | None:
+def unit_end(buf: Any, start: int, expected: int, stop: int) -> tuple[int, int] | None:
     """``(position, offset)`` just after the last frame of ``buf[start:stop]`` that ends a
     write unit, walking valid frames from ``start`` (which holds offset ``expected``); None
     when none there does. The walk stops at ``stop`` or at the first bad frame."""
@@ -45,8 +46,7 @@ def unit_end(buf: Any, length: int, start: int, expected: int, stop: int) -> tup
     return found
 
 
-def keep_until(buf: Any, length: int, base: int, walked_to: int, walked_next: int,
-               damage: Sequence[Any], durable: int,
+def keep_until(buf: Any, walked_to: int, walked_next: int, damage: Sequence[Any], durable: int,
                position_of: Callable[[int], tuple[int, int]]) -> tuple[int, list[Any]]:
     """Where recovery cuts the active store, and the damage it keeps.
 
@@ -75,7 +75,7 @@ def keep_until(buf: Any, length: int, base: int, walked_to: int, walked_next: in
                 break
             pos, exp = d.end, d.end_offset
     durable_end = min(pos, limit)
-    u = unit_end(buf, length, durable_end, exp, limit)
+    u = unit_end(buf, durable_end, exp, limit)
     return (u[0] if u is not None else durable_end), kept
 
 
@@ -100,7 +100,7 @@ def walk_active(new_app: Callable[[], Any], walk: Callable[..., tuple[int, list[
                 return pos, base + rel
         return fmt.FILE_HEADER_SIZE, base
 
-    cut, _kept = keep_until(buf, length, base, app.position, app.next_offset, damage, durable, position_of)
+    cut, _kept = keep_until(buf, app.position, app.next_offset, damage, durable, position_of)
     if cut >= app.position:
         return app, damage
     app = new_app()
