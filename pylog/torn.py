@@ -106,3 +106,26 @@ def walk_active(new_app: Callable[[], Any], walk: Callable[..., tuple[int, list[
     app = new_app()
     _rc, damage = walk(app, buf, cut, base, search_end=None if search_end is None else min(search_end, cut))
     return app, damage
+
+
+def readable_end(buf: Any, start: int, expected: int, stop: int, durable: Callable[[], int]) -> int:
+    """Where a reader of a store another process writes stops among the whole, valid frames
+    of ``buf[start:stop]`` (the first holding ``expected``): after the last one that ends a
+    write unit, or after the last known durable one (offsets below ``durable()``, asked only
+    when the frames end inside a unit), whichever is later. So a batch still being written
+    out shows none of its records, and records that were durable (a unit a truncate split,
+    a batch with damage in it) all show."""
+    u = unit_end(buf, start, expected, stop)
+    if u is not None and u[0] == stop:
+        return stop
+    keep = u[0] if u is not None else start
+    d = durable()
+    pos, exp = start, expected
+    while exp < d and pos < stop:
+        rc, frames, end = impl.scan(buf, stop, pos, exp, min(_CHUNK, d - exp), _U64_MAX, False)
+        if not len(frames):
+            break
+        pos, exp = int(end), int(frames[-1]["offset"]) + 1
+        if rc != impl.OK:
+            break
+    return max(keep, pos)
