@@ -12,7 +12,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from pylog import fileutil, torn, vfs
+from pylog import checkpoint, fileutil, torn, vfs
 from pylog import format as fmt
 from pylog import store as store_mod
 from pylog._backend import impl
@@ -114,8 +114,16 @@ class TailSegment(_Reader):
             vfs.close(fd)
         # only whole write units: a batch the writer is still writing out (or failed to)
         # shows none of its records until its last frame is there (pylog.torn)
-        u = torn.unit_end(m.buf, end, app.position, app.next_offset, end) if end > app.position else None
-        self.app.recover(m.buf, u[0] if u is not None else app.position)
+        if end > app.position:
+            end = torn.readable_end(m.buf, app.position, app.next_offset, end, self._durable)
+        self.app.recover(m.buf, end)
+
+    def _durable(self) -> int:
+        """Every offset of this segment below it is known durable (the recovery point, the
+        ``durable-point`` mark about this segment)."""
+        rp = checkpoint.read_recovery_point(self.dir) or 0
+        mark = checkpoint.read_durable_point(self.dir)
+        return max(rp, mark[1] if mark is not None and mark[0] == self.base_offset else 0)
 
     def first_timestamp(self) -> int | None:
         if self.app.index_count == 0:

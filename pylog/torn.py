@@ -1,5 +1,6 @@
 """Torn writes versus damage: how far recovery keeps the part of the active segment that is
-not known durable (docs/format.md "Write units and the durable point", docs/durability.md).
+not known durable (docs/format.md "Write units" and "durable-point", docs/durability.md
+"Torn writes versus damage").
 
 A power cut may persist the sectors of an unsynced write in any order, so past the last
 point known durable a bad frame is a torn write, even with whole frames after it: the store
@@ -25,7 +26,7 @@ _U64_MAX = (1 << 64) - 1
 _CHUNK = 4096
 
 
-def unit_end(buf: Any, length: int, start: int, expected: int, stop: int) -> tuple[int, int] | None:
+def unit_end(buf: Any, start: int, expected: int, stop: int) -> tuple[int, int] | None:
     """``(position, offset)`` just after the last frame of ``buf[start:stop]`` that ends a
     write unit, walking valid frames from ``start`` (which holds offset ``expected``); None
     when none there does. The walk stops at ``stop`` or at the first bad frame."""
@@ -45,8 +46,7 @@ def unit_end(buf: Any, length: int, start: int, expected: int, stop: int) -> tup
     return found
 
 
-def keep_until(buf: Any, length: int, base: int, walked_to: int, walked_next: int,
-               damage: Sequence[Any], durable: int,
+def keep_until(buf: Any, walked_to: int, walked_next: int, damage: Sequence[Any], durable: int,
                position_of: Callable[[int], tuple[int, int]]) -> tuple[int, list[Any]]:
     """Where recovery cuts the active store, and the damage it keeps.
 
@@ -75,7 +75,7 @@ def keep_until(buf: Any, length: int, base: int, walked_to: int, walked_next: in
                 break
             pos, exp = d.end, d.end_offset
     durable_end = min(pos, limit)
-    u = unit_end(buf, length, durable_end, exp, limit)
+    u = unit_end(buf, durable_end, exp, limit)
     return (u[0] if u is not None else durable_end), kept
 
 
@@ -100,9 +100,32 @@ def walk_active(new_app: Callable[[], Any], walk: Callable[..., tuple[int, list[
                 return pos, base + rel
         return fmt.FILE_HEADER_SIZE, base
 
-    cut, _kept = keep_until(buf, length, base, app.position, app.next_offset, damage, durable, position_of)
+    cut, _kept = keep_until(buf, app.position, app.next_offset, damage, durable, position_of)
     if cut >= app.position:
         return app, damage
     app = new_app()
     _rc, damage = walk(app, buf, cut, base, search_end=None if search_end is None else min(search_end, cut))
     return app, damage
+
+
+def readable_end(buf: Any, start: int, expected: int, stop: int, durable: Callable[[], int]) -> int:
+    """Where a reader of a store another process writes stops among the whole, valid frames
+    of ``buf[start:stop]`` (the first holding ``expected``): after the last one that ends a
+    write unit, or after the last known durable one (offsets below ``durable()``, asked only
+    when the frames end inside a unit), whichever is later. So a batch still being written
+    out shows none of its records, and records that were durable (a unit a truncate split,
+    a batch with damage in it) all show."""
+    u = unit_end(buf, start, expected, stop)
+    if u is not None and u[0] == stop:
+        return stop
+    keep = u[0] if u is not None else start
+    d = durable()
+    pos, exp = start, expected
+    while exp < d and pos < stop:
+        rc, frames, end = impl.scan(buf, stop, pos, exp, min(_CHUNK, d - exp), _U64_MAX, False)
+        if not len(frames):
+            break
+        pos, exp = int(end), int(frames[-1]["offset"]) + 1
+        if rc != impl.OK:
+            break
+    return max(keep, pos)

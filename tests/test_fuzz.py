@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
-from pylog import _pure
+from pylog import _pure, checkpoint
 from pylog import format as fmt
 
 native = pytest.importorskip("pylog._native")
@@ -155,15 +155,34 @@ def oracle_whole_frames(data: bytes) -> tuple[int, set[int], int]:
     return nxt, damaged, regions
 
 
+def oracle_torn_prefix(data: bytes) -> int:
+    """The next offset of a store none of whose bytes are known durable: the whole, valid
+    frames with consecutive offsets from 0 up to the first bad one (a torn write: whatever
+    follows it is cut), cut back to the end of the last write unit (a frame without
+    ``ATTR_UNIT_CONTINUES``)."""
+    mv = memoryview(data)
+    pos, nxt, unit_end = HDR, 0, 0
+    while pos < len(data):
+        rc, f = _pure._decode(mv, len(data), pos)
+        if rc != _pure.OK or f[1] != nxt:
+            break
+        pos, nxt = pos + f[3], nxt + 1
+        if not f[4] & fmt.ATTR_UNIT_CONTINUES:
+            unit_end = nxt
+    return unit_end
+
+
 _COUNTER = [0]
 
 
 @settings(deadline=datetime.timedelta(seconds=20), max_examples=40,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(store_bytes(), st.booleans())
-def test_open_any_active_store(tmp_path, data, keep_index):
-    """Recovery over arbitrary bytes: no crash, interior damage kept and reported, a torn
-    tail cut after the last whole frame, appends resume."""
+@given(store_bytes(), st.booleans(), st.booleans())
+def test_open_any_active_store(tmp_path, data, keep_index, durable):
+    """Recovery over arbitrary bytes: no crash, appends resume. When the bytes are known
+    durable (a durable-point mark past them): interior damage kept and reported, a torn tail
+    cut after the last whole frame. When none is (a mark at 0): a torn write, cut at the
+    first bad frame and back to the end of a write unit, silently."""
     _COUNTER[0] += 1
     path = str(tmp_path / f"log{_COUNTER[0]}")
     with pylog.Log(path, fsync="never", index_interval_bytes=64):
@@ -174,6 +193,15 @@ def test_open_any_active_store(tmp_path, data, keep_index):
     if not keep_index:
         os.unlink(os.path.join(path, fmt.segment_name(0, fmt.INDEX_SUFFIX)))
     os.unlink(os.path.join(path, fmt.CLEAN_SHUTDOWN_FILE))
+    checkpoint.write_durable_point(path, 0, 1 << 62 if durable else 0)
+    if not durable:
+        want = oracle_torn_prefix(data) if len(data) >= HDR else 0
+        with pylog.Log(path) as log:
+            assert log.next_offset == want
+            assert log.recovery_report == [] and log.verify() == []
+            assert [r.offset for r in log.scan()] == list(range(want))
+            assert log.append(b"after") == want
+        return
     want, damaged, regions = oracle_whole_frames(data) if len(data) >= HDR else (0, set(), 0)
     with pylog.Log(path) as log:
         assert log.next_offset == want

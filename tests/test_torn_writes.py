@@ -246,7 +246,7 @@ def _batch_run(root: str, policy: str, cut: int | None, seed: int) -> tuple[Cras
 @pytest.mark.parametrize("policy", ["always", "interval", "never"])
 def test_a_batch_across_rolls_survives_whole_or_not_at_all_at_every_cut(tmp_path, no_real_fsync, policy):
     """A power cut before an operation of a 50-record batch that fills more than one 4 KiB
-    segment (write-outs, rolls, fsyncs; 16 of them in CI, every one with PYLOG_LONG=1),
+    segment (write-outs, rolls, fsyncs; 17 of them in CI, every one with PYLOG_LONG=1),
     the image torn by CrashFS's sector model: the log holds 30 or 80 records, never a part
     of the batch, and reports nothing."""
     dry = tmp_path / "dry"
