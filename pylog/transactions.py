@@ -456,6 +456,8 @@ class Transaction:
                 for log, _entry in logs:
                     fence_unfinished(log, self.id, e)
                 raise
+            for log, _entry in logs:  # this process's readers: all at once, then the files
+                log._cap = None
             for log, _entry in logs:
                 drop_stable_file(log)
         finally:
