@@ -82,10 +82,13 @@ def txn_dir_of(dirpath: str) -> str:
 def visibility_token(txn_dir: str) -> bytes | None:
     """The store's :data:`VISIBLE_FILE` token (None before any transaction finished)."""
     try:
-        with open(os.path.join(txn_dir, VISIBLE_FILE), "rb") as f:
-            return f.read()
+        fd = os.open(os.path.join(txn_dir, VISIBLE_FILE), os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    try:
+        return os.read(fd, 64)
+    finally:
+        os.close(fd)
 
 
 def visible_cap(dirpath: str, txn_dir: str) -> int | None:
@@ -458,8 +461,11 @@ class LogLoading(LogState):
         if refresh_hook is not None:
             refresh_hook(self)
         self._cap = visible_cap(self.path, txn_dir)  # after the tail: see refresh()
+        self._vis = None
         if visibility_token(txn_dir) != token:
             self._refresh(txn_dir)  # a transaction finished meanwhile: look again
+        else:
+            self._vis = (token, txn_dir)
 
     def refresh(self) -> None:
         """Read-only logs: pick up the writer's new records, segments and deletions.
@@ -470,7 +476,8 @@ class LogLoading(LogState):
         self._check_open()
         if not self.readonly:
             return
-        self._refresh(txn_dir_of(self.path))
+        vis = self._vis
+        self._refresh(txn_dir_of(self.path) if vis is None else vis[1])
 
     def _refresh(self, txn_dir: str) -> None:
         """:meth:`refresh`, seqlock style: the walk and the marker's look are done again
@@ -479,16 +486,27 @@ class LogLoading(LogState):
         with self._lock:
             # other threads read without the lock: until the new cap is known they see no
             # further than before (the walk may show part of a transaction)
+            prev, prev_cap = self._vis, self._cap
+            self._vis = None  # until this refresh succeeds
             self._cap = self.stable_offset
         for attempt in itertools.count():
             token = visibility_token(txn_dir)
             with self._lock:
+                tail = self._active
+                before = (tail.app, tail.next_offset, self._sealed_bases)
                 self._walk()
+                tail = self._active
+                if (attempt == 0 and prev is not None and prev[0] == token and tail.app is before[0]
+                        and tail.next_offset == before[1] and self._sealed_bases == before[2]):
+                    # nothing new, and no transaction published since the last look: the
+                    # cap stands (a marker written since has no records after it yet)
+                    self._cap, self._vis = prev_cap, prev
+                    return
                 if refresh_hook is not None:
                     refresh_hook(self)
                 cap = visible_cap(self.path, txn_dir)
                 if visibility_token(txn_dir) == token:
-                    self._cap = cap
+                    self._cap, self._vis = cap, (token, txn_dir)
                     return
             if attempt >= 3:
                 time.sleep(min(0.001 * attempt, 0.05))  # transactions finishing back to back

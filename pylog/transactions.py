@@ -38,9 +38,9 @@ How a commit goes (:meth:`Transaction.commit`):
    record counts, and the sink batch ids. **This rename is the commit point.**
 4. It applies each partition (one run of ``append_batch`` calls) and flushes it; then
    records the sink batch ids in ``sinks.json``.
-5. It rewrites ``ROOT/~txn/visible`` with a new token and renames the transaction's
-   directory away (:func:`publish`). **This rename is the moment the transaction shows, in
-   every partition at once**: a reader hides what follows a marker only while the marker's
+5. It *publishes* the transaction (``_publish``): rewrites ``ROOT/~txn/visible`` with a
+   new token and renames the transaction's directory away. **This rename is the moment the
+   transaction shows, in every partition at once**: a reader hides what follows a marker only while the marker's
    transaction directory is there, and reads the token before and after it looks at the
    files, looking again when it changed (:func:`pylog.loader.visible_cap`). Then the
    markers are removed and the staging deleted.
@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from pylog.topics import LogStore
 
 __all__ = ["Transaction", "TransactionError", "Stager", "StagedPart", "last_batch_id", "begin_external",
-           "discard", "discard_tagged", "publish", "consistent", "TXN_DIR"]
+           "discard", "discard_tagged", "consistent", "TXN_DIR"]
 
 _T = TypeVar("_T")
 
@@ -452,6 +452,8 @@ class Transaction:
                 for log, _entry in logs:
                     fence_unfinished(log, self.id, e)
                 raise
+            for log, _entry in logs:  # this process's readers: all at once, then the files
+                log._cap = None
             for log, _entry in logs:
                 drop_stable_file(log)
         finally:
@@ -581,7 +583,7 @@ def discard_tagged(root: str, tag: str, keep: Iterable[str] = ()) -> list[str]:
 
 
 def _bump_visible(base: str) -> None:
-    """Overwrite ``base``/visible with a new random token (see :func:`publish`): one
+    """Overwrite ``base``/visible with a new random token (see :func:`_publish`): one
     ``pwrite`` of 32 bytes in place, no temporary file (a kill leaves nothing behind, and
     concurrent committers never collide). A reader that catches it half written still
     reads a value unlike the one before. Not fsynced: the token only tells live readers
@@ -611,7 +613,7 @@ def consistent(root: str, fn: Callable[[], _T]) -> _T:
     """``fn()`` (reads of several partitions of the store at ``root`` by read-only Logs:
     their refreshes, offsets), called again until no transaction was published while it
     ran, so that every transaction is in all the partitions it read or in none (a
-    transaction shows at one moment, :func:`publish`; reads on both sides of it would
+    transaction shows at one moment, when it is published; reads on both sides of it would
     disagree). Spark's planning takes its offsets so."""
     base = _txn_root(os.fspath(root))
     for attempt in itertools.count():
@@ -622,18 +624,6 @@ def consistent(root: str, fn: Callable[[], _T]) -> _T:
         if attempt >= 3:
             time.sleep(min(0.001 * attempt, 0.05))
     raise AssertionError("unreachable")
-
-
-def publish(root: str, txn_id: str) -> bool:
-    """Make decided transaction ``txn_id`` of the store at ``root`` visible in every
-    partition at once (step 5 of a commit), once each partition holds its records;
-    True if this call did it. Commits and the roll forward call it; exposed for tools."""
-    d = os.path.join(_txn_root(os.fspath(root)), _check_id(txn_id))
-    done = _publish(d)
-    if done is None:
-        return False
-    shutil.rmtree(done, ignore_errors=True)
-    return True
 
 
 def _remove_txn_dir(path: str) -> None:

@@ -3,7 +3,7 @@ partition's writer runs when it opens on a marker, and :func:`recover`, which a 
 :class:`~pylog.LogStore` runs when it opens.
 
 A decided transaction is shown only once every partition it writes holds its records
-(:func:`pylog.transactions.publish`); until then each partition's marker ``txn.stable``
+(``pylog.transactions._publish``); until then each partition's marker ``txn.stable``
 stays, and readers in every process stop there. A writer that rolls a partition forward
 applies the staged records again from the decision's start offset and then marks the
 marker *applied* (``{"txn": id, "start": offset, "applied": true}``): it goes on appending
@@ -73,7 +73,7 @@ def _all_applied(root: str, txn: str, decision: dict[str, Any]) -> bool:
 
 def _finish_decided(root: str, txn_dir: str, decision: dict[str, Any]) -> bool:
     """Publish decided transaction ``txn_dir`` if every partition holds its records: its
-    sink batch ids recorded, then :func:`pylog.transactions.publish`'s rename. True if it
+    sink batch ids recorded, then ``pylog.transactions._publish``'s rename. True if it
     is finished (by this call or before)."""
     if not os.path.isdir(txn_dir):
         return True

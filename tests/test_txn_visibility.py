@@ -228,13 +228,16 @@ def look(j):
     lg = logs[j]
     lg.refresh()
     stable = lg.stable_offset
-    for r in lg.read_batch(read_to[j], 1 << 30, max(stable - read_to[j], 1)) if stable > read_to[j] else []:
-        if r.offset >= stable:
-            break
-        t, i, k = map(int, bytes(r.value).split(b"/"))
-        assert i == have[j].get(t, 0), (parts[j], t, i, have[j])
-        have[j][t] = i + 1
-        read_to[j] = r.offset + 1
+    while read_to[j] < stable:  # every record below the stable offset this look found
+        batch = lg.read_batch(read_to[j], 1 << 30, stable - read_to[j])
+        assert batch, (parts[j], read_to[j], stable)
+        for r in batch:
+            if r.offset >= stable:
+                break
+            t, i, k = map(int, bytes(r.value).split(b"/"))
+            assert i == have[j].get(t, 0), (parts[j], t, i, have[j])
+            have[j][t] = i + 1
+            read_to[j] = r.offset + 1
     for t, m in have[j].items():  # (1) whole or not at all
         assert m == plan[t][j], f"{parts[j]}: transaction {t} has {m} of {plan[t][j]} records"
     for t in shown:  # (2) shown elsewhere before this look: whole here too
