@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -27,6 +28,7 @@ from conftest import LONG, strace_path  # noqa: E402
 from serve_util import BrokerProcess, batch, call, connect, fetch, fetched_values, frame, produce  # noqa: E402
 
 import pylog  # noqa: E402
+from pylog import fileutil  # noqa: E402
 
 STORM = 1000 if LONG else 50
 CHUNK = 50  # topics per Metadata request of the auto-creation storm
@@ -37,8 +39,8 @@ MAX_BOUND = 1.0
 FAST = ["--auto-create-per-request", "100000", "--auto-create-rate", "100000"]
 
 
-def _join(s: socket.socket, group: str) -> dict:  # type: ignore[type-arg]
-    """Join ``group`` alone and sync; the heartbeat request's fields."""
+def _join(s: socket.socket, group: str, assignment: bytes = b"") -> dict:  # type: ignore[type-arg]
+    """Join ``group`` alone and sync (``assignment`` for itself); the heartbeat request's fields."""
     proto = [{"name": "range", "metadata": b"\0\0\0\0\0\0\0\0\0\0"}]
     body = {"group_id": group, "session_timeout": 60000, "rebalance_timeout": 60000, "member_id": "",
             "group_instance_id": None, "protocol_type": "consumer", "protocols": proto}
@@ -47,7 +49,7 @@ def _join(s: socket.socket, group: str) -> dict:  # type: ignore[type-arg]
     r = call(s, frame(11, 5, {**body, "member_id": r.member_id}), 11, 5)
     assert r.error_code == 0, r
     hb = {"group_id": group, "generation_id": r.generation_id, "member_id": r.member_id, "group_instance_id": None}
-    r = call(s, frame(14, 3, {**hb, "assignments": [{"member_id": hb["member_id"], "assignment": b""}]}), 14, 3)
+    r = call(s, frame(14, 3, {**hb, "assignments": [{"member_id": hb["member_id"], "assignment": assignment}]}), 14, 3)
     assert r.error_code == 0, r
     return hb
 
@@ -373,3 +375,40 @@ def test_create_partitions_while_a_partition_opens(tmp_path):
             assert os.path.isdir(os.path.join(b.root, "grow", "partition-61"))
     finally:
         b.stop(timeout=30)
+
+
+@pytest.mark.skipif(strace_path() is None, reason="strace not installed, or under qemu-user")
+def test_group_lock_files_do_not_stall_other_clients(tmp_path):
+    """A group's member lock file is taken in a thread when the leader's SyncGroup makes it
+    Stable: strace delays the broker's openat of that file by DELAY seconds; the SyncGroup
+    is answered after it, with the lock held (what ``pylog group describe`` shows), while
+    the canary's round trips go on (on a loop that took the locks itself, one waited)."""
+    delay = 3.0
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("gt")
+    b = BrokerProcess(root)
+    canary = Canary(b, "canary")
+    lock = os.path.join(root, "gt", "~consumers", "g2", "member-0.lock")
+    st = subprocess.Popen(["strace", "-f", "-qq", "-P", lock, "-e", "trace=openat",
+                           "-e", f"inject=openat:delay_enter={int(delay * 1e6)}", "-o", str(tmp_path / "st"),
+                           "-p", str(b.proc.pid)], stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)  # strace attaches to every thread
+        canary.begin()
+        canary.reset()
+        # a consumer protocol assignment: topic gt, partition 0
+        assignment = struct.pack(">hih", 0, 1, 2) + b"gt" + struct.pack(">iii", 1, 0, -1)
+        with connect(b) as s:
+            t0 = time.monotonic()
+            _join(s, "g2", assignment)
+            took = time.monotonic() - t0
+        assert took >= delay * 0.9, "the delay was not injected: the test proves nothing"
+        assert fileutil.flock_held(lock) is True  # the member's lock is held
+        _check(canary, f"SyncGroup whose member lock takes {delay:g} s", took, over := [])
+        assert not over, over
+    finally:
+        canary.stop()
+        st.terminate()
+        st.wait(10)
+        b.stop()

@@ -3,8 +3,9 @@
 :class:`Broker` owns a :class:`~pylog.LogStore` and is the writer of every partition it
 serves. Appends run in a small thread pool so that a Produce waiting for its fsync
 (``flush.messages=1``) does not stop other clients, and so that concurrent producers'
-appends share fsyncs (the Log's group commit). Fetches read on the event loop and
-long-poll on an event set by every append.
+appends share fsyncs (the Log's group commit). Fetches read in a pool of their own (a read
+may wait for the partition's lock while the flusher fsyncs it) and long-poll on the event
+loop, on an event set by every append.
 
 The event loop never waits on disk or admin work: opening (and recovering) a partition,
 creating, growing and deleting topics, and the other admin APIs run in a second pool,
@@ -131,6 +132,7 @@ class Broker:
         self.max_decompressed_bytes = max_decompressed_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
         self._admin = concurrent.futures.ThreadPoolExecutor(admin_threads, thread_name_prefix="pylog-admin")
+        self._reads = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-fetch")
         self._handles: dict[str, Topic] = {}  # see topic()
         #: (topic, partition) -> (Topic, its open writer Log): what the loop may use as is
         self._ready: dict[tuple[str, int], tuple[Topic, Log]] = {}
@@ -277,6 +279,7 @@ class Broker:
     def close(self) -> None:
         """Wait for appends and admin work in flight, then flush and close every partition."""
         self._pool.shutdown(wait=True)
+        self._reads.shutdown(wait=True)
         self._admin.shutdown(wait=True, cancel_futures=True)  # admin work not started is dropped
         self.producers.close()
         self.store.close()
@@ -496,15 +499,21 @@ class Broker:
         wait_ms = req.max_wait.total_seconds() * 1000
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
         keys = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
+        loop = asyncio.get_running_loop()
         while True:
-            out, total = self._read_all(req, await self.partitions(keys))
+            opened = await self.partitions(keys)
+            # taken before the read: an append answered while the read runs sets it
+            if self._appended is None:
+                self._appended = asyncio.Event()
+            appended = self._appended
+            # the read in a fetch thread: it may wait for a partition's lock (held while the
+            # flusher fsyncs the partition: seconds on a busy disk) or fault pages in from disk
+            out, total = await loop.run_in_executor(self._reads, self._read_all, req, opened)
             left = deadline - time.monotonic()
             if total >= req.min_bytes or left <= 0:
                 break
-            if self._appended is None:
-                self._appended = asyncio.Event()
             try:
-                await asyncio.wait_for(self._appended.wait(), left)
+                await asyncio.wait_for(appended.wait(), left)
             except asyncio.TimeoutError:
                 pass
         return {"error_code": 0, "session_id": 0, "responses": out}
