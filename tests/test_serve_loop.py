@@ -1,7 +1,7 @@
 """The broker's event loop never waits on disk or admin work (issue 25, item 7).
 
-A canary client produces, fetches, heartbeats and commits in a consumer group, one round
-trip after another, and records each round trip's time while a second client runs an admin storm:
+A canary client produces, fetches and heartbeats in a consumer group, one round trip after
+another, and records each round trip's time while a second client runs an admin storm:
 Metadata auto-creating many topics, a Produce opening their partitions, DeleteTopics of
 them, CreateTopics of many topics, CreatePartitions of many partitions. Every storm is
 answered correctly (a topic exists on disk once CreateTopics answered it, is gone once
@@ -14,8 +14,12 @@ in docs/serve.md) and prints p50/p99/max of the canary's round trips for each st
 from __future__ import annotations
 
 import os
+import re
+import signal
 import socket
+import struct
 import subprocess
+import sys
 import threading
 import time
 
@@ -23,22 +27,25 @@ import pytest
 
 pytest.importorskip("kio")
 
-from conftest import LONG, strace_path  # noqa: E402
+from conftest import LONG, ROOT, py_env, strace_path  # noqa: E402
 from serve_util import BrokerProcess, batch, call, connect, fetch, fetched_values, frame, produce  # noqa: E402
 
 import pylog  # noqa: E402
+from pylog import fileutil  # noqa: E402
 
-STORM = 1000 if LONG else 50
-CHUNK = 50  # topics per Metadata request of the auto-creation storm
-#: the canary's bounds during a storm (generous for a loaded 2-core machine; a loop that
-#: runs a storm request itself keeps one round trip waiting for all of it: seconds)
-P99_BOUND = 0.3
+STORM = 1000 if LONG else 40
+CHUNK = 50 if LONG else 40  # topics per Metadata request of the auto-creation storm
+#: the canary's bounds during a storm: its 99th percentile, and its worst round trip, which
+#: may take MAX_BOUND or a quarter of the storm request (a loaded 2-core machine stretches
+#: both). A loop that runs a storm request itself keeps a round trip waiting for all of it.
+P99_BOUND = 0.5
 MAX_BOUND = 1.0
+MAX_SHARE = 0.25
 FAST = ["--auto-create-per-request", "100000", "--auto-create-rate", "100000"]
 
 
-def _join(s: socket.socket, group: str) -> dict:  # type: ignore[type-arg]
-    """Join ``group`` alone and sync; the heartbeat request's fields."""
+def _join(s: socket.socket, group: str, assignment: bytes = b"") -> dict:  # type: ignore[type-arg]
+    """Join ``group`` alone and sync (``assignment`` for itself); the heartbeat request's fields."""
     proto = [{"name": "range", "metadata": b"\0\0\0\0\0\0\0\0\0\0"}]
     body = {"group_id": group, "session_timeout": 60000, "rebalance_timeout": 60000, "member_id": "",
             "group_instance_id": None, "protocol_type": "consumer", "protocols": proto}
@@ -47,13 +54,14 @@ def _join(s: socket.socket, group: str) -> dict:  # type: ignore[type-arg]
     r = call(s, frame(11, 5, {**body, "member_id": r.member_id}), 11, 5)
     assert r.error_code == 0, r
     hb = {"group_id": group, "generation_id": r.generation_id, "member_id": r.member_id, "group_instance_id": None}
-    r = call(s, frame(14, 3, {**hb, "assignments": [{"member_id": hb["member_id"], "assignment": b""}]}), 14, 3)
+    r = call(s, frame(14, 3, {**hb, "assignments": [{"member_id": hb["member_id"], "assignment": assignment}]}), 14, 3)
     assert r.error_code == 0, r
     return hb
 
 
 class Canary(threading.Thread):
-    """Produce (acks=1), Fetch, Heartbeat and OffsetCommit round trips, timed, until :meth:`stop`."""
+    """Produce (acks=1), Fetch and Heartbeat round trips, timed, until :meth:`stop`. (No
+    OffsetCommit: its time is mostly its fsync's, the disk's, not the loop's.)"""
 
     def __init__(self, broker: BrokerProcess, topic: str) -> None:
         super().__init__(daemon=True)
@@ -65,7 +73,7 @@ class Canary(threading.Thread):
             assert r.topics[0].error_code == 0, r
         self.topic = topic
         self.hb = _join(self.sock, "canary-group")
-        self.times: dict[str, list[float]] = {"produce": [], "fetch": [], "heartbeat": [], "commit": []}
+        self.times: dict[str, list[float]] = {"produce": [], "fetch": [], "heartbeat": []}
         self.errors: list[str] = []
         self._done = threading.Event()
         self._mark = threading.Event()
@@ -73,7 +81,7 @@ class Canary(threading.Thread):
         self.rounds = 0
 
     def round(self) -> None:
-        """One produce, fetch, heartbeat and commit, each timed."""
+        """One produce, fetch and heartbeat, each timed."""
         s = self.sock
         t0 = time.monotonic()
         r = call(s, produce(self.topic, batch([b"canary"]), acks=1), 0, 9)
@@ -95,19 +103,9 @@ class Canary(threading.Thread):
             self.errors.append(f"heartbeat: {r}")
             if r.error_code == 25:  # UNKNOWN_MEMBER_ID: its session ran out during a stall
                 self.hb = _join(s, self.hb["group_id"])
-        # a commit: the group's offset file written (fsynced) in a thread
-        r = call(s, frame(8, 8, {"group_id": self.hb["group_id"], "member_id": self.hb["member_id"],
-                                 "generation_id_or_member_epoch": self.hb["generation_id"], "group_instance_id": None,
-                                 "topics": [{"name": self.topic, "partitions": [
-                                     {"partition_index": 0, "committed_offset": self._next,
-                                      "committed_leader_epoch": -1, "committed_metadata": ""}]}]}), 8, 8)
-        t4 = time.monotonic()
-        if r.topics[0].partitions[0].error_code:
-            self.errors.append(f"commit: {r}")
         self.times["produce"].append(t1 - t0)
         self.times["fetch"].append(t2 - t1)
         self.times["heartbeat"].append(t3 - t2)
-        self.times["commit"].append(t4 - t3)
         self.rounds += 1
 
     def run(self) -> None:
@@ -142,15 +140,15 @@ class Canary(threading.Thread):
             time.sleep(0.005)
 
     def figures(self) -> tuple[int, float, float, float]:
-        """(round trips, p50, p99, max) in seconds of produce, fetch and heartbeat (a commit
-        waits for its fsync, whose time is the disk's, not the loop's: reported, not bounded)."""
-        xs = sorted(x for k, v in self.times.items() if k != "commit" for x in v)
+        """(round trips, p50, p99, max) in seconds, over every kind."""
+        xs = sorted(x for v in self.times.values() for x in v)
         assert xs, "the canary made no round trip"
         return len(xs), xs[len(xs) // 2], xs[min(len(xs) - 1, int(len(xs) * 0.99))], xs[-1]
 
 
-def _check(canary: Canary, what: str, took: float, over: list[str]) -> None:
-    """Print the canary's figures during the storm ``what``; a bound it broke goes to ``over``."""
+def _check(canary: Canary, what: str, took: float, over: list[str], requests: int = 1) -> None:
+    """Print the canary's figures during the storm ``what`` (``requests`` requests in
+    ``took`` seconds); a bound it broke goes to ``over``."""
     canary.settle()
     n, p50, p99, worst = canary.figures()
     line = (f"{what}: storm {took:.2f} s; canary {n} round trips, p50 {p50 * 1000:.1f} ms, "
@@ -160,7 +158,7 @@ def _check(canary: Canary, what: str, took: float, over: list[str]) -> None:
         line += f"; errors: {canary.errors[:3]}"
         canary.errors.clear()
     print(line)
-    if p99 > P99_BOUND or worst > MAX_BOUND or "errors" in line:
+    if p99 > P99_BOUND or worst > max(MAX_BOUND, MAX_SHARE * took / requests) or "errors" in line:
         over.append(line)
 
 
@@ -173,7 +171,8 @@ def broker(tmp_path):
 
 def test_admin_storms_do_not_stall_other_clients(broker):
     """Each storm keeps a client busy for seconds; the canary's produce, fetch and heartbeat
-    round trips stay within P99_BOUND at the 99th percentile and MAX_BOUND at worst."""
+    round trips stay within P99_BOUND at the 99th percentile and MAX_BOUND (or MAX_SHARE of
+    the storm request) at worst."""
     root = broker.root
     canary = Canary(broker, "canary")
     canary.begin()
@@ -191,7 +190,8 @@ def test_admin_storms_do_not_stall_other_clients(broker):
                                           "include_topic_authorized_operations": False}), 3, 12)
                 assert [t.error_code for t in r.topics] == [0] * len(names[i:i + CHUNK])
                 assert all(os.path.isfile(os.path.join(root, n, "topic.json")) for n in names[i:i + CHUNK])
-            _check(canary, f"Metadata auto-creating {STORM} topics", time.monotonic() - t0, over)
+            _check(canary, f"Metadata auto-creating {STORM} topics", time.monotonic() - t0, over,
+                   requests=-(-STORM // CHUNK))
 
             # one Produce to all of them: their partitions are opened in admin threads
             canary.reset()
@@ -240,18 +240,14 @@ def test_opening_a_partition_does_not_stall_other_clients(tmp_path):
     strace delays the broker's openat of the partition's lock file by DELAY seconds; the
     Fetch that opens it waits that long and gets its records, while the canary's round
     trips go on (on a loop that opened it itself, one round trip waited the DELAY)."""
-    delay = 3.0
+    delay = 2.0
     root = str(tmp_path / "root")
     with pylog.LogStore(root) as store:
         store.create_topic("slow").append(b"kept", key=b"k", partition=0)
-    b = BrokerProcess(root)
-    canary = Canary(b, "canary")
     lock = os.path.join(root, "slow", "partition-0", ".lock")
-    st = subprocess.Popen(["strace", "-f", "-qq", "-P", lock, "-e", "trace=openat",
-                           "-e", f"inject=openat:delay_enter={int(delay * 1e6)}", "-o", str(tmp_path / "st"),
-                           "-p", str(b.proc.pid)], stderr=subprocess.DEVNULL)
+    b = TracedBroker(root, lock, delay)
+    canary = Canary(b, "canary")
     try:
-        time.sleep(1.0)  # strace attaches to every thread
         canary.begin()
         canary.reset()
         with connect(b) as s:
@@ -264,9 +260,38 @@ def test_opening_a_partition_does_not_stall_other_clients(tmp_path):
         assert not over, over
     finally:
         canary.stop()
-        st.terminate()
-        st.wait(10)
         b.stop()
+
+
+class TracedBroker(BrokerProcess):
+    """A broker started under strace, whose openat of ``path`` waits ``delay`` seconds.
+    ``--seccomp-bpf``: only openat calls stop for strace, every other system call of every
+    thread runs at full speed (strace attached later with ``-p`` stops them all, which
+    slowed the canary's round trips by itself)."""
+
+    def __init__(self, root: str, path: str, delay: float) -> None:  # noqa: D107
+        self.root = root
+        cmd = ["strace", "-f", "--seccomp-bpf", "-qq", "-o", os.devnull, "-P", path, "-e", "trace=openat",
+               "-e", f"inject=openat:delay_enter={int(delay * 1e6)}",
+               sys.executable, "-m", "pylog.cli", "--root", root, "serve", "--host", "127.0.0.1", "--port", "0"]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=py_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on ([\d.]+):(\d+)", line)
+        if not m:
+            self.proc.kill()
+            raise RuntimeError(f"pylog serve did not start under strace: {line!r}")
+        self.port = int(m.group(2))
+        self.bootstrap = f"127.0.0.1:{self.port}"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        """Signal the broker (strace's child; strace exits with its status)."""
+        if self.proc.poll() is None:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                for pid in f.read().split():
+                    os.kill(int(pid), sig)
+        return super().stop(0, timeout)  # signal 0: sends nothing, waits for strace
 
 
 def _metadata(s: socket.socket, names: list[str]):  # type: ignore[no-untyped-def]
@@ -305,7 +330,7 @@ def test_auto_creation_rate_limit(tmp_path):
         names = [f"r{i}" for i in range(100)]
         with connect(b) as s:
             t0 = time.monotonic()
-            while time.monotonic() - t0 < 1.5:
+            while time.monotonic() - t0 < 1.0:
                 r = _metadata(s, names)
                 assert {t.error_code for t in r.topics} <= {0, 3}
             elapsed = time.monotonic() - t0
@@ -363,13 +388,44 @@ def test_create_partitions_while_a_partition_opens(tmp_path):
             r = call(s, frame(19, 7, {"topics": [{"name": "grow", "num_partitions": 2, "replication_factor": 1,
                                                   "assignments": [], "configs": []}], "timeout": 5000}), 19, 7)
             assert r.topics[0].error_code == 0
-            s.sendall(frame(37, 3, {"topics": [{"name": "grow", "count": 62, "assignments": None}],
+            s.sendall(frame(37, 3, {"topics": [{"name": "grow", "count": 42, "assignments": None}],
                                     "timeout": 600000, "validate_only": False}))
-            time.sleep(0.2)  # the growing has started (60 partitions: seconds)
+            time.sleep(0.2)  # the growing has started (40 partitions: seconds)
             r = call(p, produce("grow", batch([b"first"]), partition=1), 0, 9)
             assert r.responses[0].partition_responses[0].error_code == 0
             r = call(s, b"", 37, 3)  # the CreatePartitions answer
             assert r.results[0].error_code == 0, r
-            assert os.path.isdir(os.path.join(b.root, "grow", "partition-61"))
+            assert os.path.isdir(os.path.join(b.root, "grow", "partition-41"))
     finally:
         b.stop(timeout=30)
+
+
+@pytest.mark.skipif(strace_path() is None, reason="strace not installed, or under qemu-user")
+def test_group_lock_files_do_not_stall_other_clients(tmp_path):
+    """A group's member lock file is taken in a thread when the leader's SyncGroup makes it
+    Stable: strace delays the broker's openat of that file by DELAY seconds; the SyncGroup
+    is answered after it, with the lock held (what ``pylog group describe`` shows), while
+    the canary's round trips go on (on a loop that took the locks itself, one waited)."""
+    delay = 2.0
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("gt")
+    lock = os.path.join(root, "gt", "~consumers", "g2", "member-0.lock")
+    b = TracedBroker(root, lock, delay)
+    canary = Canary(b, "canary")
+    try:
+        canary.begin()
+        canary.reset()
+        # a consumer protocol assignment: topic gt, partition 0
+        assignment = struct.pack(">hih", 0, 1, 2) + b"gt" + struct.pack(">iii", 1, 0, -1)
+        with connect(b) as s:
+            t0 = time.monotonic()
+            _join(s, "g2", assignment)
+            took = time.monotonic() - t0
+        assert took >= delay * 0.9, "the delay was not injected: the test proves nothing"
+        assert fileutil.flock_held(lock) is True  # the member's lock is held
+        _check(canary, f"SyncGroup whose member lock takes {delay:g} s", took, over := [])
+        assert not over, over
+    finally:
+        canary.stop()
+        b.stop()

@@ -3,8 +3,9 @@
 :class:`Broker` owns a :class:`~pylog.LogStore` and is the writer of every partition it
 serves. Appends run in a small thread pool so that a Produce waiting for its fsync
 (``flush.messages=1``) does not stop other clients, and so that concurrent producers'
-appends share fsyncs (the Log's group commit). Fetches read on the event loop and
-long-poll on an event set by every append.
+appends share fsyncs (the Log's group commit). Fetches read in a pool of their own (a read
+may wait for the partition's lock while the flusher fsyncs it) and long-poll on the event
+loop, on an event set by every append.
 
 The event loop never waits on disk or admin work: opening (and recovering) a partition,
 creating, growing and deleting topics, and the other admin APIs run in a second pool,
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import errno
 import fcntl
 import functools
 import logging
@@ -25,7 +25,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -47,6 +46,7 @@ from pylog.errors import (
     UnknownTopicError,
 )
 from pylog.log import Log, PackedBytes
+from pylog.serve.fencing import TRANSIENT_ERRNOS, Fence, Gate, errno_of
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.producers import Producers, batch_producer, records_digest
 from pylog.serve.records import (
@@ -79,63 +79,6 @@ _T = TypeVar("_T")
 
 #: The least a Fetch response waits for from the response pool (less when it asks for less).
 RESPONSE_LEAST = 1 << 20
-class _Gate:
-    """Appends to one partition: many plain ones at once (they share fsyncs), or one
-    idempotent batch alone (between its intent and its records), which waiting plain ones
-    do not overtake."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._shared = 0
-        self._alone = False
-        self._waiting = 0
-
-    def enter(self, exclusive: bool) -> None:
-        """Wait for the gate: alone with ``exclusive``, else beside other plain appends."""
-        with self._cond:
-            if exclusive:
-                self._waiting += 1
-                while self._alone or self._shared:
-                    self._cond.wait()
-                self._waiting -= 1
-                self._alone = True
-            else:
-                while self._alone or self._waiting:
-                    self._cond.wait()
-                self._shared += 1
-
-    def leave(self, exclusive: bool) -> None:
-        """Leave the gate entered with the same ``exclusive``."""
-        with self._cond:
-            if exclusive:
-                self._alone = False
-            else:
-                self._shared -= 1
-            self._cond.notify_all()
-
-
-#: errno values that are refusals to retry (resources run out), not damage: a partition
-#: failing with one is reopened at the next produce, without the back-off of a fence
-TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
-
-
-@dataclass
-class _Fence:
-    """A partition whose Log refused an append (a failed write or fsync fences a Log)."""
-
-    reason: str
-    transient: bool
-    since: float  # time.monotonic() of the failure, or of the last failed reopen
-
-
-def _errno_of(e: BaseException | None) -> int | None:
-    while e is not None:
-        if isinstance(e, OSError) and e.errno is not None:
-            return e.errno
-        e = e.__cause__ or e.__context__
-    return None
-
-
 def _batch_rows(batch: Any) -> int:
     """The record count in a RecordBatch v2's header (its last 4 header bytes)."""
     return int.from_bytes(memoryview(batch)[HEADER_SIZE - 4 : HEADER_SIZE], "big")
@@ -208,6 +151,7 @@ class Broker:
         self.responses: Pool | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
         self._admin = concurrent.futures.ThreadPoolExecutor(admin_threads, thread_name_prefix="pylog-admin")
+        self._reads = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-fetch")
         self._handles: dict[str, Topic] = {}  # see topic()
         #: (topic, partition) -> (Topic, its open writer Log): what the loop may use as is
         self._ready: dict[tuple[str, int], tuple[Topic, Log]] = {}
@@ -219,9 +163,9 @@ class Broker:
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
         self.producers = Producers(self.store)  # idempotent producers' state (producers.py)
-        self._gates: dict[tuple[str, int], _Gate] = {}
+        self._gates: dict[tuple[str, int], Gate] = {}
         self.fence_backoff = fence_backoff
-        self._fences: dict[tuple[str, int], _Fence] = {}
+        self._fences: dict[tuple[str, int], Fence] = {}
         self._fenced_logs: dict[Log, tuple[str, int]] = {}
         # per partition, the end of the records the broker acknowledged (or found at open):
         # while the partition is fenced reads stop there, and its reopen cuts what recovery
@@ -301,7 +245,7 @@ class Broker:
             return None, E.not_leader_or_follower  # the broker is closing
         except (PylogError, OSError) as e:
             key = (name, i)
-            no = _errno_of(e)
+            no = errno_of(e)
             if self._open_errors.get(key, -1) != no:
                 self._open_errors[key] = no
                 _log.warning("partition %s-%d cannot be opened for writing: %s", name, i, e)
@@ -368,11 +312,11 @@ class Broker:
         """Note that ``log`` refused an append with ``e``: logged once, reads stop at what was
         acknowledged, appends are refused until :meth:`_reopen`."""
         cause = getattr(log, "_fenced", None) or e
-        no = _errno_of(cause)
+        no = errno_of(cause)
         transient = no in TRANSIENT_ERRNOS
         if key in self._fences:
             return
-        self._fences[key] = _Fence(str(cause), transient, time.monotonic())
+        self._fences[key] = Fence(str(cause), transient, time.monotonic())
         self._fenced_logs[log] = key
         if transient:
             _log.warning("partition %s-%d refused an append (%s): it is reopened at the next produce", *key, cause)
@@ -381,7 +325,7 @@ class Broker:
                          "reads stop at offset %d; a produce after %g s reopens it", *key, cause,
                          self._acked.get(key, -1), self.fence_backoff)
 
-    def _reopen(self, name: str, i: int, fence: _Fence) -> tuple[Log | None, int]:
+    def _reopen(self, name: str, i: int, fence: Fence) -> tuple[Log | None, int]:
         """Reopen a fenced partition (recovery from what is on disk), cut what recovery
         finds past the acknowledged end (refused appends), reload its producer state."""
         key = (name, i)
@@ -473,6 +417,7 @@ class Broker:
         partition that cannot be closed cleanly (a full disk, a fenced log) is logged and
         recovered at the next start: closing never raises for it."""
         self._pool.shutdown(wait=True)
+        self._reads.shutdown(wait=True)
         self._admin.shutdown(wait=True, cancel_futures=True)  # admin work not started is dropped
         self.producers.close()
         try:
@@ -482,9 +427,9 @@ class Broker:
         os.close(self._lock_fd)  # releases the root
 
     # -- produce -----------------------------------------------------------------------------
-    def _gate(self, key: tuple[str, int]) -> _Gate:
+    def _gate(self, key: tuple[str, int]) -> Gate:
         g = self._gates.get(key)
-        return g if g is not None else self._gates.setdefault(key, _Gate())
+        return g if g is not None else self._gates.setdefault(key, Gate())
 
     def _append(self, name: str, i: int, records: Any, budget: Budget | None = None,
                 idem: tuple[tuple[int, int, int, int], Any] | None = None,
@@ -762,6 +707,7 @@ class Broker:
         pool = self.responses
         hold = RESPONSE_HOLD.get(None) if pool is not None else None
         keys = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
+        loop = asyncio.get_running_loop()
         while True:
             opened = await self.partitions(keys, read=True)
             got = limit
@@ -769,7 +715,18 @@ class Broker:
                 # its bytes while it is built and written: under pressure a smaller response
                 # (at least RESPONSE_LEAST), or a wait holding nothing
                 got = await pool.take_upto(limit, min(limit, RESPONSE_LEAST))
-            out, total = self._read_all(req, opened, got)
+            # taken before the read: an append answered while the read runs sets it
+            if self._appended is None:
+                self._appended = asyncio.Event()
+            appended = self._appended
+            # the read in a fetch thread: it may wait for a partition's lock (held while the
+            # flusher fsyncs the partition: seconds on a busy disk) or fault pages in from disk
+            try:
+                out, total = await loop.run_in_executor(self._reads, self._read_all, req, opened, got)
+            except BaseException:
+                if pool is not None and hold is not None:
+                    pool.give(got)
+                raise
             left = deadline - time.monotonic()
             done = total >= req.min_bytes or left <= 0 or self.closing  # closing: answer now
             if pool is not None and hold is not None:
@@ -781,10 +738,8 @@ class Broker:
                     pool.give(got)
             if done:
                 break
-            if self._appended is None:
-                self._appended = asyncio.Event()
             try:
-                await asyncio.wait_for(self._appended.wait(), left)
+                await asyncio.wait_for(appended.wait(), left)
             except asyncio.TimeoutError:
                 pass
         return {"error_code": 0, "session_id": 0, "responses": out}
