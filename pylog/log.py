@@ -408,7 +408,12 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             last = seg.app.next_offset - 1
             self._after_append(seg, n)
         if cfg.fsync == "always":
-            self._wait_durable(last)
+            try:
+                self._wait_durable(last)
+            except (OSError, LogFencedError):
+                with self._lock:  # its fdatasync failed: never acknowledged, out of view
+                    self._unit_failed(seg0, first, pos0)
+                raise
         return first
 
     # ------------------------------------------------------------------------------------

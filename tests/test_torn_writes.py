@@ -370,6 +370,27 @@ def test_a_batch_whose_write_fails_leaves_none_of_its_records(tmp_path, segment_
     assert "failed" in seen, seen
 
 
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_a_batch_whose_fdatasync_fails_is_out_of_view(tmp_path):
+    """fsync="always", EIO from the batch's fdatasync (strace): the batch was written but
+    never acknowledged; the fenced writer's next_offset and reads stop before it (was: all
+    of it readable), and after a reopen it is there whole or not at all."""
+    path = str(tmp_path / "log")
+    with pylog.Log(path) as log:
+        log.append_batch([b"before-%d" % i for i in range(10)])
+    code = WRITER.replace('fsync="never"', 'fsync="always"')
+    p = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fdatasync",
+                        "-e", "inject=fdatasync:error=EIO:when=1", sys.executable, "-c", code, path, str(1 << 20)],
+                       capture_output=True, text=True, timeout=120, env=py_env())
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out.get("error") == 5, out
+    assert out["next_offset"] == 10 and out["scan"] == list(range(10)) and out["read_first"] is False, out
+    with pylog.Log(path) as log:
+        assert log.next_offset in (10, 210)
+        assert log.recovery_report == [] and log.verify() == []
+
+
 def test_old_format_logs_open_and_each_record_is_its_own_unit(tmp_path):
     """A log written before write units (no frame has ATTR_UNIT_CONTINUES) opens as before:
     the test vectors decode, and a batch written now marks every frame but its last."""
