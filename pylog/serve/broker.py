@@ -223,11 +223,13 @@ class Broker:
         KAFKA_STORAGE_ERROR, logged once per cause, and tried again at the next request;
         with ``read``, the partition is then read through a read-only Log (which writes
         nothing), so it still serves what it holds, until a produce opens the writer (reads
-        do not run its recovery again and again); so is a fenced partition whose reopen
-        failed."""
-        if read and (self._fences or self._open_errors):
+        do not run its recovery again and again). A fenced partition, for any caller, is
+        its fenced writer or that read-only Log: only :meth:`_reopen` opens its writer again."""
+        if self._fences or (read and self._open_errors):
             key = (name, i)
-            if key in self._fences or key in self._open_errors:
+            # a fenced partition's writer is replaced by _reopen only (it cuts the refused
+            # appends that recovery finds), never opened here behind its back
+            if key in self._fences or (read and key in self._open_errors):
                 try:  # what it holds, capped by visible_end while fenced
                     topic = self.store.topic(name)
                     return topic._logs[i] or topic.reader(i), 0

@@ -1,0 +1,66 @@
+"""pylog serve: where the merged pieces meet (the loop's partition cache and admin threads,
+the integrity set's fences and reopens, the bounds set's response pool).
+
+A fenced partition's writer is replaced only by the reopen, which cuts the refused
+appends that recovery finds: no other request opens a writer for it behind the reopen's
+back, and no request shows offsets past what was acknowledged.
+"""
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+pytest.importorskip("kio")
+
+from serve_util import BrokerProcess, batch, call, connect, fetch, fetched_values, frame, produce  # noqa: E402
+from test_serve_integrity import _codes, _stop_traced, _strace, needs_strace  # noqa: E402
+
+import pylog  # noqa: E402
+
+
+def _latest(s, topic: str) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    r = call(s, frame(2, 7, {"topics": [{"name": topic, "partitions": [
+        {"partition_index": 0, "timestamp": -1}]}]}), 2, 7)
+    p = r.topics[0].partitions[0]
+    return p.error_code, p.offset
+
+
+def _fetched(s, topic: str, offset: int = 0) -> tuple[int, int, list[bytes]]:  # type: ignore[no-untyped-def]
+    r = call(s, fetch(topic, offset), 1, 12)
+    p = r.responses[0].partitions[0]
+    return p.error_code, p.high_watermark, [v for _, v in fetched_values(r)]
+
+
+@needs_strace
+def test_listoffsets_of_a_fenced_partition_stops_at_the_acknowledged_end(tmp_path):
+    """The fdatasync of a Produce's records fails with EIO (strace, the first two
+    fdatasyncs fail): the batch of two records is refused and the partition fenced. A
+    produce after the back-off tries the reopen, which fails too (the fenced writer is
+    closed, none replaces it). ListOffsets (latest) then says 1, what was acknowledged and
+    the high watermark Fetch shows; it said 3 on the merge: ListOffsets opened a writer of
+    its own behind the reopen's back (its recovery keeps the refused records, the reopen
+    would have cut them) and did not cap it, so a consumer starting at the latest offset
+    would skip the next two acknowledged records."""
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("d", config=pylog.LogConfig(fsync="always")).append(b"a0")
+    b = BrokerProcess(root, "--fence-backoff", "0.2", prefix=_strace("fdatasync:error=EIO:when=1..2"))
+    try:
+        with connect(b) as s:
+            assert _codes(call(s, produce("d", batch([b"x1", b"x2"])), 0, 9)) == [56]
+            assert _fetched(s, "d") == (0, 1, [b"a0"])
+            time.sleep(0.3)  # the back-off is over: the next produce tries the reopen
+            assert _codes(call(s, produce("d", batch([b"y"])), 0, 9)) == [56]
+            got = [_latest(s, "d") for _ in range(4)]
+            assert (0, 1) in got, got
+            assert all(code == 56 or off == 1 for code, off in got), got
+            assert _fetched(s, "d") == (0, 1, [b"a0"])
+            time.sleep(0.3)
+            assert _codes(call(s, produce("d", batch([b"y"])), 0, 9)) == [0]  # reopened at last
+            assert _latest(s, "d") == (0, 2)
+            assert _fetched(s, "d") == (0, 2, [b"a0", b"y"])
+    finally:
+        assert _stop_traced(b, signal.SIGTERM) == 0
+    assert "Traceback" not in b.stderr(), b.stderr()
