@@ -7,6 +7,7 @@ back, and no request shows offsets past what was acknowledged.
 """
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -15,7 +16,8 @@ import pytest
 pytest.importorskip("kio")
 
 from serve_util import BrokerProcess, batch, call, connect, fetch, fetched_values, frame, produce  # noqa: E402
-from test_serve_integrity import _codes, _stop_traced, _strace, needs_strace  # noqa: E402
+from test_serve_integrity import _codes, _fill, _stop_traced, _strace, needs_strace  # noqa: E402
+from test_serve_integrity import small_disk as small_disk  # noqa: E402  (a fixture)
 
 import pylog  # noqa: E402
 
@@ -64,3 +66,38 @@ def test_listoffsets_of_a_fenced_partition_stops_at_the_acknowledged_end(tmp_pat
     finally:
         assert _stop_traced(b, signal.SIGTERM) == 0
     assert "Traceback" not in b.stderr(), b.stderr()
+
+
+def test_delete_topic_during_a_reopen_answers_the_produce(small_disk):  # noqa: F811
+    """DeleteTopics lands (in an admin thread) while an append thread reopens the fenced
+    partition, after the reopen opened the new writer and reloaded its producer state. The
+    Produce is answered with an error code; on the merge
+    the reopen's ``del self._fences[key]`` raised KeyError (the delete had dropped the
+    fence), which closed the producer's connection. The topic made again takes appends."""
+    from pylog.serve.broker import Broker
+
+    root = str(small_disk / "root")
+    filler = str(small_disk / "filler")
+    broker = Broker(root, port=0, fence_backoff=0)
+    try:
+        broker.store.create_topic("d", config=pylog.LogConfig(flush_messages=1))
+        assert broker._append_checked("d", 0, batch([b"a0"]))[0] == 0
+        _fill(filler, leave=8192)
+        assert broker._append_checked("d", 0, batch([bytes([65 + i]) * 6000 for i in range(20)]))[0] == 56
+        assert ("d", 0) in broker._fences
+        os.unlink(filler)
+        load = broker.producers.load
+
+        def delete_meanwhile(topic: str, i: int, log: pylog.Log) -> None:
+            load(topic, i, log)
+            broker.producers.load = load  # type: ignore[method-assign]
+            broker.delete_topic(topic)  # what an admin thread's DeleteTopics does
+
+        broker.producers.load = delete_meanwhile  # type: ignore[method-assign]
+        code = broker._append_checked("d", 0, batch([b"b"]))[0]
+        assert code in (3, 6, 56), code  # unknown partition, not leader, storage error
+        assert "d" not in broker.store.topics()
+        broker.store.create_topic("d")
+        assert broker._append_checked("d", 0, batch([b"c"]))[:2] == (0, 0)
+    finally:
+        broker.close()

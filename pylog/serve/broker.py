@@ -363,7 +363,7 @@ class Broker:
                 if log is not None:
                     self._fenced_logs[log] = key
                 return None, E.kafka_storage_error
-            del self._fences[key]
+            self._fences.pop(key, None)  # (a DeleteTopics may have dropped it meanwhile)
             self._last_ts.pop(key, None)
             _log.warning("partition %s-%d reopened", name, i)
             return log, 0
