@@ -20,6 +20,7 @@ from test_serve_integrity import _codes, _fill, _stop_traced, _strace, needs_str
 from test_serve_integrity import small_disk as small_disk  # noqa: E402  (a fixture)
 
 import pylog  # noqa: E402
+from pylog.serve.fencing import Gate  # noqa: E402
 
 
 def _latest(s, topic: str) -> tuple[int, int]:  # type: ignore[no-untyped-def]
@@ -99,5 +100,48 @@ def test_delete_topic_during_a_reopen_answers_the_produce(small_disk):  # noqa: 
         assert "d" not in broker.store.topics()
         broker.store.create_topic("d")
         assert broker._append_checked("d", 0, batch([b"c"]))[:2] == (0, 0)
+    finally:
+        broker.close()
+
+
+def test_delete_topic_during_an_append_answers_the_produce(tmp_path):
+    """DeleteTopics lands (in an admin thread) while an append thread appends to the
+    topic, after the append opened the partition and loaded its producer state. The
+    Produce is answered NOT_LEADER_OR_FOLLOWER (the client asks for metadata again); on the
+    merge reading the closed log's next offset (for the acknowledged end, or for its newest
+    time once inside the partition's gate) raised LogClosedError, which closed the
+    producer's connection."""
+    from pylog.serve.broker import Broker
+
+    broker = Broker(str(tmp_path / "root"), port=0)
+    try:
+        broker.store.create_topic("d")
+        assert broker._append_checked("d", 0, batch([b"a0"]))[:2] == (0, 0)
+        load = broker.producers.load
+
+        def delete_meanwhile(topic: str, i: int, log: pylog.Log) -> None:
+            load(topic, i, log)
+            broker.producers.load = load  # type: ignore[method-assign]
+            broker.delete_topic(topic)  # what an admin thread's DeleteTopics does
+
+        broker.producers.load = delete_meanwhile  # type: ignore[method-assign]
+        assert broker._append_checked("d", 0, batch([b"b"])) == (6, -1, -1)
+        assert "d" not in broker.store.topics() and ("d", 0) not in broker._acked
+        broker.store.create_topic("d")
+        assert broker._append_checked("d", 0, batch([b"c"]))[:2] == (0, 0)
+        # the delete lands once the append entered the partition's gate (the newest time
+        # is then read from the log: nothing appended by this broker yet)
+        broker.store.create_topic("e").append(b"e0")
+        gate = broker._gate
+
+        class Deleting(Gate):
+            def enter(self, exclusive: bool) -> None:
+                super().enter(exclusive)
+                broker._gate = gate  # type: ignore[method-assign]
+                broker.delete_topic("e")
+
+        broker._gate = lambda key: Deleting()  # type: ignore[method-assign]
+        assert broker._append_checked("e", 0, batch([b"b"])) == (6, -1, -1)
+        assert "e" not in broker.store.topics()
     finally:
         broker.close()

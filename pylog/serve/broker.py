@@ -468,7 +468,10 @@ class Broker:
         key = (name, i)
         last = self._last_ts.get(key)
         gate = self._gate(key)
-        self._acked.setdefault(key, log.next_offset)  # before the broker's first append
+        try:
+            self._acked.setdefault(key, log.next_offset)  # before the broker's first append
+        except LogClosedError:  # deleted (DeleteTopics) since it was opened
+            return E.not_leader_or_follower, -1, -1
         # an idempotent batch's intent names the offset its records will take: nothing else
         # may append to the partition between the two (other batches share the gate)
         gate.enter(exclusive=idem is not None)
@@ -520,6 +523,8 @@ class Broker:
                 self.producers.appended(idem[1], idem[0], first, d.count, digest)
         except OSError:  # the second intent
             return E.kafka_storage_error, -1, -1
+        except LogClosedError:  # deleted since the gate was entered (the newest time's read)
+            return E.not_leader_or_follower, -1, -1
         finally:
             gate.leave(exclusive=idem is not None)
         self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
