@@ -145,3 +145,30 @@ def test_delete_topic_during_an_append_answers_the_produce(tmp_path):
         assert "e" not in broker.store.topics()
     finally:
         broker.close()
+
+
+def test_delete_topic_right_after_an_append_answers_the_produce(tmp_path):
+    """DeleteTopics lands (in an admin thread) right after an append of 10 records wrote
+    them out, before the append answered: the Produce is answered (NOT_LEADER_OR_FOLLOWER)
+    and the topic made again takes appends. On the merge the append read the closed log's
+    start offset for its answer, outside any handler: LogClosedError closed the
+    producer's connection."""
+    from pylog.serve.broker import Broker
+
+    broker = Broker(str(tmp_path / "root"), port=0)
+    try:
+        broker.store.create_topic("d")
+        log, err = broker.partition("d", 0)
+        assert log is not None and not err
+        write_out = log.write_out
+
+        def delete_after() -> None:
+            write_out()
+            broker.delete_topic("d")  # what an admin thread's DeleteTopics does
+
+        log.write_out = delete_after  # type: ignore[method-assign]
+        assert broker._append_checked("d", 0, batch([b"v%d" % i for i in range(10)])) == (6, -1, -1)
+        broker.store.create_topic("d")
+        assert broker._append_checked("d", 0, batch([b"a0"]))[:2] == (0, 0)
+    finally:
+        broker.close()

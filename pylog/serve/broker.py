@@ -521,14 +521,15 @@ class Broker:
                 if first != base:  # cannot happen while the broker is the one writer
                     self.producers.intend(idem[1], idem[0], first, d.count, digest, sync=False)
                 self.producers.appended(idem[1], idem[0], first, d.count, digest)
+            start = log.start_offset
         except OSError:  # the second intent
             return E.kafka_storage_error, -1, -1
-        except LogClosedError:  # deleted since the gate was entered (the newest time's read)
+        except LogClosedError:  # deleted since the gate was entered
             return E.not_leader_or_follower, -1, -1
         finally:
             gate.leave(exclusive=idem is not None)
         self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
-        return 0, first, log.start_offset
+        return 0, first, start
 
     def _append_checked(self, name: str, i: int, records: Any, budget: Budget | None = None) -> tuple[int, int, int]:
         """:meth:`_append`, inside the idempotent producer check (:mod:`.producers`): a
