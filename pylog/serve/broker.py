@@ -223,11 +223,13 @@ class Broker:
         KAFKA_STORAGE_ERROR, logged once per cause, and tried again at the next request;
         with ``read``, the partition is then read through a read-only Log (which writes
         nothing), so it still serves what it holds, until a produce opens the writer (reads
-        do not run its recovery again and again); so is a fenced partition whose reopen
-        failed."""
-        if read and (self._fences or self._open_errors):
+        do not run its recovery again and again). A fenced partition, for any caller, is
+        its fenced writer or that read-only Log: only :meth:`_reopen` opens its writer again."""
+        if self._fences or (read and self._open_errors):
             key = (name, i)
-            if key in self._fences or key in self._open_errors:
+            # a fenced partition's writer is replaced by _reopen only (it cuts the refused
+            # appends that recovery finds), never opened here behind its back
+            if key in self._fences or (read and key in self._open_errors):
                 try:  # what it holds, capped by visible_end while fenced
                     topic = self.store.topic(name)
                     return topic._logs[i] or topic.reader(i), 0
@@ -361,7 +363,7 @@ class Broker:
                 if log is not None:
                     self._fenced_logs[log] = key
                 return None, E.kafka_storage_error
-            del self._fences[key]
+            self._fences.pop(key, None)  # (a DeleteTopics may have dropped it meanwhile)
             self._last_ts.pop(key, None)
             _log.warning("partition %s-%d reopened", name, i)
             return log, 0
@@ -466,7 +468,10 @@ class Broker:
         key = (name, i)
         last = self._last_ts.get(key)
         gate = self._gate(key)
-        self._acked.setdefault(key, log.next_offset)  # before the broker's first append
+        try:
+            self._acked.setdefault(key, log.next_offset)  # before the broker's first append
+        except LogClosedError:  # deleted (DeleteTopics) since it was opened
+            return E.not_leader_or_follower, -1, -1
         # an idempotent batch's intent names the offset its records will take: nothing else
         # may append to the partition between the two (other batches share the gate)
         gate.enter(exclusive=idem is not None)
@@ -516,12 +521,15 @@ class Broker:
                 if first != base:  # cannot happen while the broker is the one writer
                     self.producers.intend(idem[1], idem[0], first, d.count, digest, sync=False)
                 self.producers.appended(idem[1], idem[0], first, d.count, digest)
+            start = log.start_offset
         except OSError:  # the second intent
             return E.kafka_storage_error, -1, -1
+        except LogClosedError:  # deleted since the gate was entered
+            return E.not_leader_or_follower, -1, -1
         finally:
             gate.leave(exclusive=idem is not None)
         self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
-        return 0, first, log.start_offset
+        return 0, first, start
 
     def _append_checked(self, name: str, i: int, records: Any, budget: Budget | None = None) -> tuple[int, int, int]:
         """:meth:`_append`, inside the idempotent producer check (:mod:`.producers`): a

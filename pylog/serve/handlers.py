@@ -102,7 +102,8 @@ def list_offsets(broker: Broker, req: Any, version: int) -> dict[str, Any]:
         parts = []
         for p in t.partitions:
             r = {"partition_index": p.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": 0}
-            log, err = broker.partition(t.name, p.partition_index)
+            key = (t.name, p.partition_index)
+            log, err = broker.partition(*key)
             if log is None:
                 r["error_code"] = err
             else:
@@ -110,15 +111,15 @@ def list_offsets(broker: Broker, req: Any, version: int) -> dict[str, Any]:
                 if ts == EARLIEST:
                     r["offset"] = log.start_offset
                 elif ts == LATEST:
-                    r["offset"] = broker.visible_end(log, committed)
+                    r["offset"] = broker.visible_end(log, committed, key)
                 elif ts == MAX_TIMESTAMP:
-                    end = broker.visible_end(log, committed)
+                    end = broker.visible_end(log, committed, key)
                     if end > log.start_offset:
                         rec = log.read(end - 1)
                         r["offset"], r["timestamp"] = rec.offset, rec.timestamp
                 elif ts >= 0:
                     off = log.offset_for_time(ts)
-                    if off is not None and off < broker.visible_end(log, committed):
+                    if off is not None and off < broker.visible_end(log, committed, key):
                         r["offset"], r["timestamp"] = off, log.read(off).timestamp
                 else:
                     r["error_code"] = E.invalid_request
