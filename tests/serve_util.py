@@ -179,3 +179,17 @@ def fetched_values(resp) -> list[tuple[int, bytes]]:  # type: ignore[no-untyped-
         for r in recs.next_batch():
             out.append((r.offset, r.value))
     return out
+
+
+def init_producer_id(s: socket.socket) -> tuple[int, int]:
+    """InitProducerId v4 without a transactional id: (producer id, epoch) of a new idempotent producer."""
+    r = call(s, frame(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
+                              "producer_epoch": -1}), 22, 4)
+    assert r.error_code == 0 and r.producer_id >= 0
+    return r.producer_id, r.producer_epoch
+
+
+def produce_result(r):  # type: ignore[no-untyped-def]
+    """(error code, base offset) of a Produce response's first partition."""
+    p = r.responses[0].partition_responses[0]
+    return p.error_code, p.base_offset

@@ -19,7 +19,17 @@ import pytest
 pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 
-from serve_util import BrokerProcess, batch, call, connect, create_topic, frame, produce  # noqa: E402
+from serve_util import (  # noqa: E402
+    BrokerProcess,
+    batch,
+    call,
+    connect,
+    create_topic,
+    frame,
+    init_producer_id,
+    produce,
+    produce_result,
+)
 
 import pylog  # noqa: E402
 from pylog._backend import impl  # noqa: E402
@@ -48,17 +58,6 @@ def _values(root: str, topic: str, partitions: int = 1) -> list[bytes]:
         store.close()
 
 
-def _init(s: socket.socket) -> tuple[int, int]:
-    r = call(s, frame(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
-                              "producer_epoch": -1}), 22, 4)
-    assert r.error_code == 0 and r.producer_id >= 0
-    return r.producer_id, r.producer_epoch
-
-
-def _result(r):  # type: ignore[no-untyped-def]
-    p = r.responses[0].partition_responses[0]
-    return p.error_code, p.base_offset
-
 
 def test_retry_duplicate_gap_epoch_and_restart(tmp_path):
     root = str(tmp_path / "root")
@@ -66,20 +65,20 @@ def test_retry_duplicate_gap_epoch_and_restart(tmp_path):
     try:
         with connect(b) as s:
             create_topic(s, "i")
-            pid, epoch = _init(s)
-            assert _init(s)[0] != pid  # every producer its own id
-            assert _result(call(s, produce("i", _idem([b"a", b"b"], pid, epoch, 0)), 0, 9)) == (0, 0)
+            pid, epoch = init_producer_id(s)
+            assert init_producer_id(s)[0] != pid  # every producer its own id
+            assert produce_result(call(s, produce("i", _idem([b"a", b"b"], pid, epoch, 0)), 0, 9)) == (0, 0)
             # the same batch again (a retry): the first answer, nothing appended
-            assert _result(call(s, produce("i", _idem([b"a", b"b"], pid, epoch, 0)), 0, 9)) == (0, 0)
-            assert _result(call(s, produce("i", _idem([b"c"], pid, epoch, 2)), 0, 9)) == (0, 2)
+            assert produce_result(call(s, produce("i", _idem([b"a", b"b"], pid, epoch, 0)), 0, 9)) == (0, 0)
+            assert produce_result(call(s, produce("i", _idem([b"c"], pid, epoch, 2)), 0, 9)) == (0, 2)
             # a gap: sequence 5 after 2
-            assert _result(call(s, produce("i", _idem([b"x"], pid, epoch, 5)), 0, 9))[0] == 45
+            assert produce_result(call(s, produce("i", _idem([b"x"], pid, epoch, 5)), 0, 9))[0] == 45
             # an older epoch after a bump
             r = call(s, frame(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": pid,
                                       "producer_epoch": epoch}), 22, 4)
             assert r.error_code == 0 and (r.producer_id, r.producer_epoch) == (pid, epoch + 1)
-            assert _result(call(s, produce("i", _idem([b"d"], pid, epoch + 1, 0)), 0, 9)) == (0, 3)
-            assert _result(call(s, produce("i", _idem([b"y"], pid, epoch, 3)), 0, 9))[0] == 47
+            assert produce_result(call(s, produce("i", _idem([b"d"], pid, epoch + 1, 0)), 0, 9)) == (0, 3)
+            assert produce_result(call(s, produce("i", _idem([b"y"], pid, epoch, 3)), 0, 9))[0] == 47
             # transactional ids are not served
             r = call(s, frame(22, 4, {"transactional_id": "tx", "transaction_timeout": 60000, "producer_id": -1,
                                       "producer_epoch": -1}), 22, 4)
@@ -87,10 +86,10 @@ def test_retry_duplicate_gap_epoch_and_restart(tmp_path):
         b.stop(signal.SIGKILL)
         b = BrokerProcess(root)
         with connect(b) as s:  # after a SIGKILL: the retry is still known, the gap still refused
-            assert _result(call(s, produce("i", _idem([b"d"], pid, epoch + 1, 0)), 0, 9)) == (0, 3)
-            assert _result(call(s, produce("i", _idem([b"z"], pid, epoch + 1, 3)), 0, 9))[0] == 45
-            assert _result(call(s, produce("i", _idem([b"e"], pid, epoch + 1, 1)), 0, 9)) == (0, 4)
-            assert _init(s)[0] > pid  # ids are not reused after a restart
+            assert produce_result(call(s, produce("i", _idem([b"d"], pid, epoch + 1, 0)), 0, 9)) == (0, 3)
+            assert produce_result(call(s, produce("i", _idem([b"z"], pid, epoch + 1, 3)), 0, 9))[0] == 45
+            assert produce_result(call(s, produce("i", _idem([b"e"], pid, epoch + 1, 1)), 0, 9)) == (0, 4)
+            assert init_producer_id(s)[0] > pid  # ids are not reused after a restart
         assert _values(root, "i") == [b"a", b"b", b"c", b"d", b"e"]
     finally:
         b.stop()

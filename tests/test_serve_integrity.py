@@ -22,7 +22,18 @@ import pytest
 pytest.importorskip("kio")
 
 from conftest import LONG  # noqa: E402
-from serve_util import BrokerProcess, batch, call, connect, create_topic, fetch, fetched_values, frame, produce  # noqa: E402
+from serve_util import (  # noqa: E402
+    BrokerProcess,
+    batch,
+    call,
+    connect,
+    create_topic,
+    fetch,
+    fetched_values,
+    frame,
+    produce,
+    produce_result,
+)
 
 import pylog  # noqa: E402
 from pylog._backend import impl  # noqa: E402
@@ -47,17 +58,6 @@ def _values(root: str, topic: str, partition: int = 0) -> list[bytes]:
     finally:
         store.close()
 
-
-def _init(s: socket.socket) -> tuple[int, int]:
-    r = call(s, frame(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
-                              "producer_epoch": -1}), 22, 4)
-    assert r.error_code == 0 and r.producer_id >= 0
-    return r.producer_id, r.producer_epoch
-
-
-def _result(r):  # type: ignore[no-untyped-def]
-    p = r.responses[0].partition_responses[0]
-    return p.error_code, p.base_offset
 
 
 def _strace(spec: str) -> list[str]:
@@ -127,7 +127,7 @@ def test_sigkill_at_fdatasync_then_retry_is_a_duplicate(tmp_path, when):
                 r = call(s, produce("d", _idem(vals, pid, epoch, 1 + 5 * k)), 0, 9)
                 if r is None:
                     break
-                assert _result(r) == (0, 1 + 5 * k)
+                assert produce_result(r) == (0, 1 + 5 * k)
                 answered += 1
     finally:
         _stop_traced(b)
@@ -343,12 +343,12 @@ def test_eio_at_the_records_fdatasync_then_retry_exactly_once(tmp_path, restart)
     b = BrokerProcess(root, "--fence-backoff", "0.2", prefix=_strace("fdatasync:error=EIO:when=2"))
     try:
         with connect(b) as s:
-            assert _result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (56, -1)
+            assert produce_result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (56, -1)
             assert _fetched(s, "d") == (0, 1, [b"a0"])
             if not restart:
                 time.sleep(0.3)
-                assert _result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (0, 1)
-                assert _result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (0, 1)  # a duplicate
+                assert produce_result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (0, 1)
+                assert produce_result(call(s, produce("d", _idem(vals, pid, 0, 0)), 0, 9)) == (0, 1)  # a duplicate
                 assert _fetched(s, "d") == (0, 6, [b"a0", *vals])
     finally:
         assert _stop_traced(b, signal.SIGTERM) == 0
@@ -374,11 +374,11 @@ def test_producer_state_that_cannot_be_rewritten_is_answered_then_loaded(tmp_pat
     b = BrokerProcess(root, prefix=[*_strace("fsync:error=EIO:when=1"), "-P", state + ".tmp"])
     try:
         with connect(b) as s:
-            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (56, -1)
+            assert produce_result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (56, -1)
             assert _fetched(s, "d") == (0, 1, [b"a"])
-            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 1)
-            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 1)
-            assert _result(call(s, produce("d", _idem([b"c"], 1000, 0, 2)), 0, 9)) == (0, 2)
+            assert produce_result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 1)
+            assert produce_result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 1)
+            assert produce_result(call(s, produce("d", _idem([b"c"], 1000, 0, 2)), 0, 9)) == (0, 2)
     finally:
         assert _stop_traced(b, signal.SIGTERM) == 0
     with _restarted(root) as send:
@@ -575,10 +575,10 @@ def test_failed_intent_is_answered_and_does_not_fence_the_log(tmp_path):
     b = BrokerProcess(root, "--fence-backoff", "3600", prefix=[*_strace("fdatasync:error=EIO:when=1"), "-P", state])
     try:
         with connect(b) as s:
-            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (56, -1)
+            assert produce_result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (56, -1)
             assert _codes(call(s, produce("d", batch([b"plain"])), 0, 9)) == [0]
-            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 3)
-            assert _result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 3)
+            assert produce_result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 3)
+            assert produce_result(call(s, produce("d", _idem([b"b"], 1000, 0, 1)), 0, 9)) == (0, 3)
     finally:
         assert _stop_traced(b, signal.SIGTERM) == 0
     assert "fenced" not in b.stderr()
