@@ -91,6 +91,11 @@ def visibility_token(txn_dir: str) -> bytes | None:
         os.close(fd)
 
 
+def _lower(a: int | None, b: int | None) -> int | None:
+    """The lower of two read caps (None: no cap)."""
+    return b if a is None else a if b is None else min(a, b)
+
+
 def visible_cap(dirpath: str, txn_dir: str) -> int | None:
     """Where reads of partition ``dirpath`` stop: the start of the transaction its
     :data:`STABLE_FILE` names while that transaction is not finished (its directory in
@@ -460,7 +465,7 @@ class LogLoading(LogState):
         self._active = TailSegment(self.path, bases[-1], cfg)  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
         if refresh_hook is not None:
             refresh_hook(self)
-        self._cap = visible_cap(self.path, txn_dir)  # after the tail: see refresh()
+        self._cap = _lower(visible_cap(self.path, txn_dir), self._split_unit_cap())  # after the tail: see refresh()
         self._vis = None
         if visibility_token(txn_dir) != token:
             self._refresh(txn_dir)  # a transaction finished meanwhile: look again
@@ -504,12 +509,26 @@ class LogLoading(LogState):
                     return
                 if refresh_hook is not None:
                     refresh_hook(self)
-                cap = visible_cap(self.path, txn_dir)
+                cap = _lower(visible_cap(self.path, txn_dir), self._split_unit_cap())
                 if visibility_token(txn_dir) == token:
                     self._cap, self._vis = cap, (token, txn_dir)
                     return
             if attempt >= 3:
                 time.sleep(min(0.001 * attempt, 0.05))  # transactions finishing back to back
+
+    def _split_unit_cap(self) -> int | None:
+        """Read-only logs: the first offset of a write unit that the writer's last roll split
+        while no record of the new segment is readable yet, else None. Its first records
+        sit in a sealed segment (durable, so shown whole), the rest is not written out yet:
+        a crash now would cut them all (:meth:`_recover`), so a reader must not show them
+        before the unit's end is there (an ``append_batch`` is seen whole or not at all)."""
+        tail = self._active
+        if not self._sealed or tail.next_offset != tail.base_offset:
+            return None
+        mark = checkpoint.read_durable_point(self.path)  # (base, durable, open unit), by the roll
+        if mark is None or mark[0] != tail.base_offset or mark[2] is None or mark[2] >= tail.base_offset:
+            return None
+        return mark[2]
 
     def _walk(self) -> None:
         with self._lock:

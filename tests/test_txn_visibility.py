@@ -44,6 +44,8 @@ def touch(sync, name):
 #: it) until the reader says "go".
 WRITER = SYNC + """
 root, sync, n, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if sys.argv[5:] == ["ready"]:  # the reader opens first (else its open may see the apply's first chunk)
+    wait_for(sync, "reader-open")
 transactions._APPLY_CHUNK = 50
 paused = []
 
@@ -84,12 +86,12 @@ def _store(root, before=10):
             s.topic("a").append_batch([b"old-%d-%d" % (p, i) for i in range(before)], partition=p)
 
 
-def _run(tmp_path, reader, backend, n=300, pause=0):
+def _run(tmp_path, reader, backend, n=300, pause=0, ready=False):
     root, sync = tmp_path / "r", tmp_path / "sync"
     sync.mkdir()
     _store(root)
     r = _child(reader, root, sync, backend=backend)
-    w = _child(WRITER, root, sync, n, pause, backend=backend)
+    w = _child(WRITER, root, sync, n, pause, *(["ready"] if ready else []), backend=backend)
     out = _done(r)
     _done(w)
     return json.loads(out)
@@ -102,6 +104,7 @@ REFRESH_READER = SYNC + """
 root, sync, how = sys.argv[1], sys.argv[2], sys.argv[3]
 path = os.path.join(root, "a", "partition-0")
 log = pylog.Log(path, readonly=True) if how == "refresh" else None
+touch(sync, "reader-open")
 wait_for(sync, "applying")
 hooked = []
 
@@ -130,7 +133,7 @@ def test_a_refresh_racing_the_end_of_an_apply_keeps_none_or_all_of_it(tmp_path, 
     at the marker. It used to keep offsets 0..59 (a partial end); now it looks again (the
     store's visibility token changed) and has all 310."""
     n = 300
-    got = _run(tmp_path, REFRESH_READER.replace('sys.argv[3]', repr(how)), backend, n)
+    got = _run(tmp_path, REFRESH_READER.replace('sys.argv[3]', repr(how)), backend, n, ready=True)
     assert got["walked"] == 10 + 50  # the race was hit: the walk held part of the transaction
     assert got["stable"] == 10 + n
     assert got["values"] == [f"old-0-{i}" for i in range(10)] + [f"T-0-{i}" for i in range(n)]
