@@ -526,7 +526,9 @@ class LogLoading(LogState):
         if not self._sealed or tail.next_offset != tail.base_offset:
             return None
         mark = checkpoint.read_durable_point(self.path)  # (base, durable, open unit), by the roll
-        if mark is None or mark[0] != tail.base_offset or mark[2] is None or mark[2] >= tail.base_offset:
+        # as _recover: the roll to segment mark[0] split a unit begun at mark[2]; that segment
+        # is the tail, or (a roll under way, or killed) not there yet
+        if mark is None or mark[2] is None or not mark[0] >= tail.base_offset > mark[2]:
             return None
         return mark[2]
 

@@ -551,12 +551,26 @@ def test_a_reader_sees_no_part_of_a_batch_split_by_a_roll(tmp_path, monkeypatch)
             follower.refresh()
             seen.append((opened, [r.offset for r in follower.scan()]))
 
+    rolls: list[list[int]] = []
+    real_mark = checkpoint.write_durable_point
+
+    def at_mark(dirpath, base, durable, *, open_unit=None, sync=False):  # type: ignore[no-untyped-def]
+        real_mark(dirpath, base, durable, open_unit=open_unit, sync=sync)
+        if in_batch[0] and open_unit is not None:
+            # a roll splitting the batch has begun (the next segment is not made yet); at the
+            # second one a whole segment of the batch is sealed before it
+            with pylog.Log(path, readonly=True) as fresh:
+                rolls.append([r.offset for r in fresh.scan()])
+
     monkeypatch.setattr(checkpoint, "write_recovery_point", at_roll)
+    monkeypatch.setattr(checkpoint, "write_durable_point", at_mark)
     in_batch[0] = True
     first = log.append_batch([b"b" * 100] * 100)
     in_batch[0] = False
     assert seen, "the batch did not cross a roll"
     assert seen[0] == (list(range(5)), list(range(5)))
+    assert len(rolls) >= 2, rolls
+    assert all(r == list(range(5)) for r in rolls), rolls
     follower.refresh()
     assert [r.offset for r in follower.scan()] == list(range(first + 100))
     with pylog.Log(path, readonly=True) as fresh:
