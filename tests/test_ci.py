@@ -20,12 +20,22 @@ def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=600, **kw)
 
 
+def _tool(module: str) -> None:
+    """Skip when ``module`` is missing and the run was asked to go on without the test extra
+    (PYLOG_TEST_SUBSET=1: the emulated ARM suite, whose Debian packages have no linters);
+    otherwise its absence fails the run before it starts (conftest)."""
+    if os.environ.get("PYLOG_TEST_SUBSET") == "1":
+        pytest.importorskip(module)
+
+
 def test_lint_is_clean():
+    _tool("ruff")
     p = _run([sys.executable, "-m", "ruff", "check", "--no-cache", "pylog", "tests", "asv_bench", "examples"])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
 
 
 def test_types_are_clean():
+    _tool("mypy")
     p = _run([sys.executable, "-m", "mypy", "pylog"])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
 
