@@ -307,14 +307,18 @@ class _Worker(threading.Thread):
         raise NotImplementedError
 
 
-class ConfluentProducer(_Worker):
-    """A confluent-kafka producer (acks=all, idempotent or not) of ``<name>-<seq>`` values."""
+class _Producer(_Worker):
+    """A producer client of ``<name>-<seq>`` values to ``partitions`` partitions."""
 
     def __init__(self, name: str, history: History, bootstrap: str, partitions: int, idempotent: bool,
                  pace: float) -> None:
         super().__init__(name, history)
         self.bootstrap, self.partitions, self.idempotent, self.pace = bootstrap, partitions, idempotent, pace
         self.unresolved = 0
+
+
+class ConfluentProducer(_Producer):
+    """A confluent-kafka producer (acks=all, idempotent or not) of ``<name>-<seq>`` values."""
 
     def body(self) -> None:
         import confluent_kafka as ck
@@ -356,14 +360,8 @@ class ConfluentProducer(_Worker):
         _note_epoch(self, eos.get("producer_id", -1), eos.get("producer_epoch", -1))
 
 
-class KafkaPythonProducer(_Worker):
+class KafkaPythonProducer(_Producer):
     """A kafka-python producer (acks=all, idempotent or not) of ``<name>-<seq>`` values."""
-
-    def __init__(self, name: str, history: History, bootstrap: str, partitions: int, idempotent: bool,
-                 pace: float) -> None:
-        super().__init__(name, history)
-        self.bootstrap, self.partitions, self.idempotent, self.pace = bootstrap, partitions, idempotent, pace
-        self.unresolved = 0
 
     def body(self) -> None:
         import kafka
