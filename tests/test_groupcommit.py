@@ -177,11 +177,11 @@ SIGINT_CHILD = """
 import os, sys, threading, time
 import pylog
 log = pylog.Log(sys.argv[1], fsync="always")
-log.append(b"first")  # (held up 2 s: strace counts each thread's fdatasyncs) the leader's fd made
+log.append(b"first")  # (held up 5 s: strace counts each thread's fdatasyncs) the leader's fd made
 led = threading.Event()
 def leader():
     led.set()
-    log.append(b"led")  # its fdatasync (its thread's first) is held up by strace for 2 s
+    log.append(b"led")  # its fdatasync (its thread's first) is held up by strace for 5 s
 t = threading.Thread(target=leader)
 t.start()
 led.wait()
@@ -202,12 +202,12 @@ os._exit(0)
 
 @pytest.mark.skipif(STRACE is None, reason="strace with fault injection is not available")
 def test_ctrl_c_reaches_a_main_thread_waiting_as_a_follower(tmp_path):
-    """The main thread waits as a follower while another thread's fdatasync is held up (2 s,
+    """The main thread waits as a follower while another thread's fdatasync is held up (5 s,
     by strace): SIGINT raises KeyboardInterrupt there at once, as in threading's waits, and
     the log goes on working (the leader finishes, the next append succeeds)."""
     path = str(tmp_path / "log")
     p = subprocess.Popen([STRACE, "-f", "-qq", "-o", str(tmp_path / "trace"), "-e", "trace=fdatasync",
-                          "-e", "inject=fdatasync:delay_enter=2000000:when=1", sys.executable, "-c",
+                          "-e", "inject=fdatasync:delay_enter=5000000:when=1", sys.executable, "-c",
                           SIGINT_CHILD, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=py_env())
     try:
@@ -224,7 +224,9 @@ def test_ctrl_c_reaches_a_main_thread_waiting_as_a_follower(tmp_path):
             p.kill()
     lines = rest.strip().splitlines()
     assert lines and lines[0].startswith("interrupted after"), (rest, err[-2000:])
-    assert float(lines[0].split()[-1]) < 1.2, lines  # at once, not when the leader's 2 s end
+    # at once, not when the leader's 5 s end (the margin: the SIGINT is sent 0.2 s after "waiting",
+    # through a pgrep, and the test runs inside loaded full runs)
+    assert float(lines[0].split()[-1]) < 3.0, lines
     assert lines[-1].startswith("next "), (rest, err[-2000:])
 
 
