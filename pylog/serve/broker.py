@@ -151,7 +151,9 @@ class Broker:
         self.responses: Pool | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-append")
         self._admin = concurrent.futures.ThreadPoolExecutor(admin_threads, thread_name_prefix="pylog-admin")
-        self._reads = concurrent.futures.ThreadPoolExecutor(append_threads, thread_name_prefix="pylog-fetch")
+        # two: a read may wait for a partition's lock (the flusher's fsync), and each builds up
+        # to fetch.max.bytes of response at once (more threads, a higher peak of memory)
+        self._reads = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="pylog-fetch")
         self._handles: dict[str, Topic] = {}  # see topic()
         #: (topic, partition) -> (Topic, its open writer Log): what the loop may use as is
         self._ready: dict[tuple[str, int], tuple[Topic, Log]] = {}
