@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 
 import click
 
+from pylog import fileutil
 from pylog.cli._common import CHUNK, CONTEXT, CliError, _describe, _json_field, _parse_duration, _store
 from pylog.errors import PylogError
 
@@ -75,16 +76,9 @@ def _served(root: str) -> bool:
     """Whether a ``pylog serve`` serves ``root``: it holds the flock of ``.serve.lock``
     (pylog.serve.broker.SERVE_LOCK; not imported, as pylog.serve needs the serve extra)."""
     try:
-        fd = os.open(os.path.join(root, ".serve.lock"), os.O_RDONLY)
-    except OSError:
+        return fileutil.flock_held(os.path.join(root, ".serve.lock")) is True
+    except OSError:  # unreadable: not known to be served
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # drops a lock it took
-    return False
 
 
 class _BadLine(Exception):
@@ -560,7 +554,6 @@ class _Output:
         if not self.fifo:
             return 0
         import array
-        import fcntl
         import termios
 
         buf = array.array("i", [0])
