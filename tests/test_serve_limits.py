@@ -538,3 +538,14 @@ def test_requests_during_shutdown_are_answered_or_closed_without_tracebacks(tmp_
     assert not problems, problems
     err = b.stderr()
     assert "Traceback" not in err and " ERROR " not in err, err
+
+
+def test_the_broker_returns_freed_buffers_to_the_kernel(monkeypatch):
+    """``serve`` fixes glibc's mmap threshold (a freed 1 MiB buffer leaves the heap); a
+    threshold the user set in the environment is left alone."""
+    from pylog.serve.server import return_freed_buffers
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert return_freed_buffers() is False
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    assert return_freed_buffers() is True

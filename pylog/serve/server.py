@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
 import errno
 import logging
 import os
@@ -146,6 +147,27 @@ def raise_open_files_limit() -> tuple[int, int]:
             return soft, soft
         return soft, target
     return soft, soft
+
+
+def return_freed_buffers() -> bool:
+    """Make glibc hand large freed buffers back to the kernel: a fixed mmap threshold of
+    256 KiB (``mallopt(M_MMAP_THRESHOLD)``), unless ``MALLOC_MMAP_THRESHOLD_`` is set.
+
+    By default glibc raises its threshold to the largest block freed so far (up to 32 MiB),
+    so after one big Produce or Fetch the request and response buffers of later ones come
+    from the heaps of the threads that made them and stay resident when freed. Measured on
+    the attacks of tests/test_serve_limits.py in one broker: 246 MiB of anonymous memory
+    still held between attacks and a 526 MiB peak, against 42 MiB and 411 MiB with the fixed
+    threshold. Returns whether the threshold was set (False off glibc)."""
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    M_MMAP_THRESHOLD = -3  # malloc.h
+    return bool(mallopt(M_MMAP_THRESHOLD, 256 * 1024))
 
 
 class Server:
@@ -586,10 +608,12 @@ class Server:
 def serve(root: str, host: str = "127.0.0.1", port: int = 9092, ready: Any = None, **options: Any) -> None:
     """Run a broker until SIGTERM or SIGINT, then stop it cleanly (requests in flight are
     answered, logs flushed and closed). ``ready(server)`` is called once it listens. The
-    soft limit of open files is first raised to the hard limit."""
+    soft limit of open files is first raised to the hard limit, and large freed buffers
+    are returned to the kernel (:func:`return_freed_buffers`)."""
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return_freed_buffers()
     old, new = raise_open_files_limit()
     if new != old:
         log.info("open files limit (RLIMIT_NOFILE) raised from %d to %d", old, new)
