@@ -460,8 +460,9 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         """This process was forked from the one that opened the log (see pylog.flusher):
         fence it here, touching neither its lock nor its files, which stay the parent's.
         Reads still work; appends raise LogFencedError; close() closes only this process's
-        descriptors. The lock file's descriptor is closed at once, so the parent's lock
-        goes when the parent closes the log, not when this process ends."""
+        descriptors. The lock file's descriptor is closed at once (in the at-fork handler,
+        before ``fork()`` returns in the child), so the parent's lock goes when the parent
+        closes the log, not when this process ends."""
         self._lock = threading.RLock()  # a thread of the parent may have held the old one
         self._fenced = PylogError(f"opened by process {os.getppid()}, which this process was forked from: "
                                   "open the log again in this process")

@@ -64,11 +64,16 @@ def test_the_parents_lock_goes_when_the_parent_closes_even_while_a_child_lives(t
     log = pylog.Log(path)
     log.append(b"x")
     r, w = os.pipe()
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child: lives until the parent writes
+        os.write(ready_w, b"1")  # fork() has returned here: the at-fork handlers have run
         os.read(r, 1)
         os._exit(0)
     try:
+        # the child closes its copy of the lock's descriptor in its at-fork handler, before
+        # fork() returns in it; until then (under emulation, a long while) it still holds the lock
+        assert os.read(ready_r, 1) == b"1"
         log.close()
         with pylog.Log(path) as again:  # the child's inherited descriptor holds no lock
             assert again.next_offset == 1
