@@ -472,3 +472,36 @@ def test_packed_bytes_append(tmp_path):
     assert got == [(None, b"a"), (b"k", None), (None, b"bc"), (None, b""), (None, b"def")]
     with pytest.raises(ValueError, match="lengths add up to"):
         PackedBytes(b"abc", [1, 1])
+
+
+def test_a_spark_read_sees_no_part_of_a_batch_split_by_a_roll(spark, tmp_path, monkeypatch):
+    """A batch framed across a roll, read by Spark when the roll has sealed the batch's first
+    records and made the next segment, the rest not yet written: the read shows none of the
+    batch (a crash then would cut all of it); once the batch is written it shows whole. The
+    same promise as tests/test_torn_writes.py's readers, through Spark's Python workers."""
+    from pylog import checkpoint
+
+    root = tmp_path / "root"
+    store = pylog.LogStore(str(root))
+    log = store.create_topic("split", partitions=1, segment_bytes=4096).partition(0)
+    log.append_batch([b"a" * 100] * 5)
+    log.flush()
+    seen: list[list[int]] = []
+    in_batch = [False]
+    real = checkpoint.write_recovery_point
+
+    def at_roll(dirpath, offset):  # type: ignore[no-untyped-def]
+        real(dirpath, offset)
+        if in_batch[0] and not seen:  # the first roll inside the batch: the next segment is there
+            seen.append(sorted(r["offset"] for r in read(spark, root, "split").select("offset").collect()))
+
+    monkeypatch.setattr(checkpoint, "write_recovery_point", at_roll)
+    in_batch[0] = True
+    first = log.append_batch([b"b" * 100] * 100)
+    in_batch[0] = False
+    assert seen, "the batch did not cross a roll"
+    assert seen[0] == list(range(5))
+    log.flush()
+    offsets = sorted(r["offset"] for r in read(spark, root, "split").select("offset").collect())
+    assert offsets == list(range(first + 100))
+    store.close()
