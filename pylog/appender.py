@@ -188,8 +188,9 @@ class LogAppending(LogGroupCommit):
         key, metadata
             bytes-like or None.
         timestamp
-            Milliseconds since the epoch; default now. Timestamps never decrease within a
-            log: a default timestamp is raised to the newest one, an explicit lower one raises.
+            Milliseconds since the epoch; default now, raised to the newest timestamp if the
+            clock is behind it. An explicit one below the newest raises, unless the log's
+            ``timestamps`` config is ``"as-given"`` (then it is kept as given).
         expected_offset
             If given, append only if it equals ``next_offset`` (a conditional append).
 
@@ -313,7 +314,7 @@ class LogAppending(LogGroupCommit):
             else:
                 ts, clamp = timestamp, False
                 mx = app.max_timestamp
-                if mx is not None and ts < mx:
+                if mx is not None and ts < mx and cfg.timestamps != "as-given":
                     raise InvalidTimestampError(
                         f"timestamp {ts} is below the log's latest timestamp {mx}: timestamps never decrease")
             if cfg.segment_ms is not None:
