@@ -374,6 +374,11 @@ class Appender:
         ts = self._st.max_timestamp
         return None if ts == _INT64_MIN else ts
 
+    @max_timestamp.setter
+    def max_timestamp(self, value: int | None) -> None:
+        """Carry the newest timestamp over from the segment before (a roll)."""
+        self._st.max_timestamp = _INT64_MIN if value is None else value
+
     @property
     def bytes_since_index(self) -> int:
         return self._st.bytes_since_index

@@ -340,6 +340,10 @@ class Appender:
     def max_timestamp(self) -> int | None:
         return None if self._max_ts == _INT64_MIN else self._max_ts
 
+    @max_timestamp.setter
+    def max_timestamp(self, value: int | None) -> None:
+        self._max_ts = _INT64_MIN if value is None else value
+
     @property
     def index_count(self) -> int:
         return len(self._index) // 8
@@ -488,8 +492,7 @@ class Appender:
                 | (fmt.ATTR_UNIT_CONTINUES if self.next_offset + 1 < self.unit_end else 0))
 
     def frame_batch(self, values: Any, value_lens: Any, keys: Any, key_lens: Any, metas: Any, meta_lens: Any,
-                    timestamps: Any,
-                    default_timestamp: int) -> tuple[int, int]:
+                    timestamps: Any, default_timestamp: int) -> tuple[int, int]:
         rc, i, _ = self._check_batch(value_lens, key_lens, meta_lens, timestamps, default_timestamp)
         if rc:
             return rc, i

@@ -712,6 +712,8 @@ class LogAppending(LogGroupCommit):
             fileutil.fsync_dir(self.path)
             checkpoint.write_recovery_point(self.path, new.base_offset)
             new.app.unit_end = unit_end
+            if self.config.timestamps != "as-given":  # never decrease across segments either
+                new.app.max_timestamp = old.app.max_timestamp
         except OSError as e:
             self._fence(e)
             raise

@@ -348,6 +348,24 @@ class LogReading(LogState):
             return None
         return off
 
+    def max_timestamp(self) -> int | None:
+        """The largest timestamp of the log's records (None when it holds none): the last
+        record's when timestamps never decrease, else the largest of every segment's."""
+        self._check_open()
+        with self._lock:
+            if self._q:
+                self._drain_locked()
+            sealed = list(self._sealed)
+            top = self._active.app.max_timestamp
+        ordered = self.config.timestamps != "as-given"
+        for seg in reversed(sealed):
+            if ordered and top is not None:
+                break
+            m = _max_timestamp(seg)
+            if m is not None and (top is None or m > top):
+                top = m
+        return top
+
     def _offset_for_time(self, timestamp_ms: int) -> int | None:
         if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
             raise ArgumentTypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
@@ -376,6 +394,7 @@ class LogReading(LogState):
         if self.config.timestamps == "as-given":
             while lo < hi and ((m := newest(lo)) is None or m < ts):
                 lo += 1
+            hi = lo
         while lo < hi:
             mid = (lo + hi) // 2
             last = newest(mid)
