@@ -35,6 +35,12 @@ def _flush_messages(v: str) -> dict[str, Any]:
     return {"fsync": "interval", "flush_messages": n}
 
 
+def _timestamp_type(v: str) -> str:
+    from pylog.serve.timestamps import to_mode  # (timestamps imports the log layer)
+
+    return to_mode(v)
+
+
 def _cleanup(v: str) -> str:
     if v not in ("delete", "compact"):
         raise ConfigError(f"cleanup.policy={v!r}: pylog has 'delete' or 'compact', not both")
@@ -52,6 +58,7 @@ TOPIC_CONFIGS: dict[str, Callable[[str], dict[str, Any]]] = {
     "flush.ms": lambda v: {"flush_ms": _none_below_zero(v)},
     "max.message.bytes": lambda v: {"max_record_bytes": _int(v)},
     "delete.retention.ms": lambda v: {"delete_retention_ms": _int(v)},
+    "message.timestamp.type": lambda v: {"timestamps": _timestamp_type(v)},
 }
 
 
@@ -75,7 +82,8 @@ def to_log_config(configs: dict[str, str | None], base: LogConfig | None = None)
             changes.update(conv(value))
         except ConfigError as e:
             raise ConfigError(f"{name}={value!r}: {e}") from None
-    return (base or LogConfig()).replace(**changes)
+    # a topic the broker creates keeps producers' timestamps (Kafka's CreateTime)
+    return (base or LogConfig(timestamps="as-given")).replace(**changes)
 
 
 def from_log_config(cfg: LogConfig) -> dict[str, str]:
@@ -99,4 +107,5 @@ def from_log_config(cfg: LogConfig) -> dict[str, str]:
         "flush.ms": opt(cfg.flush_ms) if cfg.fsync == "interval" else str((1 << 63) - 1),
         "max.message.bytes": str(cfg.max_record_bytes),
         "delete.retention.ms": str(cfg.delete_retention_ms),
+        "message.timestamp.type": "LogAppendTime" if cfg.timestamps == "append-time" else "CreateTime",
     }
