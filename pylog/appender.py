@@ -302,6 +302,7 @@ class LogAppending(LogGroupCommit):
         attrs = (key is None) | (metadata is None) << 1 | (value is None) << 2
         if timestamp is not None:
             timestamp = _check_timestamp(timestamp)
+            cfg.check_time_bounds(timestamp, timestamp)
         if expected_offset is not None:
             expected_offset = _check_offset(expected_offset, "expected_offset")
         with self._lock:

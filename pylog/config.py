@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pylog import format as fmt
-from pylog.errors import ConfigError
+from pylog.errors import ConfigError, InvalidTimestampError
 
 FsyncPolicy = Literal["always", "interval", "never"]
 FSYNC_POLICIES = ("always", "interval", "never")
@@ -90,6 +90,10 @@ class LogConfig:
         be out of order).
         A record appended without a timestamp gets the time now, raised to the newest
         timestamp when the clock is behind it, in every mode.
+    timestamp_before_max_ms, timestamp_after_max_ms
+        An explicit timestamp more than this before / after the clock at append raises
+        InvalidTimestampError (Kafka's ``message.timestamp.before.max.ms`` /
+        ``after.max.ms``). None (the default): no bound.
     """
 
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
@@ -109,6 +113,8 @@ class LogConfig:
     cleanup_policy: str = "delete"
     delete_retention_ms: int = 86_400_000
     timestamps: str = "monotonic"
+    timestamp_before_max_ms: int | None = None
+    timestamp_after_max_ms: int | None = None
 
     def __post_init__(self) -> None:
         def integer(name: str, lo: int, hi: int, optional: bool = False) -> None:
@@ -135,6 +141,8 @@ class LogConfig:
             self._check_32bit()
         integer("initial_offset", 0, (1 << 63) - 1)
         integer("delete_retention_ms", 0, 1 << 62)
+        integer("timestamp_before_max_ms", 0, 1 << 62, optional=True)
+        integer("timestamp_after_max_ms", 0, 1 << 62, optional=True)
         if self.fsync not in FSYNC_POLICIES:
             raise ConfigError(f"fsync={self.fsync!r} is not one of {', '.join(FSYNC_POLICIES)}")
         if not isinstance(self.preallocate, bool):
@@ -160,6 +168,24 @@ class LogConfig:
                     f"(cached_segments + 1) * segment_bytes = {mapped // mib} MiB could be mapped at "
                     f"once; on 32-bit Python keep it within {MAX_MAPPED_BYTES_32BIT // mib} MiB "
                     "(fewer cached_segments or smaller segments; docs/arm.md)")
+
+    def check_time_bounds(self, lo: int, hi: int, now: int | None = None) -> None:
+        """InvalidTimestampError when explicit timestamps from ``lo`` to ``hi`` reach more
+        than ``timestamp_before_max_ms`` before ``now`` (default: the clock) or
+        ``timestamp_after_max_ms`` after it."""
+        before, after = self.timestamp_before_max_ms, self.timestamp_after_max_ms
+        if before is None and after is None:
+            return
+        if now is None:
+            import time
+
+            now = time.time_ns() // 1_000_000
+        if before is not None and lo < now - before:
+            raise InvalidTimestampError(
+                f"timestamp {lo} is more than timestamp_before_max_ms={before} before the time now ({now})")
+        if after is not None and hi > now + after:
+            raise InvalidTimestampError(
+                f"timestamp {hi} is more than timestamp_after_max_ms={after} after the time now ({now})")
 
     @property
     def index_max_entries(self) -> int:

@@ -377,6 +377,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                 i = int(np.flatnonzero((ts_arr < 0) | (ts_arr > fmt.MAX_TIMESTAMP_MS))[0])
                 raise InvalidTimestampError(
                     f"timestamps[{i}]={int(ts_arr[i])} is outside [0, {fmt.MAX_TIMESTAMP_MS}] (ms since the epoch)")
+            self.config.check_time_bounds(int(ts_arr.min()), int(ts_arr.max()))
             if n > 1 and self.config.timestamps != "as-given" and bool((np.diff(ts_arr) < 0).any()):
                 i = int(np.flatnonzero(np.diff(ts_arr) < 0)[0]) + 1
                 raise InvalidTimestampError(

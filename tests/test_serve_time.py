@@ -123,7 +123,8 @@ def test_auto_created_topic_keeps_create_time(broker):
     """A topic the broker creates on first use keeps producers' timestamps too."""
     _produce(broker, "auto-ct", [T0 + 3000, T0 + 1000])
     got = _consume(broker, "auto-ct", 2)  # (a delivery report shows the producer's own time)
-    assert [m.timestamp() for m in got] == [(ck.TIMESTAMP_CREATE_TIME, T0 + 3000), (ck.TIMESTAMP_CREATE_TIME, T0 + 1000)]
+    assert [m.timestamp() for m in got] == [(ck.TIMESTAMP_CREATE_TIME, T0 + 3000),
+                                            (ck.TIMESTAMP_CREATE_TIME, T0 + 1000)]
 
 
 def test_max_timestamp_is_the_first_offset_holding_it(broker):
@@ -139,3 +140,35 @@ def test_max_timestamp_is_the_first_offset_holding_it(broker):
     a.create_topics([NewTopic("maxts-empty", 1, 1)])["maxts-empty"].result(20)
     info = a.list_offsets({empty: OffsetSpec.max_timestamp()})[empty].result(20)
     assert (info.offset, info.timestamp) == (-1, -1)
+
+
+def test_timestamp_bounds_answer_invalid_timestamp(broker):
+    """message.timestamp.after.max.ms (Kafka 4.0's default for a new topic: one hour) and
+    before.max.ms: a CreateTime out of them is refused with INVALID_TIMESTAMP, nothing
+    appended; LogAppendTime topics are not bound."""
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    lat = NewTopic("bounds-lat", 1, 1, config={"message.timestamp.type": "LogAppendTime"})
+    before = NewTopic("bounds-before", 1, 1, config={"message.timestamp.before.max.ms": "60000"})
+    for f in a.create_topics([NewTopic("bounds", 1, 1), before, lat]).values():
+        f.result(20)
+    res = ConfigResource(ConfigResource.Type.TOPIC, "bounds")
+    cfg = a.describe_configs([res])[res].result(20)
+    assert cfg["message.timestamp.after.max.ms"].value == "3600000"
+    assert cfg["message.timestamp.before.max.ms"].value == str((1 << 63) - 1)
+    now = int(time.time() * 1000)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "retries": 0})
+    errors = []
+
+    def done(err, msg):  # type: ignore[no-untyped-def]
+        errors.append((msg.topic(), err.code() if err else None))
+
+    cases = [("bounds", now + 2 * 3_600_000), ("bounds", now + 60_000), ("bounds", T0),
+             ("bounds-before", now - 3_600_000), ("bounds-before", now - 1_000), ("bounds-lat", now + 2 * 3_600_000)]
+    for topic, ts in cases:
+        p.produce(topic, value=b"x", timestamp=ts, on_delivery=done)
+        assert p.flush(20) == 0
+    assert errors == [("bounds", ck.KafkaError.INVALID_TIMESTAMP), ("bounds", None), ("bounds", None),
+                      ("bounds-before", ck.KafkaError.INVALID_TIMESTAMP), ("bounds-before", None),
+                      ("bounds-lat", None)]
+    with pylog.Log(os.path.join(broker.root, "bounds", "partition-0"), readonly=True) as log:
+        assert [r.timestamp for r in log.scan()] == [now + 60_000, T0]

@@ -180,3 +180,22 @@ def test_spark_pushdown_keeps_every_matching_record(tmp_path):
     matching = sorted(o for o, ts in got if all(
         (ts >= f.value if isinstance(f, GreaterThanOrEqual) else ts < f.value) for f in back))
     assert matching == [i for i, t in enumerate(stamps) if base + 150 <= t < base + 450] == [2, 4, 6]
+
+
+def test_time_bounds(tmp_path):
+    """timestamp_before_max_ms / timestamp_after_max_ms refuse explicit timestamps too far
+    from the clock (append and append_batch, nothing appended); records without a
+    timestamp are never refused."""
+    now = int(time.time() * 1000)
+    with pylog.Log(str(tmp_path / "b"), timestamps="as-given", timestamp_before_max_ms=60_000,
+                   timestamp_after_max_ms=60_000) as log:
+        with pytest.raises(InvalidTimestampError, match="timestamp_before_max_ms=60000"):
+            log.append(b"old", timestamp=now - 3_600_000)
+        with pytest.raises(InvalidTimestampError, match="timestamp_after_max_ms=60000"):
+            log.append_batch([b"a", b"b"], timestamps=[now, now + 3_600_000])
+        assert log.next_offset == 0
+        log.append_batch([b"a", b"b"], timestamps=[now + 30_000, now - 30_000])
+        log.append(b"c")
+        assert log.next_offset == 3
+    with pytest.raises(ConfigError, match="timestamp_after_max_ms"):
+        pylog.LogConfig(timestamp_after_max_ms=-1)

@@ -58,7 +58,7 @@ from pylog.serve.records import (
     encode_records,
     fit_batch,
 )
-from pylog.serve.timestamps import append_time_records, log_append_time
+from pylog.serve.timestamps import BROKER_DEFAULTS, append_time_records, log_append_time
 from pylog.topics import LogStore, Topic
 
 try:  # the columnar scan behind fast fetches allocates through pyarrow
@@ -213,7 +213,7 @@ class Broker:
             if not create:
                 raise
             try:
-                t = self.store.create_topic(name, partitions=1, timestamps="as-given")  # CreateTime
+                t = self.store.create_topic(name, partitions=1, **BROKER_DEFAULTS)  # CreateTime
             except PylogError:
                 t = self.store.topic(name)
         self._handles[name] = t
@@ -467,6 +467,10 @@ class Broker:
             ts[:] = now
         else:
             ts[ts < 0] = now
+            try:  # message.timestamp.before/after.max.ms
+                log.config.check_time_bounds(int(ts.min()), int(ts.max()), now)
+            except InvalidTimestampError:
+                return E.invalid_timestamp, -1, -1
         # CreateTime is kept as produced; in a monotonic or LogAppendTime topic a record stamped
         # before its predecessor takes the predecessor's time (docs/serve.md)
         key = (name, i)

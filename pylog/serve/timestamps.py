@@ -10,7 +10,10 @@ A topic's ``LogConfig.timestamps`` says what the broker does with a producer's t
 * ``"monotonic"`` (a topic the library created with its default): a record stamped before
   its predecessor takes the predecessor's time.
 
-``message.timestamp.before.max.ms`` / ``after.max.ms`` are not applied here (see docs).
+``message.timestamp.before.max.ms`` / ``after.max.ms`` (``LogConfig.timestamp_before_max_ms``
+/ ``timestamp_after_max_ms``) bound a CreateTime: a Produce with a timestamp out of them is
+answered INVALID_TIMESTAMP. Topics the broker creates take Kafka 4.0's defaults
+(:data:`BROKER_DEFAULTS`).
 """
 from __future__ import annotations
 
@@ -22,8 +25,12 @@ from pylog.errors import ConfigError
 from pylog.log import Log
 from pylog.serve.records import HEADER_SIZE, encode_records, fit_batch
 
-__all__ = ["KAFKA_TYPES", "to_mode", "to_kafka", "mark_log_append_time", "append_time_records",
+__all__ = ["BROKER_DEFAULTS", "KAFKA_TYPES", "to_mode", "to_kafka", "mark_log_append_time", "append_time_records",
            "log_append_time", "max_timestamp_offset"]
+
+#: LogConfig fields of a topic the broker creates (CreateTopics, auto-creation), as Kafka
+#: 4.0's defaults: CreateTime, timestamps at most an hour ahead of the broker's clock.
+BROKER_DEFAULTS: dict[str, Any] = {"timestamps": "as-given", "timestamp_after_max_ms": 3_600_000}
 
 #: Kafka's ``message.timestamp.type`` values -> ``LogConfig.timestamps``.
 KAFKA_TYPES = {"CreateTime": "as-given", "LogAppendTime": "append-time"}
