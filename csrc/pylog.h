@@ -33,6 +33,9 @@
 #define PLOG_NULL_LEN 4294967295
 #define PLOG_HEADER_COMPACTED 1
 #define PLOG_GAPS 1
+/* explicit timestamps may go below the newest one (kept as given; the time index holds the
+ * running maximum): see plog_frame_one */
+#define PLOG_AS_GIVEN 2
 
 enum plog_status {
     PLOG_OK = 0,
@@ -94,7 +97,8 @@ typedef struct {
     uint8_t *timeindex;       /* time index entries, 16 bytes each */
     uint64_t timeindex_count;
     uint64_t timeindex_cap;
-    uint32_t flags;           /* PLOG_GAPS: offsets may skip (a compacted segment) */
+    uint32_t flags;           /* PLOG_GAPS: offsets may skip (a compacted segment);
+                                 PLOG_AS_GIVEN: timestamps may go back */
     uint64_t used;            /* bytes framed into the write buffer, not yet written out */
     uint64_t unit_end;        /* batch framing: a frame whose offset + 1 is below it gets
                                  PLOG_ATTR_UNIT_CONTINUES (0: none does) */
@@ -116,7 +120,9 @@ int plog_crc32c_batch(const uint8_t *buf, size_t len, const uint64_t *positions,
                       const uint32_t *lengths, size_t n, uint32_t *out);
 
 /* Frame one record into dst[st->used..cap). Returns its offset, or < 0. With
- * clamp_timestamp, a timestamp below the newest one is raised to it instead of refused. */
+ * clamp_timestamp, a timestamp below the newest one is raised to it instead of refused;
+ * without it, such a timestamp is kept as given under PLOG_AS_GIVEN, else refused. A time
+ * index entry holds the largest timestamp up to its frame (the running maximum). */
 int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap,
                        const uint8_t *key, uint32_t key_len,
                        const uint8_t *metadata, uint32_t metadata_len,

@@ -200,9 +200,12 @@ int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, const uint8_
     if (body > MAX_BODY) return PLOG_E_LENGTH;
     uint64_t size = body + PLOG_FRAME_PREFIX_SIZE;
     if (timestamp < st->max_timestamp) {
-        if (!clamp_timestamp) return PLOG_E_TIMESTAMP;
-        timestamp = st->max_timestamp;
+        if (clamp_timestamp)
+            timestamp = st->max_timestamp;
+        else if (!(st->flags & PLOG_AS_GIVEN))
+            return PLOG_E_TIMESTAMP;
     }
+    int64_t run = timestamp > st->max_timestamp ? timestamp : st->max_timestamp;
     int need_index;
     int rc = room_for(st, size, &need_index);
     if (rc) return rc;
@@ -210,11 +213,11 @@ int64_t plog_frame_one(plog_appender *st, uint8_t *dst, size_t cap, const uint8_
     if (used > cap || cap - used < size) return PLOG_E_SPACE;
     write_frame(dst + used, st->next_offset, timestamp, attributes, key, key_len, metadata,
                 metadata_len, value, value_len);
-    if (need_index) index_add(st, st->position, timestamp);
+    if (need_index) index_add(st, st->position, run);
     st->bytes_since_index += (uint32_t)(size > 0xffffffffu ? 0xffffffffu : size);
     st->position += size;
     st->used = used + size;
-    st->max_timestamp = timestamp;
+    st->max_timestamp = run;
     return (int64_t)(st->next_offset++);
 }
 
@@ -226,7 +229,7 @@ static inline int is_null(const uint32_t *lens, size_t i) {
 }
 
 /* Validate a whole batch before any of it is framed, so a bad record leaves nothing
- * half-framed: timestamps never decrease (from st->max_timestamp on), no body passes
+ * half-framed: timestamps never decrease (from st->max_timestamp on; unless PLOG_AS_GIVEN), no body passes
  * MAX_BODY. Returns PLOG_OK and the frames' total size, or the status and (*n_done) the
  * index of the first bad record. */
 int plog_check_batch(const plog_appender *st, const uint32_t *value_lens,
@@ -237,11 +240,11 @@ int plog_check_batch(const plog_appender *st, const uint32_t *value_lens,
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         int64_t ts = timestamps ? timestamps[i] : default_timestamp;
-        if (ts < prev) {
+        if (ts < prev && !(st->flags & PLOG_AS_GIVEN)) {
             *n_done = i;
             return PLOG_E_TIMESTAMP;
         }
-        prev = ts;
+        if (ts > prev) prev = ts;
         uint64_t body = (uint64_t)BODY_FIXED + real_len(value_lens, i) + real_len(key_lens, i) +
                         real_len(meta_lens, i);
         if (body > MAX_BODY) {
@@ -299,6 +302,7 @@ static int frame_batch(plog_appender *st, uint8_t *dst, size_t cap, const uint8_
             if (mp) mp += mlen;
         }
         crc_push(&q, d, frame_fields(d, st->next_offset, ts, attrs, klen, mlen, vlen));
+        if (ts < st->max_timestamp) ts = st->max_timestamp; /* the running maximum */
         if (need_index) index_add(st, st->position, ts);
         st->bytes_since_index += (uint32_t)size;
         st->position += size;
@@ -404,6 +408,7 @@ int plog_frame_gather(plog_appender *st, uint8_t *scratch, size_t scratch_cap,
             run = NULL;
         }
         used += in_scratch;
+        if (ts < st->max_timestamp) ts = st->max_timestamp; /* the running maximum */
         if (need_index) index_add(st, st->position, ts);
         st->bytes_since_index += (uint32_t)size;
         st->position += size;
@@ -437,7 +442,7 @@ int plog_recover(const uint8_t *buf, size_t len, plog_appender *st, uint64_t *n_
             if (st->index && st->index_count >= st->index_cap) return PLOG_E_INDEX_FULL;
             if (st->timeindex && st->timeindex_count >= st->timeindex_cap)
                 return PLOG_E_INDEX_FULL;
-            index_add(st, st->position, f.timestamp);
+            index_add(st, st->position, f.timestamp > st->max_timestamp ? f.timestamp : st->max_timestamp);
         }
         st->bytes_since_index += f.frame_size;
         st->position += f.frame_size;

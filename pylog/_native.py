@@ -307,8 +307,9 @@ class Appender:
 
     def __init__(self, base_offset: int, *, next_offset: int, position: int, max_position: int,
                  max_timestamp: int | None, index_interval: int, bytes_since_index: int,
-                 index_cap: int, buffer_bytes: int) -> None:
+                 index_cap: int, buffer_bytes: int, as_given: bool = False) -> None:
         st = self._st = ffi.new("plog_appender *")
+        st.flags = lib.PLOG_AS_GIVEN if as_given else 0
         st.base_offset = base_offset
         st.next_offset = next_offset
         st.position = position
@@ -351,7 +352,17 @@ class Appender:
 
     @gaps.setter
     def gaps(self, value: bool) -> None:
-        self._st.flags = lib.PLOG_GAPS if value else 0
+        self._st.flags = (self._st.flags & ~lib.PLOG_GAPS) | (lib.PLOG_GAPS if value else 0)
+
+    @property
+    def as_given(self) -> bool:
+        """Explicit timestamps below the newest one are kept as given (not refused); the time
+        index holds the running maximum either way."""
+        return bool(self._st.flags & lib.PLOG_AS_GIVEN)
+
+    @as_given.setter
+    def as_given(self, value: bool) -> None:
+        self._st.flags = (self._st.flags & ~lib.PLOG_AS_GIVEN) | (lib.PLOG_AS_GIVEN if value else 0)
 
     @property
     def position(self) -> int:
@@ -362,6 +373,11 @@ class Appender:
     def max_timestamp(self) -> int | None:
         ts = self._st.max_timestamp
         return None if ts == _INT64_MIN else ts
+
+    @max_timestamp.setter
+    def max_timestamp(self, value: int | None) -> None:
+        """Carry the newest timestamp over from the segment before (a roll)."""
+        self._st.max_timestamp = _INT64_MIN if value is None else value
 
     @property
     def bytes_since_index(self) -> int:

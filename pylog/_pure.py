@@ -313,13 +313,13 @@ def _real(lens: Any, i: int) -> int:
 class Appender:
     """Pure-Python twin of :class:`pylog._native.Appender`."""
 
-    __slots__ = ("base_offset", "next_offset", "position", "max_position", "_max_ts", "gaps",
+    __slots__ = ("base_offset", "next_offset", "position", "max_position", "_max_ts", "gaps", "as_given",
                  "index_interval", "bytes_since_index", "index_cap", "_index", "_tindex",
                  "_wbuf", "_wcap", "used", "unit_end", "__weakref__")
 
     def __init__(self, base_offset: int, *, next_offset: int, position: int, max_position: int,
                  max_timestamp: int | None, index_interval: int, bytes_since_index: int,
-                 index_cap: int, buffer_bytes: int) -> None:
+                 index_cap: int, buffer_bytes: int, as_given: bool = False) -> None:
         self.base_offset = base_offset
         self.next_offset = next_offset
         self.position = position
@@ -327,7 +327,7 @@ class Appender:
         self._max_ts = _INT64_MIN if max_timestamp is None else max_timestamp
         self.index_interval = index_interval
         self.bytes_since_index = bytes_since_index
-        self.gaps = False
+        self.gaps, self.as_given = False, as_given  # as_given: explicit timestamps may go back
         self.index_cap = max(index_cap, 1)
         self._index = bytearray()
         self._tindex = bytearray()
@@ -339,6 +339,10 @@ class Appender:
     @property
     def max_timestamp(self) -> int | None:
         return None if self._max_ts == _INT64_MIN else self._max_ts
+
+    @max_timestamp.setter
+    def max_timestamp(self, value: int | None) -> None:
+        self._max_ts = _INT64_MIN if value is None else value
 
     @property
     def index_count(self) -> int:
@@ -419,6 +423,7 @@ class Appender:
         pos = self.position
         off = self.next_offset
         rel = off - self.base_offset
+        ts = max(ts, self._max_ts)  # the time index holds the running maximum
         ientry, tentry = (_IDX.pack(rel, pos), _TIX.pack(ts, rel, pos)) if need_index else (b"", b"")
         since = min(size if need_index else self.bytes_since_index + size, 0xFFFFFFFF)
         # -- no calls from here on --
@@ -453,7 +458,7 @@ class Appender:
         if body > fmt.MAX_FRAME_BODY:
             return E_LENGTH
         size = body + 8
-        if timestamp < self._max_ts:
+        if timestamp < self._max_ts and (clamp or not self.as_given):
             if not clamp:
                 return E_TIMESTAMP
             timestamp = self._max_ts
@@ -471,9 +476,9 @@ class Appender:
         total = 0
         for i in range(len(value_lens)):
             ts = int(timestamps[i]) if timestamps is not None else default_timestamp
-            if ts < prev:
+            if ts < prev and not self.as_given:
                 return E_TIMESTAMP, i, total
-            prev = ts
+            prev = max(prev, ts)
             body = _BODY_FIXED + _real(value_lens, i) + _real(key_lens, i) + _real(meta_lens, i)
             if body > fmt.MAX_FRAME_BODY:
                 return E_LENGTH, i, total
@@ -487,8 +492,7 @@ class Appender:
                 | (fmt.ATTR_UNIT_CONTINUES if self.next_offset + 1 < self.unit_end else 0))
 
     def frame_batch(self, values: Any, value_lens: Any, keys: Any, key_lens: Any, metas: Any, meta_lens: Any,
-                    timestamps: Any,
-                    default_timestamp: int) -> tuple[int, int]:
+                    timestamps: Any, default_timestamp: int) -> tuple[int, int]:
         rc, i, _ = self._check_batch(value_lens, key_lens, meta_lens, timestamps, default_timestamp)
         if rc:
             return rc, i
@@ -562,7 +566,7 @@ class Appender:
             if self.bytes_since_index >= self.index_interval:
                 if self.index_count >= self.index_cap:
                     self.grow_index(self.index_cap * 2)
-                self._add_index(self.position, f[2])
+                self._add_index(self.position, max(f[2], self._max_ts))
             self.bytes_since_index = min(self.bytes_since_index + f[3], 0xFFFFFFFF)
             self.position += f[3]
             self.next_offset += 1

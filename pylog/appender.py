@@ -188,8 +188,9 @@ class LogAppending(LogGroupCommit):
         key, metadata
             bytes-like or None.
         timestamp
-            Milliseconds since the epoch; default now. Timestamps never decrease within a
-            log: a default timestamp is raised to the newest one, an explicit lower one raises.
+            Milliseconds since the epoch; default now, raised to the newest timestamp if the
+            clock is behind it. An explicit one below the newest raises, unless the log's
+            ``timestamps`` config is ``"as-given"`` (then it is kept as given).
         expected_offset
             If given, append only if it equals ``next_offset`` (a conditional append).
 
@@ -301,6 +302,7 @@ class LogAppending(LogGroupCommit):
         attrs = (key is None) | (metadata is None) << 1 | (value is None) << 2
         if timestamp is not None:
             timestamp = _check_timestamp(timestamp)
+            cfg.check_time_bounds(timestamp, timestamp)
         if expected_offset is not None:
             expected_offset = _check_offset(expected_offset, "expected_offset")
         with self._lock:
@@ -313,7 +315,7 @@ class LogAppending(LogGroupCommit):
             else:
                 ts, clamp = timestamp, False
                 mx = app.max_timestamp
-                if mx is not None and ts < mx:
+                if mx is not None and ts < mx and cfg.timestamps != "as-given":
                     raise InvalidTimestampError(
                         f"timestamp {ts} is below the log's latest timestamp {mx}: timestamps never decrease")
             if cfg.segment_ms is not None:
@@ -711,6 +713,8 @@ class LogAppending(LogGroupCommit):
             fileutil.fsync_dir(self.path)
             checkpoint.write_recovery_point(self.path, new.base_offset)
             new.app.unit_end = unit_end
+            if self.config.timestamps != "as-given":  # never decrease across segments either
+                new.app.max_timestamp = old.app.max_timestamp
         except OSError as e:
             self._fence(e)
             raise

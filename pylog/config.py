@@ -8,11 +8,13 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pylog import format as fmt
-from pylog.errors import ConfigError
+from pylog.errors import ConfigError, InvalidTimestampError
 
 FsyncPolicy = Literal["always", "interval", "never"]
 FSYNC_POLICIES = ("always", "interval", "never")
 CLEANUP_POLICIES = ("delete", "compact")
+#: ``LogConfig.timestamps``: how a log keeps the timestamps appends give (docs/format.md).
+TIMESTAMP_MODES = ("monotonic", "as-given", "append-time")
 
 #: Fields that may not change once a log holds data.
 FIXED_ONCE_WRITTEN = ("initial_offset",)
@@ -75,6 +77,23 @@ class LogConfig:
     delete_retention_ms
         Compacted logs: how long a tombstone (a record whose value is None) is kept after
         its timestamp before compaction may remove it (Kafka's ``delete.retention.ms``).
+    timestamps
+        What an append's explicit timestamp becomes. ``"monotonic"`` (the default):
+        timestamps never decrease, a lower one raises InvalidTimestampError.
+        ``"as-given"`` (Kafka's ``CreateTime``): kept as given, also below the newest one;
+        the time index holds the running maximum, so ``offset_for_time`` still answers the
+        first record at or after a time. ``"append-time"`` (Kafka's ``LogAppendTime``):
+        timestamps never decrease, as with ``"monotonic"``, and they are the writer's clock
+        at append: ``pylog serve`` stamps every record it appends with its own time and says
+        so in Fetch answers (appends through the library should give no timestamp). A log
+        that holds data cannot go back from ``"as-given"`` to another mode (its records may
+        be out of order).
+        A record appended without a timestamp gets the time now, raised to the newest
+        timestamp when the clock is behind it, in every mode.
+    timestamp_before_max_ms, timestamp_after_max_ms
+        An explicit timestamp more than this before / after the clock at append raises
+        InvalidTimestampError (Kafka's ``message.timestamp.before.max.ms`` /
+        ``after.max.ms``). None (the default): no bound.
     """
 
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
@@ -93,6 +112,9 @@ class LogConfig:
     preallocate: bool = False
     cleanup_policy: str = "delete"
     delete_retention_ms: int = 86_400_000
+    timestamps: str = "monotonic"
+    timestamp_before_max_ms: int | None = None
+    timestamp_after_max_ms: int | None = None
 
     def __post_init__(self) -> None:
         def integer(name: str, lo: int, hi: int, optional: bool = False) -> None:
@@ -119,10 +141,14 @@ class LogConfig:
             self._check_32bit()
         integer("initial_offset", 0, (1 << 63) - 1)
         integer("delete_retention_ms", 0, 1 << 62)
+        integer("timestamp_before_max_ms", 0, 1 << 62, optional=True)
+        integer("timestamp_after_max_ms", 0, 1 << 62, optional=True)
         if self.fsync not in FSYNC_POLICIES:
             raise ConfigError(f"fsync={self.fsync!r} is not one of {', '.join(FSYNC_POLICIES)}")
         if not isinstance(self.preallocate, bool):
             raise ConfigError(f"preallocate must be a bool, got {self.preallocate!r}")
+        if self.timestamps not in TIMESTAMP_MODES:
+            raise ConfigError(f"timestamps={self.timestamps!r} is not one of {', '.join(TIMESTAMP_MODES)}")
         if self.cleanup_policy not in CLEANUP_POLICIES:
             raise ConfigError(
                 f"cleanup_policy={self.cleanup_policy!r} is not one of {', '.join(CLEANUP_POLICIES)}"
@@ -142,6 +168,24 @@ class LogConfig:
                     f"(cached_segments + 1) * segment_bytes = {mapped // mib} MiB could be mapped at "
                     f"once; on 32-bit Python keep it within {MAX_MAPPED_BYTES_32BIT // mib} MiB "
                     "(fewer cached_segments or smaller segments; docs/arm.md)")
+
+    def check_time_bounds(self, lo: int, hi: int, now: int | None = None) -> None:
+        """InvalidTimestampError when explicit timestamps from ``lo`` to ``hi`` reach more
+        than ``timestamp_before_max_ms`` before ``now`` (default: the clock) or
+        ``timestamp_after_max_ms`` after it."""
+        before, after = self.timestamp_before_max_ms, self.timestamp_after_max_ms
+        if before is None and after is None:
+            return
+        if now is None:
+            import time
+
+            now = time.time_ns() // 1_000_000
+        if before is not None and lo < now - before:
+            raise InvalidTimestampError(
+                f"timestamp {lo} is more than timestamp_before_max_ms={before} before the time now ({now})")
+        if after is not None and hi > now + after:
+            raise InvalidTimestampError(
+                f"timestamp {hi} is more than timestamp_after_max_ms={after} after the time now ({now})")
 
     @property
     def index_max_entries(self) -> int:
@@ -202,5 +246,8 @@ def merge(stored: LogConfig | None, passed: Mapping[str, Any], *, has_data: bool
                     f"{name} cannot change on a log that holds data "
                     f"(stored {getattr(stored, name)!r}, passed {passed[name]!r})"
                 )
+        if stored.timestamps == "as-given" and passed.get("timestamps", "as-given") != "as-given":
+            raise ConfigError(f"timestamps cannot change from 'as-given' to {passed['timestamps']!r} on a log "
+                              "that holds data: its timestamps may be out of order")
     return stored.replace(**passed)
 

@@ -321,7 +321,8 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
 
         ``values``: a sequence of bytes-likes (None = tombstone). ``keys``, ``metadata``:
         None, or sequences of the same length (bytes-like or None each). ``timestamps``:
-        None (now), or a sequence of ints that never decreases. All or nothing: a bad
+        None (now), or a sequence of ints (that never decreases, unless the config says
+        ``timestamps="as-given"``; see LogConfig). All or nothing: a bad
         element raises before anything is written.
         """
         if isinstance(values, (bytes, bytearray, memoryview, str)):
@@ -376,7 +377,8 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
                 i = int(np.flatnonzero((ts_arr < 0) | (ts_arr > fmt.MAX_TIMESTAMP_MS))[0])
                 raise InvalidTimestampError(
                     f"timestamps[{i}]={int(ts_arr[i])} is outside [0, {fmt.MAX_TIMESTAMP_MS}] (ms since the epoch)")
-            if n > 1 and bool((np.diff(ts_arr) < 0).any()):
+            self.config.check_time_bounds(int(ts_arr.min()), int(ts_arr.max()))
+            if n > 1 and self.config.timestamps != "as-given" and bool((np.diff(ts_arr) < 0).any()):
                 i = int(np.flatnonzero(np.diff(ts_arr) < 0)[0]) + 1
                 raise InvalidTimestampError(
                     f"timestamps[{i}]={int(ts_arr[i])} is below timestamps[{i - 1}]: timestamps never decrease")
@@ -384,7 +386,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             seg = self._check_writable()
             mx = seg.app.max_timestamp
             if ts_arr is not None:
-                if mx is not None and int(ts_arr[0]) < mx:
+                if mx is not None and int(ts_arr[0]) < mx and self.config.timestamps != "as-given":
                     raise InvalidTimestampError(
                         f"timestamps[0]={int(ts_arr[0])} is below the log's latest timestamp {mx}")
                 default_ts = 0

@@ -43,21 +43,34 @@ def _past_last(seg: Any, offset: int) -> bool:
     return rc == impl.E_NOT_FOUND
 
 
-def _last_timestamp(seg: SealedSegment) -> int | None:
-    """A sealed segment's newest timestamp (None when empty), compacted segments too."""
-    seg.maps()  # learns seg.gaps
-    if not seg.gaps:
-        return seg.last_timestamp()
-    m = seg.maps()
+#: (store path, inode, next offset, size) of a sealed segment -> its largest timestamp
+_MAX_TS: dict[tuple[str, int | None, int, int], int | None] = {}
+
+
+def _max_timestamp(seg: SealedSegment) -> int | None:
+    """A sealed segment's largest timestamp (None when empty), compacted segments too: the
+    time index's last entry holds the largest up to its record (the running maximum), and
+    the frames after it are scanned. With timestamps that never decrease it is the last
+    record's. Remembered per segment file (a sealed segment does not change; compaction
+    writes a new file)."""
+    m = seg.maps()  # also learns seg.gaps and seg.ino
+    key = (seg.store_path, seg.ino, seg.next_offset, m.store.length)
+    if key in _MAX_TS:
+        return _MAX_TS[key]
     t = m.timeindex
     pos = int(t.array[-1]["position"]) if t.n else fmt.FILE_HEADER_SIZE
-    last = None
+    top = int(t.array[-1]["timestamp"]) if t.n else None
     while True:
         _rc, frames, end = impl.scan(m.store.buf, m.store.length, pos, None, 4096, (1 << 64) - 1, True)
         if not len(frames):
-            return last
-        last = int(frames[-1]["timestamp"])
+            break
+        most = int(frames["timestamp"].max())
+        top = most if top is None else max(top, most)
         pos = int(end)
+    if len(_MAX_TS) >= 1 << 16:
+        _MAX_TS.clear()
+    _MAX_TS[key] = top
+    return top
 
 
 def _check_offset(offset: Any, what: str = "offset") -> int:
@@ -335,6 +348,24 @@ class LogReading(LogState):
             return None
         return off
 
+    def max_timestamp(self) -> int | None:
+        """The largest timestamp of the log's records (None when it holds none): the last
+        record's when timestamps never decrease, else the largest of every segment's."""
+        self._check_open()
+        with self._lock:
+            if self._q:
+                self._drain_locked()
+            sealed = list(self._sealed)
+            top = self._active.app.max_timestamp
+        ordered = self.config.timestamps != "as-given"
+        for seg in reversed(sealed):
+            if ordered and top is not None:
+                break
+            m = _max_timestamp(seg)
+            if m is not None and (top is None or m > top):
+                top = m
+        return top
+
     def _offset_for_time(self, timestamp_ms: int) -> int | None:
         if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
             raise ArgumentTypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
@@ -346,18 +377,25 @@ class LogReading(LogState):
             segs: list[Any] = [*self._sealed, self._active]
             active_max = self._active.app.max_timestamp
         def newest(i: int) -> int | None:
-            # newest timestamp of segment i, or of the first non-empty one after it (compaction
-            # can empty a segment): non-decreasing in i, so it can be bisected
+            # largest timestamp of segment i, or of the first non-empty one after it (compaction
+            # can empty a segment)
             while i < len(segs):
                 seg = segs[i]
-                last = active_max if seg is segs[-1] else _last_timestamp(seg)
+                last = active_max if seg is segs[-1] else _max_timestamp(seg)
                 if last is not None:
                     return last
                 i += 1
             return None
 
+        # the first record at or after ts is in the first segment whose largest timestamp
+        # is >= ts. Timestamps that never decrease make the largest non-decreasing in i, so
+        # it can be bisected; a log that may hold them as given is searched in order.
         lo, hi = 0, len(segs)
-        while lo < hi:  # first segment whose newest timestamp is >= ts
+        if self.config.timestamps == "as-given":
+            while lo < hi and ((m := newest(lo)) is None or m < ts):
+                lo += 1
+            hi = lo
+        while lo < hi:
             mid = (lo + hi) // 2
             last = newest(mid)
             if last is not None and last >= ts:

@@ -20,7 +20,7 @@ from pylog.errors import (
     ReadOnlyLogError,
 )
 from pylog.logstate import LogState
-from pylog.reading import _check_offset, _last_timestamp
+from pylog.reading import _check_offset, _max_timestamp
 from pylog.segment import ActiveSegment, SealedSegment, paths
 
 if TYPE_CHECKING:  # the layers above (compaction) and the Log facade: never imported at run time
@@ -225,8 +225,9 @@ class LogRetention(LogState):
         return count
 
     def remove_expired(self, max_age_ms: int) -> int:
-        """Delete sealed segments whose newest record is older than ``max_age_ms``
-        (never the active segment); returns how many were deleted."""
+        """Delete sealed segments whose largest timestamp is older than ``max_age_ms``, oldest
+        first up to the first one that is not (never the active segment), as Kafka does;
+        returns how many were deleted."""
         if isinstance(max_age_ms, bool) or not isinstance(max_age_ms, int):
             raise ArgumentTypeError(f"max_age_ms must be an int, got {type(max_age_ms).__name__}")
         if max_age_ms < 0:
@@ -236,7 +237,7 @@ class LogRetention(LogState):
             cutoff = _now_ms() - max_age_ms
             count = 0
             for s in self._sealed:
-                last = _last_timestamp(s)
+                last = _max_timestamp(s)  # Kafka: a segment expires by its largest timestamp
                 if last is None or last < cutoff:
                     count += 1
                 else:

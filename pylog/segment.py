@@ -559,7 +559,7 @@ class ActiveSegment(_Reader):
             base, next_offset=next_offset, position=position, max_position=config.segment_bytes,
             max_timestamp=max_ts, index_interval=config.index_interval_bytes,
             bytes_since_index=bytes_since, index_cap=min(64, config.index_max_entries),
-            buffer_bytes=config.write_buffer_bytes,
+            buffer_bytes=config.write_buffer_bytes, as_given=config.timestamps == "as-given",
         )
 
     @classmethod

@@ -638,7 +638,7 @@ def _check_late(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
     """InvalidTimestampError when a staged record's timestamp is below the partition's
     latest (they would be raised to it: ``lateTimestamps=error`` of the Spark writer)."""
     mx = log._active.app.max_timestamp
-    if mx is None:
+    if mx is None or log.config.timestamps == "as-given":  # (kept as given there)
         return
     for rel, _count in entry["staged"]:
         src = Log(os.path.join(txn_dir, rel), readonly=True)
@@ -704,9 +704,12 @@ def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
             mx = log._active.app.max_timestamp
             last = -1 if mx is None else int(mx)
             for values, keys, metadata, stamps in _staged_records(txn_dir, [tuple(x) for x in entry["staged"]]):
-                ts = np.maximum.accumulate(stamps)
-                ts = np.maximum(ts, last)  # timestamps never decrease in a partition
-                last = int(ts[-1])
+                if log.config.timestamps == "as-given":
+                    ts = stamps  # kept as given (Kafka's CreateTime)
+                else:
+                    ts = np.maximum.accumulate(stamps)
+                    ts = np.maximum(ts, last)  # timestamps never decrease in a partition
+                    last = int(ts[-1])
                 log.append_batch(values, keys, ts, metadata)
                 if apply_hook is not None:
                     apply_hook(log, entry, log.next_offset - start)

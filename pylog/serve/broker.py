@@ -58,6 +58,7 @@ from pylog.serve.records import (
     encode_records,
     fit_batch,
 )
+from pylog.serve.timestamps import BROKER_DEFAULTS, append_time_records, log_append_time
 from pylog.topics import LogStore, Topic
 
 try:  # the columnar scan behind fast fetches allocates through pyarrow
@@ -212,7 +213,7 @@ class Broker:
             if not create:
                 raise
             try:
-                t = self.store.create_topic(name, partitions=1)
+                t = self.store.create_topic(name, partitions=1, **BROKER_DEFAULTS)  # CreateTime
             except PylogError:
                 t = self.store.topic(name)
         self._handles[name] = t
@@ -461,12 +462,17 @@ class Broker:
             return E.kafka_storage_error, -1, -1
         now = int(time.time() * 1000)
         ts = d.timestamps
-        if d.log_append_time:
+        mode = log.config.timestamps  # message.timestamp.type (pylog.serve.timestamps)
+        if d.log_append_time or mode == "append-time":
             ts[:] = now
         else:
             ts[ts < 0] = now
-        # pylog's timestamps never decrease: a record stamped before its predecessor takes the
-        # predecessor's time (docs/serve.md)
+            try:  # message.timestamp.before/after.max.ms
+                log.config.check_time_bounds(int(ts.min()), int(ts.max()), now)
+            except InvalidTimestampError:
+                return E.invalid_timestamp, -1, -1
+        # CreateTime is kept as produced; in a monotonic or LogAppendTime topic a record stamped
+        # before its predecessor takes the predecessor's time (docs/serve.md)
         key = (name, i)
         last = self._last_ts.get(key)
         gate = self._gate(key)
@@ -479,14 +485,17 @@ class Broker:
         gate.enter(exclusive=idem is not None)
         try:
             for attempt in range(8):
-                if last is None and log.next_offset > log.start_offset:
+                if mode == "as-given":
+                    pass
+                elif last is None and log.next_offset > log.start_offset:
                     try:
                         last = log.read(log.next_offset - 1).timestamp
                     except PylogError:  # compacted or truncated away: the log checks it anyway
                         last = None
-                if last is not None:
+                if last is not None and mode != "as-given":
                     ts[0] = max(int(ts[0]), last)
-                np.maximum.accumulate(ts, out=ts)
+                if mode != "as-given":
+                    np.maximum.accumulate(ts, out=ts)
                 try:
                     if idem is not None:
                         base = log.next_offset
@@ -530,7 +539,7 @@ class Broker:
             return E.not_leader_or_follower, -1, -1
         finally:
             gate.leave(exclusive=idem is not None)
-        self._last_ts[key] = max(int(ts[-1]), self._last_ts.get(key, 0))
+        self._last_ts[key] = max(int(ts.max()), self._last_ts.get(key, 0))
         return 0, first, start
 
     def _append_checked(self, name: str, i: int, records: Any, budget: Budget | None = None) -> tuple[int, int, int]:
@@ -568,19 +577,21 @@ class Broker:
         opened = await self.partitions((n, i) for n, i, _ in jobs)
         errors = {(n, i): e for (n, i), (_, e) in opened.items() if e}
 
-        def run() -> list[tuple[int, int, int]]:
+        def run() -> tuple[list[tuple[int, int, int]], list[Any]]:
             budget = Budget(self.max_decompressed_bytes)  # one for the whole request
-            return [(errors[(n, i)], -1, -1) if (n, i) in errors else
-                    self._append_checked(n, i, r, budget) if r is not None else (E.corrupt_message, -1, -1)
-                    for n, i, r in jobs]
+            res = [(errors[(n, i)], -1, -1) if (n, i) in errors else
+                   self._append_checked(n, i, r, budget) if r is not None else (E.corrupt_message, -1, -1)
+                   for n, i, r in jobs]
+            return res, [log_append_time(opened[(n, i)][0], b) if not e else None
+                         for (n, i, _), (e, b, _s) in zip(jobs, res)]
 
-        results = await loop.run_in_executor(self._pool, run)
+        results, stamps = await loop.run_in_executor(self._pool, run)
         self.notify()
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (name, i, _), (err, base, start) in zip(jobs, results):
+        for (name, i, _), (err, base, start), stamp in zip(jobs, results, stamps):
             by_topic.setdefault(name, []).append({"index": i, "error_code": err, "base_offset": base,
                                                   "log_start_offset": start, "record_errors": [],
-                                                  "error_message": None})
+                                                  "error_message": None, "log_append_time": stamp})
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
 
     # -- fetch -------------------------------------------------------------------------------
@@ -668,10 +679,13 @@ class Broker:
         bytes in all, as many records as fit; when not even the first record fits, that
         record alone if ``oversize`` (the response holds nothing yet: Kafka returns a first
         batch larger than the limits so that a consumer can make progress), else b"".
+        A LogAppendTime topic's batches: :func:`pylog.serve.timestamps.append_time_records`.
 
         A columnar scan of the segments encoded in C, no Record objects; without pyarrow
         (whose allocator the scan uses), or when the scan stops at a bad frame before any
         record, through ``Log.read_batch`` (which raises CorruptRecordError for a bad frame)."""
+        if log.config.timestamps == "append-time":
+            return append_time_records(log, off, end, limit, oversize)
         if _arrow is not None:
             out: list[Any] = []
             used = 0

@@ -10,6 +10,7 @@ from typing import Any
 
 from pylog.config import LogConfig
 from pylog.errors import ConfigError
+from pylog.serve import timestamps
 
 __all__ = ["TOPIC_CONFIGS", "to_log_config", "from_log_config"]
 
@@ -35,6 +36,13 @@ def _flush_messages(v: str) -> dict[str, Any]:
     return {"fsync": "interval", "flush_messages": n}
 
 
+def _none_at_max(v: str) -> int | None:
+    n = _int(v)
+    if n < 0:
+        raise ConfigError(f"{v!r} must be >= 0")
+    return None if n >= 1 << 62 else n  # Kafka's Long.MAX_VALUE: no bound
+
+
 def _cleanup(v: str) -> str:
     if v not in ("delete", "compact"):
         raise ConfigError(f"cleanup.policy={v!r}: pylog has 'delete' or 'compact', not both")
@@ -52,6 +60,9 @@ TOPIC_CONFIGS: dict[str, Callable[[str], dict[str, Any]]] = {
     "flush.ms": lambda v: {"flush_ms": _none_below_zero(v)},
     "max.message.bytes": lambda v: {"max_record_bytes": _int(v)},
     "delete.retention.ms": lambda v: {"delete_retention_ms": _int(v)},
+    "message.timestamp.type": lambda v: {"timestamps": timestamps.to_mode(v)},
+    "message.timestamp.before.max.ms": lambda v: {"timestamp_before_max_ms": _none_at_max(v)},
+    "message.timestamp.after.max.ms": lambda v: {"timestamp_after_max_ms": _none_at_max(v)},
 }
 
 
@@ -75,13 +86,17 @@ def to_log_config(configs: dict[str, str | None], base: LogConfig | None = None)
             changes.update(conv(value))
         except ConfigError as e:
             raise ConfigError(f"{name}={value!r}: {e}") from None
-    return (base or LogConfig()).replace(**changes)
+    # a topic the broker creates keeps producers' timestamps (Kafka's CreateTime)
+    return (base or LogConfig(**timestamps.BROKER_DEFAULTS)).replace(**changes)
 
 
 def from_log_config(cfg: LogConfig) -> dict[str, str]:
     """Kafka names -> string values describing ``cfg`` (DescribeConfigs)."""
     def opt(v: int | None) -> str:
         return "-1" if v is None else str(v)
+
+    def opt_max(v: int | None) -> str:
+        return str((1 << 63) - 1) if v is None else str(v)
 
     if cfg.fsync == "always":
         flush_messages = "1"
@@ -99,4 +114,7 @@ def from_log_config(cfg: LogConfig) -> dict[str, str]:
         "flush.ms": opt(cfg.flush_ms) if cfg.fsync == "interval" else str((1 << 63) - 1),
         "max.message.bytes": str(cfg.max_record_bytes),
         "delete.retention.ms": str(cfg.delete_retention_ms),
+        "message.timestamp.type": timestamps.to_kafka(cfg.timestamps),
+        "message.timestamp.before.max.ms": opt_max(cfg.timestamp_before_max_ms),
+        "message.timestamp.after.max.ms": opt_max(cfg.timestamp_after_max_ms),
     }

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog.errors import ConfigError, InvalidNameError, PylogError, TopicExistsError, UnknownTopicError
-from pylog.serve import configs
+from pylog.serve import configs, timestamps
 from pylog.serve.protocol import SERVED
 
 if TYPE_CHECKING:
@@ -112,11 +112,10 @@ def list_offsets(broker: Broker, req: Any, version: int) -> dict[str, Any]:
                     r["offset"] = log.start_offset
                 elif ts == LATEST:
                     r["offset"] = broker.visible_end(log, committed, key)
-                elif ts == MAX_TIMESTAMP:
-                    end = broker.visible_end(log, committed, key)
-                    if end > log.start_offset:
-                        rec = log.read(end - 1)
-                        r["offset"], r["timestamp"] = rec.offset, rec.timestamp
+                elif ts == MAX_TIMESTAMP:  # the FIRST offset of the largest timestamp (KAFKA-16310)
+                    found = timestamps.max_timestamp_offset(log, broker.visible_end(log, committed, key))
+                    if found is not None:
+                        r["offset"], r["timestamp"] = found
                 elif ts >= 0:
                     off = log.offset_for_time(ts)
                     if off is not None and off < broker.visible_end(log, committed, key):

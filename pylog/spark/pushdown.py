@@ -13,10 +13,11 @@ applies it exactly:
   ``[start, end)``: exact. An ``IN`` (or a ``NOT``) with more than :data:`MAX_RANGES` ranges
   is planned as the range that covers them all and handed back to Spark.
 * ``timestamp`` filters become a range of milliseconds, then per partition a range of
-  offsets through the log's time index (:meth:`pylog.Log.offset_for_time`). pylog refuses a
-  timestamp below a partition's newest one, so the records of a time range are one offset
-  range and the pruning is exact; Spark re-applies these filters anyway (they are handed
-  back), so a read stays right even on a log whose timestamps went back.
+  offsets through the log's time index (:meth:`pylog.Log.offset_for_time`). A log whose
+  timestamps never decrease (the default) holds a time range's records in one offset range,
+  and the pruning is exact; one that keeps them as given (``timestamps="as-given"``) is cut
+  only before the range's first record. Spark re-applies these filters anyway (they are
+  handed back), so no matching record is ever dropped.
 
 Anything else (another column, a null or non-integer value, a nested column) goes back to
 Spark unchanged.

@@ -509,8 +509,11 @@ class PylogReader(DataSourceReader):
         return out
 
     def _time_ranges(self, topic: str, p: int, millis: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The offsets of the records whose timestamps (ms) lie in ``millis``: timestamps
-        never decrease in a log, so each time range is one offset range."""
+        """Offset ranges holding every record whose timestamp (ms) lies in ``millis``: in a
+        log whose timestamps never decrease each time range is exactly one offset range; in
+        one that keeps them as given (``timestamps="as-given"``) a record after the first
+        one at or past the range's end may still lie in it, so only the start narrows (the
+        filters go back to Spark, which drops the rest)."""
         with _reader(self.root, topic, p) as log:
             if log is None:
                 return []
@@ -523,6 +526,8 @@ class PylogReader(DataSourceReader):
                 off = log.offset_for_time(ms)
                 return (1 << 80) if off is None else off
 
+            if log.config.timestamps == "as-given":
+                return normalize((first_at(a), 1 << 80) for a, b in millis)
             return normalize((first_at(a), first_at(b)) for a, b in millis)
 
     def partitions(self) -> Sequence[InputPartition]:
