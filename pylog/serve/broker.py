@@ -53,6 +53,8 @@ from pylog.serve.records import (
     HEADER_SIZE,
     BatchError,
     Budget,
+    RecordErrors,
+    check_keyed,
     decode_records,
     encode_columns_within,
     encode_records,
@@ -453,6 +455,8 @@ class Broker:
             return e.code, -1, -1
         if d.transactional:  # transactions over the protocol come with InitProducerId (next step)
             return E.invalid_txn_state, -1, -1
+        if log.config.cleanup_policy == "compact":  # RecordErrors: answered per record, nothing appended
+            check_keyed(d, f"{name}-{i}")
         try:
             # before anything is appended to the partition, its producer state is checked
             # against the log: no record may land where an unconfirmed intent points
@@ -568,19 +572,26 @@ class Broker:
         opened = await self.partitions((n, i) for n, i, _ in jobs)
         errors = {(n, i): e for (n, i), (_, e) in opened.items() if e}
 
-        def run() -> list[tuple[int, int, int]]:
+        def one(n: str, i: int, r: Any, budget: Budget) -> tuple[int, int, int, RecordErrors | None]:
+            if (n, i) in errors or r is None:
+                return errors.get((n, i), E.corrupt_message), -1, -1, None
+            try:
+                return (*self._append_checked(n, i, r, budget), None)
+            except RecordErrors as e:
+                return e.code, -1, -1, e
+
+        def run() -> list[tuple[int, int, int, RecordErrors | None]]:
             budget = Budget(self.max_decompressed_bytes)  # one for the whole request
-            return [(errors[(n, i)], -1, -1) if (n, i) in errors else
-                    self._append_checked(n, i, r, budget) if r is not None else (E.corrupt_message, -1, -1)
-                    for n, i, r in jobs]
+            return [one(n, i, r, budget) for n, i, r in jobs]
 
         results = await loop.run_in_executor(self._pool, run)
         self.notify()
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (name, i, _), (err, base, start) in zip(jobs, results):
-            by_topic.setdefault(name, []).append({"index": i, "error_code": err, "base_offset": base,
-                                                  "log_start_offset": start, "record_errors": [],
-                                                  "error_message": None})
+        for (name, i, _), (err, base, start, rec) in zip(jobs, results):
+            by_topic.setdefault(name, []).append({
+                "index": i, "error_code": err, "base_offset": base, "log_start_offset": start,
+                "record_errors": [{"batch_index": j, "batch_index_error_message": m} for j, m in rec.rows]
+                if rec else [], "error_message": str(rec) if rec else None})
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
 
     # -- fetch -------------------------------------------------------------------------------

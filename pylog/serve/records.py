@@ -52,6 +52,25 @@ INVALID_RECORD = 87
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 
 
+class RecordErrors(BatchError):
+    """Records of a partition's data the broker refuses one by one (Produce v8+ reports them
+    as ``record_errors``): ``rows`` holds (index of the record in the data, message)."""
+
+    def __init__(self, code: int, message: str, rows: list[tuple[int, str]]) -> None:
+        super().__init__(code, message)
+        self.rows = rows
+
+
+def check_keyed(d: Decoded, where: str) -> None:
+    """Raise :class:`RecordErrors` (INVALID_RECORD, one per keyless record) if a record of
+    ``d`` has no key: a ``cleanup.policy=compact`` topic keeps the latest record per key, so
+    Kafka refuses a record without one (``where``: the topic-partition, for the message)."""
+    null = np.flatnonzero(d.keys[1] == np.uint32(fmt.NULL_LEN)).tolist()
+    if null:
+        msg = f"Compacted topic cannot accept message without key in topic partition {where}."
+        raise RecordErrors(INVALID_RECORD, msg, [(i, msg) for i in null])
+
+
 @dataclass
 class Decoded:
     """The records of one partition's Produce, as columns ready for ``Log.append_batch``."""
