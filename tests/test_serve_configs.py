@@ -71,3 +71,188 @@ def test_keyless_record_in_compacted_topic_fails_its_delivery(broker):
         assert [(m.key(), m.value(), m.offset()) for m in msgs] == [(b"k", b"y", 0)]
     finally:
         c.close()
+
+
+# -- item 7: topic configs ---------------------------------------------------------------------
+ROUTINE = {  # what tools send routinely (issue 29), each not the default
+    "compression.type": "lz4", "min.insync.replicas": "2", "message.timestamp.type": "LogAppendTime",
+    "unclean.leader.election.enable": "true", "min.compaction.lag.ms": "1000", "max.compaction.lag.ms": "600000",
+    "min.cleanable.dirty.ratio": "0.01", "file.delete.delay.ms": "1000", "segment.index.bytes": "65536",
+    "index.interval.bytes": "1024", "preallocate": "true", "segment.jitter.ms": "5",
+    "message.timestamp.before.max.ms": "86400000", "message.timestamp.after.max.ms": "7200000",
+    "retention.ms": "60000", "cleanup.policy": "compact"}
+
+
+def _admin(broker):
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def _describe(admin, name: str) -> dict:
+    from confluent_kafka.admin import ConfigResource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, name)
+    return admin.describe_configs([res])[res].result(20)
+
+
+def test_create_topics_accepts_every_kafka_topic_config_and_describe_reports_its_source(broker):
+    from confluent_kafka.admin import ConfigSource, NewTopic
+
+    from pylog.serve import configs
+
+    a = _admin(broker)
+    a.create_topics([NewTopic("routine", 1, 1, config=ROUTINE)])["routine"].result(20)
+    got = _describe(a, "routine")
+    # every Kafka 4.0 topic config is reported, set ones as DYNAMIC_TOPIC_CONFIG
+    assert set(got) == set(configs.LOG_CONFIGS) | set(configs.STORED)
+    for k, v in ROUTINE.items():
+        assert got[k].value == v, k
+        assert got[k].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, k
+    assert got["compression.zstd.level"].value == "3"
+    assert got["compression.zstd.level"].source == ConfigSource.DEFAULT_CONFIG.value
+    # the LogConfig-backed ones reach the partitions
+    import pylog
+
+    with pylog.Log(f"{broker.root}/routine/partition-0", readonly=True) as log:
+        assert (log.config.index_max_bytes, log.config.index_interval_bytes, log.config.preallocate,
+                log.config.cleanup_policy) == (65536, 1024, True, "compact")
+    # a bad value is INVALID_CONFIG naming it, and nothing is created
+    for bad in ({"min.cleanable.dirty.ratio": "1.5"}, {"compression.type": "brotli"},
+                {"message.timestamp.type": "Now"}, {"remote.storage.enable": "true"}, {"no.such": "1"}):
+        f = a.create_topics([NewTopic("badcfg", 1, 1, config=bad)])["badcfg"]
+        with pytest.raises(ck.KafkaException) as e:
+            f.result(20)
+        err = e.value.args[0]
+        assert err.code() == ck.KafkaError.INVALID_CONFIG, (bad, err)
+        assert list(bad)[0] in err.str(), err.str()
+    assert "badcfg" not in a.list_topics(timeout=20).topics
+
+
+def test_create_topics_with_a_replica_assignment_naming_this_broker(broker):
+    from confluent_kafka.admin import NewTopic
+
+    a = _admin(broker)
+    a.create_topics([NewTopic("assigned", num_partitions=3, replica_assignment=[[0], [0], [0]])])["assigned"].result(20)
+    assert len(a.list_topics(timeout=20).topics["assigned"].partitions) == 3
+    for bad in ([[1]], [[0, 1]]):
+        f = a.create_topics([NewTopic("assigned-bad", num_partitions=len(bad), replica_assignment=bad)])["assigned-bad"]
+        with pytest.raises(ck.KafkaException) as e:
+            f.result(20)
+        assert e.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT, e.value
+    assert "assigned-bad" not in a.list_topics(timeout=20).topics
+
+
+def test_incremental_alter_configs_on_a_live_topic(broker):
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        NewTopic,
+    )
+
+    a = _admin(broker)
+    a.create_topics([NewTopic("inc", 1, 1, config={"retention.ms": "60000"})])["inc"].result(20)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce("inc", b"before")
+    assert p.flush(20) == 0
+
+    def alter(*entries, validate_only=False):
+        res = ConfigResource(ConfigResource.Type.TOPIC, "inc", incremental_configs=list(entries))
+        return a.incremental_alter_configs([res], validate_only=validate_only)[res].result(20)
+
+    SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
+    alter(ConfigEntry("max.message.bytes", "2048", incremental_operation=SET),
+          ConfigEntry("min.insync.replicas", "3", incremental_operation=SET))
+    got = _describe(a, "inc")
+    assert got["max.message.bytes"].value == "2048" and got["min.insync.replicas"].value == "3"
+    assert got["retention.ms"].value == "60000"  # untouched
+    # the new max.message.bytes holds on the open partition: a 4 KiB record is refused
+    errs = []
+    p.produce("inc", b"x" * 4096, on_delivery=lambda e, m: errs.append(e))
+    p.flush(20)
+    assert errs and errs[0] is not None and errs[0].code() == ck.KafkaError.MSG_SIZE_TOO_LARGE, errs
+    # validate_only changes nothing; a bad value is INVALID_CONFIG naming it, nothing changed
+    alter(ConfigEntry("retention.ms", "1000", incremental_operation=SET), validate_only=True)
+    assert _describe(a, "inc")["retention.ms"].value == "60000"
+    with pytest.raises(ck.KafkaException) as e:
+        alter(ConfigEntry("retention.ms", "1000", incremental_operation=SET),
+              ConfigEntry("segment.jitter.ms", "soon", incremental_operation=SET))
+    assert e.value.args[0].code() == ck.KafkaError.INVALID_CONFIG and "soon" in e.value.args[0].str()
+    assert _describe(a, "inc")["retention.ms"].value == "60000"
+    # DELETE: back to the default
+    alter(ConfigEntry("max.message.bytes", None, incremental_operation=DELETE))
+    got = _describe(a, "inc")
+    assert got["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert got["max.message.bytes"].value == str(10 << 20)
+    p.produce("inc", b"x" * 4096)
+    assert p.flush(20) == 0
+
+
+def test_alter_configs_replaces_the_set(broker):
+    from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic
+
+    a = _admin(broker)
+    a.create_topics([NewTopic("repl", 1, 1, config={"retention.ms": "60000", "segment.jitter.ms": "7"})])[
+        "repl"].result(20)
+    res = ConfigResource(ConfigResource.Type.TOPIC, "repl", set_config={"compression.type": "gzip"})
+    a.alter_configs([res])[res].result(20)
+    got = _describe(a, "repl")
+    assert got["compression.type"].value == "gzip"
+    assert got["compression.type"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert got["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value and got["retention.ms"].value == "-1"
+    assert got["segment.jitter.ms"].value == "0"
+    bad = ConfigResource(ConfigResource.Type.TOPIC, "repl", set_config={"min.insync.replicas": "0"})
+    with pytest.raises(ck.KafkaException) as e:
+        a.alter_configs([bad])[bad].result(20)
+    assert e.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+
+
+def test_compression_type_is_the_codec_fetch_answers_with(broker):
+    from confluent_kafka.admin import NewTopic
+    from kafka.record.memory_records import MemoryRecords
+    from serve_util import fetch
+
+    a = _admin(broker)
+    a.create_topics([NewTopic("zst", 1, 1, config={"compression.type": "zstd"})])["zst"].result(20)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "compression.type": "none"})
+    for i in range(50):
+        p.produce("zst", b"value-%d" % i * 20, key=b"k%d" % i)
+    assert p.flush(20) == 0
+    with connect(broker) as s:
+        r = call(s, fetch("zst", 0), 1, 12)
+    recs = MemoryRecords(bytes(r.responses[0].partitions[0].records))
+    batch = recs.next_batch()
+    assert batch.compression_type == 4  # zstd
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "zst", "auto.offset.reset": "earliest"})
+    try:
+        c.assign([ck.TopicPartition("zst", 0, 0)])
+        got = []
+        wait_for(lambda: got.extend(c.consume(100, 0.5)) or len(got) >= 50, 20)
+        assert [m.value() for m in got] == [b"value-%d" % i * 20 for i in range(50)]
+    finally:
+        c.close()
+
+
+def test_kafka_python_creates_and_alters_configs(broker):
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+
+    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20000)
+    try:
+        a.create_topics([NewTopic("kp", 1, 1, topic_configs={"min.insync.replicas": "1",
+                                                             "unclean.leader.election.enable": "false"})])
+        def modified() -> dict:
+            r = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "kp")])
+            (entries,) = [v for by_type in r.values() for v in by_type.values()]
+            return {k: e["value"] for k, e in entries.items()}  # "modified": the configs set on the topic
+
+        # kafka-python sends IncrementalAlterConfigs when the broker offers it: the others stay
+        a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "kp", configs={"file.delete.delay.ms": "5"})])
+        assert modified() == {"min.insync.replicas": "1", "unclean.leader.election.enable": "false",
+                              "file.delete.delay.ms": "5"}
+        # AlterConfigs (which replaces the set: kafka-python sends the modified keys along)
+        a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "kp", configs={"segment.jitter.ms": "9"})],
+                        incremental=False)
+        assert modified() == {"min.insync.replicas": "1", "unclean.leader.election.enable": "false",
+                              "file.delete.delay.ms": "5", "segment.jitter.ms": "9"}
+    finally:
+        a.close()

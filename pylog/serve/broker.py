@@ -46,6 +46,8 @@ from pylog.errors import (
     UnknownTopicError,
 )
 from pylog.log import Log, PackedBytes
+from pylog.serve import configs
+from pylog.serve.cleaner import Cleaner
 from pylog.serve.fencing import TRANSIENT_ERRNOS, Fence, Gate, errno_of
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.producers import Producers, batch_producer, records_digest
@@ -55,6 +57,7 @@ from pylog.serve.records import (
     Budget,
     RecordErrors,
     check_keyed,
+    compress_batches,
     decode_records,
     encode_columns_within,
     encode_records,
@@ -176,6 +179,13 @@ class Broker:
         # finds past it (refused appends)
         self._acked: dict[tuple[str, int], int] = {}
         self._open_errors: dict[tuple[str, int], int | None] = {}
+        # Kafka configs (configs.py, admin_configs.py): each topic's explicit set; the topic
+        # defaults, the partitions of a new topic and the broker's own configs (its --config)
+        self.settings = configs.Settings(self.store.root)
+        self.topic_defaults: dict[str, str] = {}
+        self.default_partitions = 1
+        self.broker_configs: dict[str, tuple[str, int, int]] = {}
+        self.cleaner = Cleaner(self)
 
     # -- the admin threads -------------------------------------------------------------------
     async def admin(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -214,7 +224,9 @@ class Broker:
             if not create:
                 raise
             try:
-                t = self.store.create_topic(name, partitions=1)
+                cfg = configs.to_log_config(self.topic_defaults) if self.topic_defaults else None
+                t = self.store.create_topic(name, partitions=self.default_partitions, config=cfg)
+                self.settings.forget(name)
             except PylogError:
                 t = self.store.topic(name)
         self._handles[name] = t
@@ -388,6 +400,7 @@ class Broker:
         for log in [g for g, k in list(self._fenced_logs.items()) if k[0] == name]:
             self._fenced_logs.pop(log, None)
         self.producers.forget_topic(name)
+        self.settings.forget(name)
 
     def visible_end(self, log: Log, read_committed: bool, key: tuple[str, int] | None = None) -> int:
         """The offset a consumer reads up to: the last stable offset under read_committed
@@ -405,7 +418,7 @@ class Broker:
         """Retention of ``delete`` topics and compaction of ``compact`` topics (what Kafka's
         log cleaner and retention check do in the background); run by the server every
         ``cleanup_interval`` seconds, in an admin thread."""
-        for what, run in (("retention", self.store.enforce_retention), ("compaction", self.store.compact)):
+        for what, run in (("retention", self.store.enforce_retention), ("compaction", self.cleaner.run)):
             try:
                 done: dict[tuple[str, int], Any] = run()
             except (PylogError, OSError) as e:
@@ -660,6 +673,7 @@ class Broker:
                             r["error_code"] = E.kafka_storage_error
                             data = b""
                         if data:
+                            data = compress_batches(data, *self.settings.codec(topic))
                             r["records"] = data
                             total += len(data)
                             budget -= len(data)
