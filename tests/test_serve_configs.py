@@ -256,3 +256,86 @@ def test_kafka_python_creates_and_alters_configs(broker):
                               "file.delete.delay.ms": "5", "segment.jitter.ms": "9"}
     finally:
         a.close()
+
+
+# -- item 8: broker configs in server.properties form -----------------------------------------
+def test_serve_config_file_sets_and_reports_broker_configs(tmp_path):
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    conf = tmp_path / "server.properties"
+    conf.write_text("# a Kafka server.properties\nnum.partitions=4\nauto.create.topics.enable = true\n"
+                    "default.replication.factor=1\nlog.segment.bytes=8192\nmessage.max.bytes: 2048\n"
+                    "max.connections=50\nsome.unknown.key=1\nlog.retention.hours=2\n\n")
+    b = BrokerProcess(str(tmp_path / "root"), "--config", str(conf), "--max-connections", "60")
+    try:
+        a = _admin(b)
+        res = ConfigResource(ConfigResource.Type.BROKER, "0")
+        got = a.describe_configs([res])[res].result(20)
+        assert got["num.partitions"].value == "4"
+        assert got["num.partitions"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+        assert got["max.connections"].value == "60"  # the flag overrides the file
+        assert got["fetch.max.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+        # an auto-created topic: num.partitions partitions, the file's topic defaults
+        p = ck.Producer({"bootstrap.servers": b.bootstrap})
+        p.produce("auto-made", b"x")
+        assert p.flush(20) == 0
+        assert len(a.list_topics(timeout=20).topics["auto-made"].partitions) == 4
+        t = _describe(a, "auto-made")
+        assert (t["segment.bytes"].value, t["max.message.bytes"].value, t["retention.ms"].value) == (
+            "8192", "2048", str(2 * 3600000))
+    finally:
+        b.stop()
+    assert b.stderr().count("some.unknown.key") == 1
+
+
+@pytest.mark.parametrize("line", ["num.partitions=zero", "default.replication.factor=3", "just-a-word",
+                                  "listeners=PLAINTEXT://127.0.0.1:99999"])
+def test_serve_config_file_bad_line_is_one_error_and_exit_2(tmp_path, line):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, py_env
+
+    conf = tmp_path / "bad.properties"
+    conf.write_text(f"num.partitions=2\n{line}\n")
+    r = subprocess.run([sys.executable, "-m", "pylog.cli", "--root", str(tmp_path / "root"), "serve", "--port", "0",
+                        "--config", str(conf)], cwd=ROOT, env=py_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r
+    assert f"{conf}:2" in r.stderr and "error" in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+
+
+def test_compaction_runs_when_the_dirty_ratio_says_so(tmp_path):
+    from confluent_kafka.admin import NewTopic
+
+    conf = tmp_path / "server.properties"
+    conf.write_text("log.cleaner.backoff.ms=200\n")
+    b = BrokerProcess(str(tmp_path / "root"), "--config", str(conf))
+    try:
+        a = _admin(b)
+        a.create_topics([NewTopic("cmp", 1, 1, config={
+            "cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01",
+            "max.compaction.lag.ms": "500"})])["cmp"].result(20)
+        p = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        for i in range(200):
+            p.produce("cmp", b"v%d" % i + b"." * 100, key=b"k%d" % (i % 5))
+            p.poll(0)
+        assert p.flush(20) == 0
+
+        def keys_left():
+            c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "cmp", "enable.auto.commit": False})
+            try:
+                c.assign([ck.TopicPartition("cmp", 0, 0)])
+                got = []
+                while True:
+                    ms = c.consume(500, 1)
+                    if not ms:
+                        return got
+                    got += [(m.key(), m.value()[:4]) for m in ms if m.error() is None]
+            finally:
+                c.close()
+        # compacted by the broker itself: the latest value of each of the 5 keys is all that is left
+        left = wait_for(lambda: (lambda g: g if len(g) == 5 else None)(keys_left()), 30, 0.5)
+        assert left is not None
+        assert sorted(left) == sorted((b"k%d" % k, (b"v%d" % (195 + k) + b".")[:4]) for k in range(5))
+    finally:
+        b.stop()
