@@ -5,6 +5,9 @@ keyless records refused by a compacted topic. Through confluent-kafka, kafka-pyt
 requests against a real ``pylog serve`` process."""
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 from serve_util import BrokerProcess, call, connect, create_topic, produce, wait_for
 
@@ -337,5 +340,96 @@ def test_compaction_runs_when_the_dirty_ratio_says_so(tmp_path):
         left = wait_for(lambda: (lambda g: g if len(g) == 5 else None)(keys_left()), 30, 0.5)
         assert left is not None
         assert sorted(left) == sorted((b"k%d" % k, (b"v%d" % (195 + k) + b".")[:4]) for k in range(5))
+    finally:
+        b.stop()
+
+
+def _messages(b, topic: str) -> list[tuple[bytes, bytes]]:
+    """(key, value) of every record of partition 0 of ``topic``, read from the start."""
+    c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "read-" + topic, "enable.auto.commit": False})
+    try:
+        c.assign([ck.TopicPartition(topic, 0, 0)])
+        got: list[tuple[bytes, bytes]] = []
+        while True:
+            ms = c.consume(500, 1)
+            if not ms:
+                return got
+            got += [(m.key(), m.value()) for m in ms if m.error() is None]
+    finally:
+        c.close()
+
+
+def test_compaction_lags_and_a_live_alteration_of_them(tmp_path):
+    """min.compaction.lag.ms holds compaction off (the ratio alone would run it); lowered on the
+    live topic, compaction runs. max.compaction.lag.ms rolls a lone active segment and compacts
+    it although its bytes never pass segment.bytes."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    conf = tmp_path / "server.properties"
+    conf.write_text("log.cleaner.backoff.ms=100\n")
+    b = BrokerProcess(str(tmp_path / "root"), "--config", str(conf))
+    try:
+        a = _admin(b)
+        fs = a.create_topics([
+            NewTopic("lagged", 1, 1, config={"cleanup.policy": "compact", "segment.bytes": "4096",
+                                             "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "3600000"}),
+            NewTopic("rolled", 1, 1, config={"cleanup.policy": "compact", "max.compaction.lag.ms": "300"})])
+        for f in fs.values():
+            f.result(20)
+        p = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        for i in range(100):
+            for t in ("lagged", "rolled"):
+                p.produce(t, b"v%03d" % i + b"." * 100, key=b"k%d" % (i % 4))
+            p.poll(0)
+        assert p.flush(20) == 0
+        latest = sorted((b"k%d" % k, b"v%03d" % (96 + k) + b"." * 100) for k in range(4))
+        # "rolled": one active segment, compacted once its first record is 300 ms old
+        assert wait_for(lambda: sorted(_messages(b, "rolled")) == latest, 30, 0.3)
+        stores = [f for f in os.listdir(os.path.join(b.root, "rolled", "partition-0")) if f.endswith(".log")]
+        assert len(stores) == 2, stores  # rolled: the compacted segment and a new active one
+        # "lagged": sealed segments and a ratio of 0.01, but every record is younger than an hour
+        time.sleep(1.5)  # 15 looks of the cleaner
+        assert len(_messages(b, "lagged")) == 100
+        res = ConfigResource(ConfigResource.Type.TOPIC, "lagged", incremental_configs=[
+            ConfigEntry("min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])
+        a.incremental_alter_configs([res])[res].result(20)
+        assert wait_for(lambda: len(_messages(b, "lagged")) < 100, 30, 0.3)
+    finally:
+        b.stop()
+
+
+def test_altering_configs_needs_the_topic_write_right(tmp_path):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    from pylog.serve import security
+
+    users = str(tmp_path / "users.json")
+    security.add_user(users, "owner", "owner-secret", read=["*"], write=["mine"])
+    security.add_user(users, "reader", "reader-secret", read=["*"], write=[])
+    b = BrokerProcess(str(tmp_path / "root"), "--users", users)
+    try:
+        def admin(user: str) -> AdminClient:
+            return AdminClient({"bootstrap.servers": b.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                                "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user,
+                                "sasl.password": user + "-secret"})
+
+        owner, reader = admin("owner"), admin("reader")
+        owner.create_topics([NewTopic("mine", 1, 1)])["mine"].result(20)
+
+        def alter(a: AdminClient, value: str) -> None:
+            res = ConfigResource(ConfigResource.Type.TOPIC, "mine", incremental_configs=[
+                ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+            a.incremental_alter_configs([res])[res].result(20)
+
+        with pytest.raises(ck.KafkaException) as e:
+            alter(reader, "1000")
+        assert e.value.args[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+        res = ConfigResource(ConfigResource.Type.TOPIC, "mine", set_config={"retention.ms": "1000"})
+        with pytest.raises(ck.KafkaException) as e:
+            reader.alter_configs([res])[res].result(20)
+        assert e.value.args[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert _describe(owner, "mine")["retention.ms"].value == "-1"
+        alter(owner, "2000")
+        assert _describe(reader, "mine")["retention.ms"].value == "2000"
     finally:
         b.stop()

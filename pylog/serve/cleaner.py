@@ -57,13 +57,8 @@ class Cleaner:
 
     def _settings(self, name: str) -> tuple[float, int, int]:
         s = self.broker.settings
-        d = self.broker.topic_defaults
-        explicit = s.explicit(name)
-
-        def get(k: str) -> str:
-            return explicit.get(k, d.get(k, s.value(name, k)))
-        return (float(get("min.cleanable.dirty.ratio")), int(get("min.compaction.lag.ms")),
-                int(get("max.compaction.lag.ms")))
+        return (float(s.value(name, "min.cleanable.dirty.ratio")), int(s.value(name, "min.compaction.lag.ms")),
+                int(s.value(name, "max.compaction.lag.ms")))
 
     def due(self, key: tuple[str, int], log: Log, now: int) -> tuple[bool, int, int]:
         """(whether ``log`` is due for compaction, ``min.compaction.lag.ms``, the offset the

@@ -277,6 +277,8 @@ class Settings:
 
     def __init__(self, root: str) -> None:
         self.root = root
+        #: the broker's topic defaults (its ``--config`` file): Kafka name -> value
+        self.defaults: dict[str, str] = {}
         self._cache: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
 
@@ -297,20 +299,20 @@ class Settings:
         return dict(got)
 
     def value(self, topic: str, name: str) -> str:
-        """The value of stored config ``name`` (a :data:`STORED` name) on ``topic``."""
-        return self.explicit(topic).get(name, STORED[name][0])
+        """The value of stored config ``name`` (a :data:`STORED` name) on ``topic``: set on
+        the topic, else the broker's default, else Kafka's."""
+        got = self.explicit(topic).get(name)
+        return got if got is not None else self.defaults.get(name, STORED[name][0])
 
     def codec(self, topic: str) -> tuple[int, int | None]:
         """(Kafka codec id, level or None) Fetch answers of ``topic`` are encoded with: its
         ``compression.type`` (``producer`` and ``uncompressed``: 0, none; pylog keeps the
         records decompressed, so "as produced" is uncompressed)."""
-        explicit = self.explicit(topic)
-        kind = explicit.get("compression.type", "producer")
+        kind = self.value(topic, "compression.type")
         codec = CODECS.get(kind, 0)
-        if not codec:
-            return 0, None
-        level = explicit.get(f"compression.{kind}.level")
-        return codec, int(level) if level is not None else None
+        if not codec or kind == "snappy":  # snappy has no level
+            return codec, None
+        return codec, int(self.value(topic, f"compression.{kind}.level"))
 
     def save(self, topic: str, explicit: Mapping[str, str]) -> None:
         """Write ``topic``'s explicitly set configs (atomically, durably)."""

@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError
-from pylog.serve import acl, handlers, security
+from pylog.serve import acl, configs, handlers, security
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -246,7 +246,8 @@ class Server:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
-                            ("fetch_max_bytes", fetch_max_bytes), ("max_decompressed_bytes", max_decompressed_bytes)):
+                            ("fetch_max_bytes", fetch_max_bytes), ("max_decompressed_bytes", max_decompressed_bytes),
+                            ("num_partitions", num_partitions)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, not {value!r}")
         if queued_max_request_bytes < max_request_bytes:
@@ -267,7 +268,8 @@ class Server:
         self.cleaner_backoff = cleaner_backoff
         self._compactor: asyncio.Task[None] | None = None
         self.num_partitions = num_partitions
-        self.topic_defaults = dict(topic_defaults or {})
+        self.topic_defaults = {k: configs.check(k, v) for k, v in (topic_defaults or {}).items()}
+        configs.to_log_config(self.topic_defaults)  # ConfigError now, not at the first topic
         self.broker_configs = dict(broker_configs or {})
         self.advertise = advertise
         if (tls_cert is None) != (tls_key is None):
@@ -327,7 +329,7 @@ class Server:
         self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
         self.broker.responses = self._responses
         self.broker.default_partitions = self.num_partitions
-        self.broker.topic_defaults = self.topic_defaults
+        self.broker.topic_defaults = self.broker.settings.defaults = self.topic_defaults
         self.broker.broker_configs = self.broker_configs
         if self.advertise:  # what Metadata and FindCoordinator tell clients (a proxy, a NAT)
             host, _, port = self.advertise.rpartition(":")
