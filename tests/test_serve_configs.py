@@ -318,16 +318,22 @@ def test_serve_config_file_bad_value_is_one_error_line_and_exit_2(tmp_path):
 
 
 def _messages(b, topic: str) -> list[tuple[bytes, bytes]]:
-    """(key, value) of every record of partition 0 of ``topic``, read from the start."""
+    """(key, value) of every record of partition 0 of ``topic``, read from the start up to
+    its high watermark."""
     c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "read-" + topic, "enable.auto.commit": False})
     try:
+        _, high = c.get_watermark_offsets(ck.TopicPartition(topic, 0), 20)
         c.assign([ck.TopicPartition(topic, 0, 0)])
         got: list[tuple[bytes, bytes]] = []
-        while True:
-            ms = c.consume(500, 1)
-            if not ms:
-                return got
-            got += [(m.key(), m.value()) for m in ms if m.error() is None]
+        last = -1
+        end = time.monotonic() + 30
+        while last < high - 1 and time.monotonic() < end:
+            for m in c.consume(500, 0.5):
+                if m.error() is None:
+                    got.append((m.key(), m.value()))
+                    last = m.offset()
+        assert last >= high - 1, (topic, last, high)
+        return got
     finally:
         c.close()
 

@@ -402,6 +402,10 @@ class Broker:
         self.producers.forget_topic(name)
         self.settings.forget(name)
 
+    def fenced(self, key: tuple[str, int]) -> bool:
+        """Whether partition ``key`` is fenced or could not be opened for writing."""
+        return key in self._fences or key in self._open_errors
+
     def visible_end(self, log: Log, read_committed: bool, key: tuple[str, int] | None = None) -> int:
         """The offset a consumer reads up to: the last stable offset under read_committed
         (``Log.last_stable_offset``: below a transaction being applied), else the next offset;

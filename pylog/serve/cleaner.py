@@ -13,6 +13,7 @@ the same way). :meth:`Cleaner.run` runs in an admin thread (the server calls it 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,7 @@ class Cleaner:
         self.broker = broker
         #: (topic, partition) -> the offset the last compaction covered up to
         self.clean_upto: dict[tuple[str, int], int] = {}
+        self._running = threading.Lock()  # the 15 s looks and the 5 min cleanup: one at a time
 
     def _settings(self, name: str) -> tuple[float, int, int]:
         s = self.broker.settings
@@ -94,7 +96,17 @@ class Cleaner:
         return first is not None and now - first >= max_lag, min_lag, end
 
     def run(self) -> dict[tuple[str, int], Any]:
-        """Compact every compacted partition that is due; ``{(topic, partition): report}``."""
+        """Compact every compacted partition that is due; ``{(topic, partition): report}``
+        ({} at once while another run is under way). A fenced partition, or one that could
+        not be opened for writing, is left to a later run."""
+        if not self._running.acquire(blocking=False):
+            return {}
+        try:
+            return self._run()
+        finally:
+            self._running.release()
+
+    def _run(self) -> dict[tuple[str, int], Any]:
         from pylog.compaction import compact
 
         broker = self.broker
@@ -106,10 +118,10 @@ class Cleaner:
                 if t.config.cleanup_policy != "compact":
                     continue
                 for i in range(t.partitions):
-                    log, err = broker.partition(name, i)
-                    if log is None:
-                        continue
                     key = (name, i)
+                    log, err = broker.partition(name, i)
+                    if log is None or broker.fenced(key):
+                        continue
                     go, min_lag, end = self.due(key, log, now)
                     if go:
                         done[key] = compact(log, now_ms=now, min_lag_ms=min_lag)
