@@ -412,3 +412,26 @@ def test_altering_configs_needs_the_topic_write_right(tmp_path):
         assert _describe(reader, "mine")["retention.ms"].value == "2000"
     finally:
         b.stop()
+
+
+def test_compact_leaves_segments_younger_than_min_lag(tmp_path):
+    """pylog.compaction.compact(min_lag_ms=...): a sealed segment holding a record newer than
+    now - min_lag_ms is not rewritten; older ones are (the log layer under min.compaction.lag.ms)."""
+    import pylog
+    from pylog.compaction import compact
+
+    with pylog.Log(str(tmp_path / "p"), cleanup_policy="compact", segment_bytes=4096) as log:
+        for i in range(40):  # old records: timestamps 1000..
+            log.append(b"v" * 100, key=b"k%d" % (i % 2), timestamp=1000 + i)
+        log.roll()
+        for i in range(40):  # young ones: timestamps 100000..
+            log.append(b"v" * 100, key=b"k%d" % (i % 2), timestamp=100_000 + i)
+        log.roll()
+        log.append(b"last", key=b"k0", timestamp=100_100)
+        young_before = [s for s in log.segments() if s["sealed"] and s["base_offset"] >= 40]
+        report = compact(log, now_ms=100_200, min_lag_ms=10_000)
+        assert report.segments_cleaned > 0
+        young_after = [s for s in log.segments() if s["sealed"] and s["base_offset"] >= 40]
+        assert young_after == young_before  # untouched: younger than the lag
+        assert all(s["size_bytes"] < 1000 for s in log.segments() if s["sealed"] and s["next_offset"] <= 40)
+        assert compact(log, now_ms=100_200).segments_cleaned > 0  # without the lag they go too
