@@ -109,12 +109,13 @@ def _keys(m: Any, frames: Any) -> list[bytes | None]:
     return out
 
 
-def compact(log: Log, *, now_ms: int | None = None) -> CompactionReport:
+def compact(log: Log, *, now_ms: int | None = None, min_lag_ms: int = 0) -> CompactionReport:
     """Compact ``log``'s sealed segments (see the module docstring); returns a report.
 
     Holds the log's lock throughout (appends wait). ``now_ms`` (default: now) decides which
-    tombstones are older than ``delete_retention_ms``. Raises CorruptRecordError, leaving
-    the log unchanged, if a segment fails its CRC checks.
+    tombstones are older than ``delete_retention_ms``; a segment holding a record newer
+    than ``now_ms - min_lag_ms`` is not rewritten (Kafka's ``min.compaction.lag.ms``).
+    Raises CorruptRecordError, leaving the log unchanged, if a segment fails its CRC checks.
     """
     if not isinstance(log, LogLoading):  # every Log is one (pylog.log.Log inherits it)
         raise ArgumentTypeError(f"log must be a pylog.Log, got {type(log).__name__}")
@@ -142,7 +143,10 @@ def compact(log: Log, *, now_ms: int | None = None) -> CompactionReport:
             keep: list[tuple[int, int]] = []  # (position, size) runs of kept frames
             removed = tombs = 0
             m = None
+            newest = -(1 << 63)
             for m, frames in _frames(seg, seg.store_path, seg.gaps):
+                if len(frames):
+                    newest = max(newest, int(frames["timestamp"].max()))
                 keys = _keys(m, frames)
                 for k, off, pos, size, attrs, ts in zip(
                         keys, frames["offset"].tolist(), frames["position"].tolist(),
@@ -157,7 +161,7 @@ def compact(log: Log, *, now_ms: int | None = None) -> CompactionReport:
                         keep[-1] = (keep[-1][0], keep[-1][1] + size)
                     else:
                         keep.append((pos, size))
-            if not removed:
+            if not removed or (min_lag_ms > 0 and newest > now - min_lag_ms):
                 continue
             sm = m if m is not None else seg.maps().store
             new_size = _write_cleaned(log, seg, sm, keep)

@@ -61,12 +61,59 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
               help="Most topics one Metadata request may auto-create (the rest: UNKNOWN_TOPIC_OR_PARTITION).")
 @click.option("--auto-create-rate", default=100.0, show_default=True, type=click.FloatRange(0, min_open=True),
               help="Most topics auto-created per second over all clients.")
+@click.option("--config", "config_file", default=None, metavar="FILE",
+              help="Broker configs in Kafka's server.properties form; flags given override them.")
 @click.pass_context
 def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tls_cert: str | None,
           tls_key: str | None, users: str | None, data_mode: str, failed_auth_delay_ms: int,
-          max_failed_logins: int, **limits: Any) -> None:
+          max_failed_logins: int, config_file: str | None, **limits: Any) -> None:
     """Serve the root over Kafka's wire protocol until SIGTERM (docs/serve.md)."""
+    from pylog.serve import brokerconfig
     from pylog.serve import serve as run
+
+    extra: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    if config_file is not None:
+        try:
+            loaded = brokerconfig.load(config_file)
+        except (brokerconfig.BrokerConfigError, OSError) as e:
+            raise click.UsageError(str(e)) from None
+        if loaded.unknown:
+            click.echo(f"pylog serve: warning: {config_file}: ignoring keys pylog does not know: "
+                       f"{', '.join(loaded.unknown)}", err=True)
+
+        def flag(name: str) -> bool:
+            return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+        for kw, v in loaded.server.items():
+            if kw == "listener":
+                if not flag("host"):
+                    host = v[0]
+                if not flag("port"):
+                    port = v[1]
+            elif kw == "advertised":
+                advertise = advertise if flag("advertise") else f"{v[0]}:{v[1]}"
+            elif kw == "failed_auth_delay_ms":
+                failed_auth_delay_ms = failed_auth_delay_ms if flag(kw) else v
+            elif kw in limits:
+                limits[kw] = limits[kw] if flag(kw) else v
+            else:
+                extra[kw] = v
+        extra["topic_defaults"] = loaded.topic_defaults
+        given = loaded.given
+    effective = {
+        "listeners": f"PLAINTEXT://{host}:{port}", "fetch.max.bytes": str(limits["fetch_max_bytes"]),
+        "socket.request.max.bytes": str(limits["max_request_bytes"]),
+        "queued.max.request.bytes": str(limits["queued_max_request_bytes"]),
+        "max.connections": str(limits["max_connections"]),
+        "max.connections.per.ip": str(limits["max_connections_per_ip"]),
+        "connections.max.idle.ms": str(int(limits["idle_timeout"] * 1000)),
+        "connection.failed.authentication.delay.ms": str(failed_auth_delay_ms)}
+    for key, (_, _, _, where) in brokerconfig.BROKER_KEYS.items():  # a flag given: its value, static
+        kw = where[7:].split("/")[0] if where.startswith("server:") else ""
+        if kw and ctx.get_parameter_source(kw) == click.core.ParameterSource.COMMANDLINE and key in effective:
+            given[key] = effective[key]
+    extra["broker_configs"] = brokerconfig.describe(given, effective)
 
     if advertise is not None and not re.fullmatch(r"[^\s:]*:\d{1,5}", advertise):
         raise click.BadParameter(f"{advertise!r} is not HOST:PORT", param_hint="--advertise")
@@ -75,4 +122,4 @@ def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tl
                                  param_hint="--queued-max-request-bytes")
     run(ctx.obj["root"], host, port, advertise=advertise, tls_cert=tls_cert, tls_key=tls_key, users=users,
         data_mode=data_mode, failed_auth_delay=failed_auth_delay_ms / 1000, max_failed_logins=max_failed_logins,
-        ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"), **limits)
+        ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"), **limits, **extra)

@@ -7,8 +7,8 @@ them as its authorizer maps them to ACLs:
 
 ============================  ==========================================================
 topic READ                    Fetch, ListOffsets, OffsetCommit (with group READ)
-topic WRITE                   Produce; CreateTopics, DeleteTopics, CreatePartitions and
-                              Metadata's auto-creation
+topic WRITE                   Produce; CreateTopics, DeleteTopics, CreatePartitions,
+                              Metadata's auto-creation, AlterConfigs, IncrementalAlterConfigs
 topic DESCRIBE (READ or       Metadata, OffsetFetch, DescribeConfigs (pylog's topic
 WRITE)                        configs hold no secret: DESCRIBE_CONFIGS is DESCRIBE here)
 group READ (``groups``)       JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
@@ -167,14 +167,17 @@ def _filter_groups(users: Users, user: str, key: int, body: Any, version: int
     return body, denied, None
 
 
-def _filter_configs(users: Users, user: str, body: Any) -> tuple[Any, Denied]:
-    """DescribeConfigs: the topics ``user`` may not see are answered TOPIC_AUTHORIZATION_FAILED."""
+def _filter_configs(users: Users, user: str, body: Any, alter: bool = False) -> tuple[Any, Denied]:
+    """DescribeConfigs: the topics ``user`` may not see are answered TOPIC_AUTHORIZATION_FAILED;
+    ``alter`` (AlterConfigs, IncrementalAlterConfigs): those it may not write."""
     keep, denied = [], []
     for r in body.resources:
-        if r.resource_type == TOPIC_RESOURCE and not users.may_describe(user, r.resource_name):
-            denied.append(("results", {"error_code": TOPIC_DENIED, "resource_type": r.resource_type,
-                                       "resource_name": r.resource_name, "configs": [],
-                                       "error_message": f"not authorised to describe topic {r.resource_name!r}"}))
+        if r.resource_type == TOPIC_RESOURCE and not (users.may(user, r.resource_name, True) if alter
+                                                      else users.may_describe(user, r.resource_name)):
+            what = "alter" if alter else "describe"
+            denied.append(("responses" if alter else "results", {
+                "error_code": TOPIC_DENIED, "resource_type": r.resource_type, "resource_name": r.resource_name,
+                "configs": [], "error_message": f"not authorised to {what} topic {r.resource_name!r}"}))
         else:
             keep.append(r)
     if denied:
@@ -205,6 +208,8 @@ def filter_request(users: Users, user: str | None, key: int, body: Any, version:
         body, denied = _filter_admin(users, user, key, body)
     elif key == 32:
         body, denied = _filter_configs(users, user, body)
+    elif key in (33, 44):  # AlterConfigs, IncrementalAlterConfigs: topic WRITE
+        body, denied = _filter_configs(users, user, body, alter=True)
     return body, denied, None
 
 

@@ -46,6 +46,8 @@ from pylog.errors import (
     UnknownTopicError,
 )
 from pylog.log import Log, PackedBytes
+from pylog.serve import configs
+from pylog.serve.cleaner import Cleaner
 from pylog.serve.fencing import TRANSIENT_ERRNOS, Fence, Gate, errno_of
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.producers import Producers, batch_producer, records_digest
@@ -53,12 +55,15 @@ from pylog.serve.records import (
     HEADER_SIZE,
     BatchError,
     Budget,
+    RecordErrors,
+    check_keyed,
+    compress_batches,
     decode_records,
     encode_columns_within,
     encode_records,
     fit_batch,
 )
-from pylog.serve.timestamps import BROKER_DEFAULTS, append_time_records, log_append_time
+from pylog.serve.timestamps import append_time_records, log_append_time
 from pylog.topics import LogStore, Topic
 
 try:  # the columnar scan behind fast fetches allocates through pyarrow
@@ -175,6 +180,13 @@ class Broker:
         # finds past it (refused appends)
         self._acked: dict[tuple[str, int], int] = {}
         self._open_errors: dict[tuple[str, int], int | None] = {}
+        # Kafka configs (configs.py, admin_configs.py): each topic's explicit set; the topic
+        # defaults, the partitions of a new topic and the broker's own configs (its --config)
+        self.settings = configs.Settings(self.store.root)
+        self.topic_defaults: dict[str, str] = {}
+        self.default_partitions = 1
+        self.broker_configs: dict[str, tuple[str, int, int]] = {}
+        self.cleaner = Cleaner(self)
 
     # -- the admin threads -------------------------------------------------------------------
     async def admin(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -213,7 +225,10 @@ class Broker:
             if not create:
                 raise
             try:
-                t = self.store.create_topic(name, partitions=1, **BROKER_DEFAULTS)  # CreateTime
+                # the broker's topic defaults (--config) over Kafka 4.0's (CreateTime)
+                cfg = configs.to_log_config(self.topic_defaults)
+                t = self.store.create_topic(name, partitions=self.default_partitions, config=cfg)
+                self.settings.forget(name)
             except PylogError:
                 t = self.store.topic(name)
         self._handles[name] = t
@@ -387,6 +402,11 @@ class Broker:
         for log in [g for g, k in list(self._fenced_logs.items()) if k[0] == name]:
             self._fenced_logs.pop(log, None)
         self.producers.forget_topic(name)
+        self.settings.forget(name)
+
+    def fenced(self, key: tuple[str, int]) -> bool:
+        """Whether partition ``key`` is fenced or could not be opened for writing."""
+        return key in self._fences or key in self._open_errors
 
     def visible_end(self, log: Log, read_committed: bool, key: tuple[str, int] | None = None) -> int:
         """The offset a consumer reads up to: the last stable offset under read_committed
@@ -404,7 +424,7 @@ class Broker:
         """Retention of ``delete`` topics and compaction of ``compact`` topics (what Kafka's
         log cleaner and retention check do in the background); run by the server every
         ``cleanup_interval`` seconds, in an admin thread."""
-        for what, run in (("retention", self.store.enforce_retention), ("compaction", self.store.compact)):
+        for what, run in (("retention", self.store.enforce_retention), ("compaction", self.cleaner.run)):
             try:
                 done: dict[tuple[str, int], Any] = run()
             except (PylogError, OSError) as e:
@@ -454,6 +474,8 @@ class Broker:
             return e.code, -1, -1
         if d.transactional:  # transactions over the protocol come with InitProducerId (next step)
             return E.invalid_txn_state, -1, -1
+        if log.config.cleanup_policy == "compact":  # RecordErrors: answered per record, nothing appended
+            check_keyed(d, f"{name}-{i}")
         try:
             # before anything is appended to the partition, its producer state is checked
             # against the log: no record may land where an unconfirmed intent points
@@ -577,21 +599,28 @@ class Broker:
         opened = await self.partitions((n, i) for n, i, _ in jobs)
         errors = {(n, i): e for (n, i), (_, e) in opened.items() if e}
 
-        def run() -> tuple[list[tuple[int, int, int]], list[Any]]:
+        def one(n: str, i: int, r: Any, budget: Budget) -> tuple[int, int, int, RecordErrors | None]:
+            if (n, i) in errors or r is None:
+                return errors.get((n, i), E.corrupt_message), -1, -1, None
+            try:
+                return (*self._append_checked(n, i, r, budget), None)
+            except RecordErrors as e:
+                return e.code, -1, -1, e
+
+        def run() -> tuple[list[tuple[int, int, int, RecordErrors | None]], list[Any]]:
             budget = Budget(self.max_decompressed_bytes)  # one for the whole request
-            res = [(errors[(n, i)], -1, -1) if (n, i) in errors else
-                   self._append_checked(n, i, r, budget) if r is not None else (E.corrupt_message, -1, -1)
-                   for n, i, r in jobs]
+            res = [one(n, i, r, budget) for n, i, r in jobs]
             return res, [log_append_time(opened[(n, i)][0], b) if not e else None
-                         for (n, i, _), (e, b, _s) in zip(jobs, res)]
+                         for (n, i, _), (e, b, _s, _r) in zip(jobs, res)]
 
         results, stamps = await loop.run_in_executor(self._pool, run)
         self.notify()
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (name, i, _), (err, base, start), stamp in zip(jobs, results, stamps):
-            by_topic.setdefault(name, []).append({"index": i, "error_code": err, "base_offset": base,
-                                                  "log_start_offset": start, "record_errors": [],
-                                                  "error_message": None, "log_append_time": stamp})
+        for (name, i, _), (err, base, start, rec), stamp in zip(jobs, results, stamps):
+            by_topic.setdefault(name, []).append({
+                "index": i, "error_code": err, "base_offset": base, "log_start_offset": start,
+                "record_errors": [{"batch_index": j, "batch_index_error_message": m} for j, m in rec.rows]
+                if rec else [], "error_message": str(rec) if rec else None, "log_append_time": stamp})
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
 
     # -- fetch -------------------------------------------------------------------------------
@@ -660,6 +689,7 @@ class Broker:
                             r["error_code"] = E.kafka_storage_error
                             data = b""
                         if data:
+                            data = compress_batches(data, *self.settings.codec(topic))
                             r["records"] = data
                             total += len(data)
                             budget -= len(data)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog.errors import ConfigError, InvalidNameError, PylogError, TopicExistsError, UnknownTopicError
-from pylog.serve import configs, timestamps
+from pylog.serve import admin_configs, configs, timestamps
 from pylog.serve.protocol import SERVED
 
 if TYPE_CHECKING:
@@ -127,29 +127,52 @@ def list_offsets(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     return {"topics": out}
 
 
+def _assignment_error(t: Any) -> str | None:
+    """Why CreateTopics' explicit replica assignment of ``t`` cannot be (None: it names
+    partitions 0..n-1, each on this broker, node 0, alone)."""
+    if t.num_partitions != -1 or t.replication_factor != -1:
+        return "with a replica assignment, num_partitions and replication_factor must be -1"
+    parts = sorted(a.partition_index for a in t.assignments)
+    if parts != list(range(len(parts))):
+        return f"the assignment names partitions {parts}, not 0..{len(parts) - 1}"
+    for a in t.assignments:
+        if list(a.broker_ids) != [0]:
+            return (f"partition {a.partition_index} assigned to brokers {list(a.broker_ids)}: "
+                    "this cluster is broker 0 alone")
+    return None
+
+
 def create_topics(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """CreateTopics: replication factor 1 (or -1), Kafka config names mapped to LogConfig."""
+    """CreateTopics: replication factor 1 (or -1), or an explicit assignment of every
+    partition to this broker (node 0); every Kafka topic config (:mod:`.admin_configs`)."""
     out = []
     for t in req.topics:
         r: dict[str, Any] = {"name": t.name, "topic_id": topic_id(t.name), "error_code": 0, "error_message": None}
-        n = 1 if t.num_partitions == -1 else t.num_partitions
+        n = broker.default_partitions if t.num_partitions == -1 else t.num_partitions
+        if t.assignments:
+            n = len(t.assignments)
         try:
-            if t.replication_factor not in (-1, 1):
+            why = _assignment_error(t) if t.assignments else None
+            if why is not None:
+                r["error_code"] = E.invalid_request if "must be -1" in why else E.invalid_replica_assignment
+                r["error_message"] = why
+            elif t.replication_factor not in (-1, 1):
                 r["error_code"] = E.invalid_replication_factor
                 r["error_message"] = f"replication factor {t.replication_factor}: this broker has one node"
-            elif t.assignments:
-                r["error_code"] = E.invalid_replica_assignment
-                r["error_message"] = "manual replica assignment is not supported"
             elif n < 1:
                 r["error_code"] = E.invalid_partitions
                 r["error_message"] = f"num_partitions={n} must be >= 1"
             else:
-                cfg = configs.to_log_config({c.name: c.value for c in t.configs})
+                cfg, explicit = admin_configs.new_topic_config(broker, {c.name: c.value for c in t.configs})
                 if not req.validate_only:
                     broker.store.create_topic(t.name, partitions=n, config=cfg)
+                    broker.settings.save(t.name, explicit)
                 r["num_partitions"], r["replication_factor"] = n, 1
-                r["configs"] = [{"name": k, "value": v, "read_only": False, "config_source": 5, "is_sensitive": False}
-                                for k, v in configs.from_log_config(cfg).items()]
+                src = {k: admin_configs.DYNAMIC_TOPIC_CONFIG for k in explicit}
+                r["configs"] = [{"name": k, "value": v, "read_only": False, "is_sensitive": False,
+                                 "config_source": src.get(k, admin_configs.DEFAULT_CONFIG)}
+                                for k, v in {**configs.defaults(), **configs.from_log_config(cfg), **{
+                                    k: v for k, v in explicit.items() if k in configs.STORED}}.items()]
         except TopicExistsError as e:
             r["error_code"], r["error_message"] = E.topic_already_exists, str(e)
         except InvalidNameError as e:
@@ -205,30 +228,14 @@ def create_partitions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
 
 
 def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """DescribeConfigs: a topic's LogConfig under Kafka's names; a broker has none here."""
-    out = []
-    for res in req.resources:
-        r: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
-                             "resource_name": res.resource_name, "configs": []}
-        if res.resource_type == TOPIC_RESOURCE:
-            try:
-                topic = broker.topic(res.resource_name, create=False)
-            except (UnknownTopicError, InvalidNameError) as e:
-                r["error_code"], r["error_message"] = E.unknown_topic_or_partition, str(e)
-            else:
-                wanted = set(res.configuration_keys) if res.configuration_keys else None
-                r["configs"] = [{"name": k, "value": v, "read_only": False, "config_source": 1,
-                                 "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None}
-                                for k, v in configs.from_log_config(topic.config).items()
-                                if wanted is None or k in wanted]
-        elif res.resource_type != BROKER_RESOURCE:
-            r["error_code"], r["error_message"] = E.invalid_request, f"resource type {res.resource_type}"
-        out.append(r)
-    return {"results": out}
+    """DescribeConfigs: :func:`.admin_configs.describe_configs`."""
+    return admin_configs.describe_configs(broker, req, version)
 
 
 #: API key -> handler (Produce and Fetch are coroutines in :mod:`.broker`).
 HANDLERS: dict[int, Callable[[Broker, Any, int], dict[str, Any]]] = {
     18: api_versions, 3: metadata, 2: list_offsets, 19: create_topics, 20: delete_topics,
     37: create_partitions, 32: describe_configs}
+HANDLERS[44] = admin_configs.incremental_alter_configs  # IncrementalAlterConfigs
+HANDLERS[33] = admin_configs.alter_configs  # AlterConfigs
 

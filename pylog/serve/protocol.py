@@ -37,6 +37,8 @@ SERVED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 5),
     32: ("DescribeConfigs", 1, 4),
     37: ("CreatePartitions", 0, 3),
+    44: ("IncrementalAlterConfigs", 0, 1),  # IncrementalAlterConfigs (:mod:`.admin_configs`)
+    33: ("AlterConfigs", 0, 2),  # AlterConfigs (:mod:`.admin_configs`)
     # consumer groups (:mod:`.coordinator`)
     8: ("OffsetCommit", 2, 9), 9: ("OffsetFetch", 1, 9), 10: ("FindCoordinator", 0, 4),
     11: ("JoinGroup", 0, 9), 12: ("Heartbeat", 0, 4), 13: ("LeaveGroup", 0, 5),

@@ -52,6 +52,25 @@ INVALID_RECORD = 87
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 
 
+class RecordErrors(BatchError):
+    """Records of a partition's data the broker refuses one by one (Produce v8+ reports them
+    as ``record_errors``): ``rows`` holds (index of the record in the data, message)."""
+
+    def __init__(self, code: int, message: str, rows: list[tuple[int, str]]) -> None:
+        super().__init__(code, message)
+        self.rows = rows
+
+
+def check_keyed(d: Decoded, where: str) -> None:
+    """Raise :class:`RecordErrors` (INVALID_RECORD, one per keyless record) if a record of
+    ``d`` has no key: a ``cleanup.policy=compact`` topic keeps the latest record per key, so
+    Kafka refuses a record without one (``where``: the topic-partition, for the message)."""
+    null = np.flatnonzero(d.keys[1] == np.uint32(fmt.NULL_LEN)).tolist()
+    if null:
+        msg = f"Compacted topic cannot accept message without key in topic partition {where}."
+        raise RecordErrors(INVALID_RECORD, msg, [(i, msg) for i in null])
+
+
 @dataclass
 class Decoded:
     """The records of one partition's Produce, as columns ready for ``Log.append_batch``."""
@@ -347,3 +366,58 @@ def fit_batch(encode: Callable[[int], Any], rows: int, limit: int, oversize: boo
     if lo_data is not None:
         return lo_data
     return hi_data if oversize else None  # hi == 1: the first row alone is over the limit
+
+
+_XERIAL = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 << 10
+
+
+def compress(codec: int, data: Any, level: int | None = None) -> bytes:
+    """``data`` (a batch's records section) compressed with Kafka codec ``codec`` (1 gzip,
+    2 snappy in the Java client's xerial framing, 3 lz4 frame, 4 zstd) at ``level`` (None:
+    the codec's default)."""
+    raw = bytes(data)
+    if codec == GZIP:
+        c = zlib.compressobj(6 if level in (None, -1) else level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        return c.compress(raw) + c.flush()
+    if codec == SNAPPY:
+        import cramjam
+
+        out = [_XERIAL]
+        for i in range(0, len(raw), _XERIAL_BLOCK):
+            block = bytes(cramjam.snappy.compress_raw(raw[i : i + _XERIAL_BLOCK]))
+            out += [struct.pack(">i", len(block)), block]
+        return b"".join(out)
+    if codec == LZ4:
+        import lz4.frame
+
+        return bytes(lz4.frame.compress(raw, compression_level=9 if level is None else level))
+    if codec == ZSTD:
+        import zstandard
+
+        return bytes(zstandard.ZstdCompressor(level=3 if level is None else level).compress(raw))
+    raise ValueError(f"compression codec {codec} is unknown")
+
+
+def compress_batches(data: Any, codec: int, level: int | None = None) -> Any:
+    """The RecordBatches of ``data`` (uncompressed, as a Fetch builds them) with each one's
+    records section compressed with ``codec`` (a topic's ``compression.type``), their
+    length, attributes and CRC32C rewritten; ``data`` itself when ``codec`` is 0."""
+    if not codec:
+        return data
+    mv = memoryview(data).cast("B")
+    out = bytearray()
+    pos, n = 0, len(mv)
+    while pos + HEADER_SIZE <= n:
+        (length,) = struct.unpack_from(">i", mv, pos + 8)
+        end = pos + 12 + length
+        packed = compress(codec, mv[pos + HEADER_SIZE : end], level)
+        start = len(out)
+        out += mv[pos : pos + HEADER_SIZE]
+        out += packed
+        struct.pack_into(">i", out, start + 8, HEADER_SIZE - 12 + len(packed))
+        (attributes,) = struct.unpack_from(">h", out, start + 21)
+        struct.pack_into(">h", out, start + 21, (attributes & ~7) | codec)
+        struct.pack_into(">I", out, start + 17, crc32c(bytes(out[start + 21 :])))
+        pos = end
+    return bytes(out)

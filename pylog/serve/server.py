@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError
-from pylog.serve import acl, handlers, security
+from pylog.serve import acl, configs, handlers, security
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -220,6 +220,14 @@ class Server:
     auto_create_per_request, auto_create_rate
         At most this many topics auto-created by one Metadata request, and this many a
         second over all requests (see :class:`.Broker`).
+    cleaner_backoff
+        Seconds between two looks for compacted partitions due for compaction (Kafka's
+        ``log.cleaner.backoff.ms``, :mod:`.cleaner`); None: only every ``cleanup_interval``.
+    num_partitions, topic_defaults
+        Partitions of a topic created without a count (auto-created, or CreateTopics with
+        -1), and Kafka topic configs every new topic starts from (``pylog serve --config``).
+    broker_configs
+        What DescribeConfigs of the broker reports: name -> (value, config source, type).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
@@ -232,11 +240,14 @@ class Server:
                  max_decompressed_bytes: int = 32 << 20, fence_backoff: float = 5.0,
                  data_mode: str = "private", failed_auth_delay: float = 0.1, max_failed_logins: int = 20,
                  failed_login_window: float = 60.0, auto_create_per_request: int = 100,
-                 auto_create_rate: float = 100.0) -> None:
+                 auto_create_rate: float = 100.0, cleaner_backoff: float | None = 15.0,
+                 num_partitions: int = 1, topic_defaults: dict[str, str] | None = None,
+                 broker_configs: dict[str, tuple[str, int, int]] | None = None) -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
-                            ("fetch_max_bytes", fetch_max_bytes), ("max_decompressed_bytes", max_decompressed_bytes)):
+                            ("fetch_max_bytes", fetch_max_bytes), ("max_decompressed_bytes", max_decompressed_bytes),
+                            ("num_partitions", num_partitions)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, not {value!r}")
         if queued_max_request_bytes < max_request_bytes:
@@ -254,6 +265,12 @@ class Server:
         self.auto_create_per_request = auto_create_per_request
         self.auto_create_rate = auto_create_rate
         self._cleaner: asyncio.Task[None] | None = None
+        self.cleaner_backoff = cleaner_backoff
+        self._compactor: asyncio.Task[None] | None = None
+        self.num_partitions = num_partitions
+        self.topic_defaults = {k: configs.check(k, v) for k, v in (topic_defaults or {}).items()}
+        configs.to_log_config(self.topic_defaults)  # ConfigError now, not at the first topic
+        self.broker_configs = dict(broker_configs or {})
         self.advertise = advertise
         if (tls_cert is None) != (tls_key is None):
             raise InvalidArgumentError("TLS needs both a certificate and its key (--tls-cert, --tls-key)")
@@ -311,6 +328,9 @@ class Server:
         self._server = self._servers[0]
         self.port = self.broker.port = self._server.sockets[0].getsockname()[1]
         self.broker.responses = self._responses
+        self.broker.default_partitions = self.num_partitions
+        self.broker.topic_defaults = self.broker.settings.defaults = self.topic_defaults
+        self.broker.broker_configs = self.broker_configs
         if self.advertise:  # what Metadata and FindCoordinator tell clients (a proxy, a NAT)
             host, _, port = self.advertise.rpartition(":")
             self.broker.advertised_host, self.broker.port = host or self.host, int(port)
@@ -323,6 +343,8 @@ class Server:
         self.coordinator.start()
         if self.cleanup_interval is not None:
             self._cleaner = asyncio.create_task(self._cleanup_loop(self.cleanup_interval))
+        if self.cleaner_backoff is not None:  # compaction when due (cleaner.py), between those runs
+            self._compactor = asyncio.create_task(self._compaction_loop(self.cleaner_backoff))
         log.info("pylog serve: listening on %s:%d, root %s", self.host, self.port, self.root)
 
     def _listen(self) -> list[_Listener]:
@@ -386,6 +408,12 @@ class Server:
             if self.broker is not None:
                 await self.broker.run_cleanup()
 
+    async def _compaction_loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if self.broker is not None:
+                await self.broker.admin(self.broker.cleaner.run)
+
     async def stop(self) -> None:
         """Stop listening, let requests in flight finish, close connections, close the logs.
         A request that arrives meanwhile closes its connection unanswered; long polls are
@@ -398,9 +426,10 @@ class Server:
             self.broker.notify()
         if self.coordinator is not None:  # answers the joins and syncs that wait
             await self.coordinator.close()
-        if self._cleaner is not None:
-            self._cleaner.cancel()
-            await asyncio.wait({self._cleaner}, timeout=self.request_timeout)
+        for task in (self._cleaner, self._compactor):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait({task}, timeout=self.request_timeout)
         if self._busy:
             await asyncio.wait(set(self._busy), timeout=self.request_timeout)
         for t in list(self._conns):
