@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog import fileutil
-from pylog.consumer import _mark_owner, _try_lock, decode_offset, encode_offset
+from pylog.consumer import _mark_owner, _try_lock, encode_offset, read_commit
 from pylog.errors import GroupActiveError, InvalidNameError, PylogError, UnknownGroupError, UnknownTopicError
 from pylog.topics import CONSUMERS_DIR, check_name
 
@@ -549,7 +549,7 @@ class GroupCoordinator:
                 err = E.rebalance_in_progress
         elif not err and g is not None and g.members:
             err = E.unknown_member_id  # a live group takes commits from its members only
-        jobs: list[tuple[str, int, int]] = []
+        jobs: list[tuple[str, int, int, str, int]] = []
         out = []
         # the partitions named, opened (if not yet) in an admin thread
         opened = await self.broker.partitions((t.name, p.partition_index) for t in req.topics
@@ -565,17 +565,18 @@ class GroupCoordinator:
                     if not code and p.committed_metadata is not None and len(p.committed_metadata) > 4096:
                         code = E.offset_metadata_too_large
                 if not code:
-                    jobs.append((t.name, p.partition_index, p.committed_offset))
+                    jobs.append((t.name, p.partition_index, p.committed_offset, p.committed_metadata or "",
+                                 getattr(p, "committed_leader_epoch", -1)))
                 parts.append({"partition_index": p.partition_index, "error_code": code})
             out.append({"name": t.name, "partitions": parts})
 
         def write() -> int:
             now = time.time_ns() // 1_000_000
             try:
-                for name, p, off in jobs:
+                for name, p, off, meta, epoch in jobs:
                     path = self._offset_path(name, req.group_id, p)
                     os.makedirs(os.path.dirname(path), exist_ok=True)
-                    fileutil.atomic_write(path, encode_offset(off, now))
+                    fileutil.atomic_write(path, encode_offset(off, now, meta, epoch))
             except (OSError, PylogError):
                 return E.kafka_storage_error
             return 0
@@ -589,12 +590,15 @@ class GroupCoordinator:
         return {"topics": out}
 
     def _committed(self, topic: str, group: str, p: int) -> int:
+        return self._commit_of(topic, group, p)[0]
+
+    def _commit_of(self, topic: str, group: str, p: int) -> tuple[int, int, str]:
+        """(offset, leader epoch, metadata) committed; (-1, -1, "") when none."""
         try:
-            with open(self._offset_path(topic, group, p), "rb") as f:
-                off = decode_offset(f.read(64))
-        except (FileNotFoundError, PylogError):
-            return -1
-        return -1 if off is None else off
+            found = read_commit(self._offset_path(topic, group, p))
+        except PylogError:
+            found = None
+        return (-1, -1, "") if found is None else found
 
     def _fetch_group(self, group: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
         try:
@@ -618,11 +622,11 @@ class GroupCoordinator:
                 continue
             rows = []
             for p in (range(t.partitions) if parts is None else parts):
-                off = self._committed(name, group, p) if 0 <= p < t.partitions else -1
+                off, epoch, meta = self._commit_of(name, group, p) if 0 <= p < t.partitions else (-1, -1, "")
                 if parts is None and off < 0:
                     continue
-                rows.append({"partition_index": p, "committed_offset": off, "committed_leader_epoch": -1,
-                             "metadata": "", "error_code": 0})
+                rows.append({"partition_index": p, "committed_offset": off, "committed_leader_epoch": epoch,
+                             "metadata": meta, "error_code": 0})
             if rows or parts is not None:
                 out.append({"name": name, "partitions": rows})
         return 0, out
