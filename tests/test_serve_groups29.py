@@ -16,7 +16,7 @@ pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from serve_util import BrokerProcess  # noqa: E402
+from serve_util import BrokerProcess, call, connect, frame, wait_for  # noqa: E402
 
 import pylog  # noqa: E402
 
@@ -134,3 +134,70 @@ def test_offset_file_versions():
     assert decode_commit(new) == (77, 5, "ctx ✓") and decode_offset(new) == 77
     for bad in (new[:-1], new[:20] + bytes([new[20] ^ 1]) + new[21:], new + b"x"):
         assert decode_commit(bad) is None
+
+
+# -- 2. a commit does not keep a member's session (librdkafka 0081) --------------------------
+def _state(b: BrokerProcess, group: str) -> str:
+    with connect(b) as s:
+        r = call(s, frame(15, 5, {"groups": [group], "include_authorized_operations": False}), 15, 5)
+        return str(r.groups[0].group_state)
+
+
+def test_commits_without_heartbeats_do_not_keep_a_member(broker):
+    """A member that only commits (as a static member's final commit on close, which is
+    followed by no LeaveGroup) is gone one session timeout after its last heartbeat, as in
+    Kafka 4: the group is Empty and deletable then, whatever it committed since."""
+    _topic(broker, "c2", 1, 5)
+    proto = [{"name": "range", "metadata": b"\0\0\0\0\0\0\0\0\0\0"}]
+    with connect(broker) as s:
+        r = call(s, frame(11, 5, {"group_id": "sg", "session_timeout": 2000, "rebalance_timeout": 2000,
+                                  "member_id": "", "group_instance_id": "inst-1", "protocol_type": "consumer",
+                                  "protocols": proto}), 11, 5)
+        assert r.error_code == 0
+        mid, gen = r.member_id, r.generation_id
+        r = call(s, frame(14, 3, {"group_id": "sg", "generation_id": gen, "member_id": mid,
+                                  "group_instance_id": "inst-1", "assignments": [{"member_id": mid,
+                                                                                  "assignment": b""}]}), 14, 3)
+        assert r.error_code == 0 and _state(broker, "sg") == "Stable"
+        t0 = time.monotonic()
+        codes = []
+        while time.monotonic() - t0 < 4.5:  # commits every 0.2 s for over twice the session
+            commit = {"group_id": "sg", "generation_id_or_member_epoch": gen, "member_id": mid,
+                      "group_instance_id": "inst-1", "topics": [{"name": "c2", "partitions": [
+                          {"partition_index": 0, "committed_offset": len(codes) % 5, "committed_leader_epoch": -1,
+                           "committed_metadata": ""}]}]}
+            codes.append(call(s, frame(8, 8, commit), 8, 8).topics[0].partitions[0].error_code)
+            time.sleep(0.2)
+        assert codes[0] == 0 and codes[-1] == 25, codes  # UNKNOWN_MEMBER_ID: the session ran out
+        assert _state(broker, "sg") == "Empty"
+        assert call(s, frame(42, 2, {"groups_names": ["sg"]}), 42, 2).results[0].error_code == 0
+
+
+def test_closed_consumers_leave_an_empty_deletable_group(broker):
+    """librdkafka 0081's pattern: consumers consume, close; DescribeConsumerGroups then shows
+    the group Empty (dynamic members leave at once; a static member one session timeout after
+    its close, its last commit notwithstanding) and DeleteConsumerGroups deletes it."""
+    _topic(broker, "c081", 1, 30)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    groups = {"dyn": {}, "stat": {"group.instance.id": "gi-0", "client.id": "client_id_0"}}
+    consumers = []
+    for g, extra in groups.items():
+        c = _consumer(broker, g, **{"enable.auto.commit": True, "session.timeout.ms": 3000, **extra})
+        c.subscribe(["c081"])
+        n, end = 0, time.monotonic() + 20
+        while n < 30 and time.monotonic() < end:
+            m = c.poll(0.2)
+            n += m is not None and m.error() is None
+        assert n == 30
+        consumers.append(c)
+    d = admin.describe_consumer_groups(list(groups))
+    assert {g: f.result(10).state for g, f in d.items()} == dict.fromkeys(groups, ck.ConsumerGroupState.STABLE)
+    for c in consumers:
+        c.close()
+    closed = time.monotonic()
+    assert admin.describe_consumer_groups(["dyn"])["dyn"].result(10).state == ck.ConsumerGroupState.EMPTY
+    admin.delete_consumer_groups(["dyn"])["dyn"].result(10)
+    assert wait_for(lambda: admin.describe_consumer_groups(["stat"])["stat"].result(10).state
+                    == ck.ConsumerGroupState.EMPTY, timeout=10, step=0.2)
+    assert time.monotonic() - closed < 3 + 4  # the session (3 s) after its close, with a margin
+    admin.delete_consumer_groups(["stat"])["stat"].result(10)
