@@ -201,3 +201,52 @@ def test_closed_consumers_leave_an_empty_deletable_group(broker):
                     == ck.ConsumerGroupState.EMPTY, timeout=10, step=0.2)
     assert time.monotonic() - closed < 3 + 4  # the session (3 s) after its close, with a margin
     admin.delete_consumer_groups(["stat"])["stat"].result(10)
+
+
+# -- 3. membership across a broker restart -------------------------------------------------------
+def _restart(b: BrokerProcess, sig: int) -> BrokerProcess:
+    """Stop ``b`` with ``sig`` and start a broker on the same root and port."""
+    b.stop(sig)
+    return BrokerProcess(b.root, "--port", str(b.port))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_member_keeps_its_id_and_consumes_across_broker_restart(tmp_path, sig):
+    """A consumer committing each record by hand goes on across a restart (a kill -9 too):
+    its member id and generation are still known (no UNKNOWN_MEMBER_ID, no rejoin), no
+    record is skipped and none is read twice, and it does not stall."""
+    b = BrokerProcess(str(tmp_path / "root"))
+    try:
+        _topic(b, "rs", 2, 100)
+        c = _consumer(b, "rg", **{"session.timeout.ms": 10000})
+        c.subscribe(["rs"])
+        seen: list[bytes] = []
+        end = time.monotonic() + 30
+        while len(seen) < 50 and time.monotonic() < end:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                seen.append(m.value())
+                c.commit(m, asynchronous=False)
+        assert len(seen) == 50
+        member = c.memberid()
+        b = _restart(b, sig)
+        p = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+        for i in range(100, 200):
+            p.produce("rs", value=f"rs-{i}".encode(), partition=i % 2)
+        assert p.flush(20) == 0
+        restarted = time.monotonic()
+        end = restarted + 40
+        while len(seen) < 200 and time.monotonic() < end:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                seen.append(m.value())
+                c.commit(m, asynchronous=False)
+        assert sorted(seen) == sorted(f"rs-{i}".encode() for i in range(200))  # none skipped, none twice
+        assert c.memberid() == member  # never told UNKNOWN_MEMBER_ID: no rejoin with a new id
+        assert time.monotonic() - restarted < 30
+        c.close()
+        # the group is Empty once its member left: a later restart restores nobody
+        b = _restart(b, signal.SIGTERM)
+        assert _state(b, "rg") == "Empty"
+    finally:
+        b.stop()

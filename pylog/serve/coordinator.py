@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
-import struct
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -49,6 +48,17 @@ from kio.schema.errors import ErrorCode as E
 from pylog import fileutil
 from pylog.consumer import _mark_owner, _try_lock, encode_offset, read_commit
 from pylog.errors import GroupActiveError, InvalidNameError, PylogError, UnknownGroupError, UnknownTopicError
+from pylog.serve.membership import (
+    COMPLETING,
+    DEAD,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    MembershipFiles,
+    _Group,
+    _Member,
+    decode_assignment,
+)
 from pylog.topics import CONSUMERS_DIR, check_name
 
 if TYPE_CHECKING:
@@ -61,64 +71,6 @@ PEER: contextvars.ContextVar[Any] = contextvars.ContextVar("pylog_serve_peer", d
 
 #: API keys the coordinator answers.
 API_KEYS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42})
-
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
-
-
-class _Member:
-    __slots__ = ("id", "instance_id", "client_id", "host", "session_ms", "rebalance_ms", "protocols",
-                 "assignment", "last_seen", "join", "sync", "locks")
-
-    def __init__(self, member_id: str, client_id: str, host: str) -> None:
-        self.id = member_id
-        self.instance_id: str | None = None
-        self.client_id = client_id
-        self.host = host
-        self.session_ms = 10000
-        self.rebalance_ms = 10000
-        self.protocols: list[tuple[str, bytes]] = []
-        self.assignment = b""
-        self.last_seen = time.monotonic()
-        self.join: asyncio.Future[dict[str, Any]] | None = None
-        self.sync: asyncio.Future[dict[str, Any]] | None = None
-        self.locks: list[int] = []
-
-
-class _Group:
-    def __init__(self, group_id: str) -> None:
-        self.id = group_id
-        self.state = EMPTY
-        self.generation = 0
-        self.protocol_type: str | None = None
-        self.protocol: str | None = None
-        self.leader: str | None = None
-        self.members: dict[str, _Member] = {}
-        self.pending: dict[str, float] = {}  # member ids handed out by MEMBER_ID_REQUIRED -> deadline
-        self.deadline = 0.0
-
-
-def decode_assignment(data: bytes) -> dict[str, list[int]]:
-    """The ``{topic: [partitions]}`` of a consumer protocol assignment (any version);
-    empty when the bytes are not one."""
-    out: dict[str, list[int]] = {}
-    try:
-        pos = 2  # i16 version
-        (n,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        for _ in range(max(n, 0)):
-            (ln,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            topic = bytes(data[pos:pos + ln]).decode()
-            pos += ln
-            (m,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            parts = list(struct.unpack_from(f">{max(m, 0)}i", data, pos))
-            pos += 4 * max(m, 0)
-            out.setdefault(topic, []).extend(parts)
-    except (struct.error, UnicodeDecodeError, ValueError):
-        return {}
-    return out
-
 
 def _ms(value: Any, default: int) -> int:
     if value is None:
@@ -146,10 +98,19 @@ class GroupCoordinator:
         self.max_session_ms = max_session_ms
         self.groups: dict[str, _Group] = {}
         self._ticker: asyncio.Task[None] | None = None
+        self.membership = MembershipFiles(broker.store.root)
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the timer that expires sessions and ends rebalances (on the running loop)."""
+        """Load the groups whose membership was kept (:mod:`.membership`; at start, before any
+        request is served, so no member is told it is unknown meanwhile) and take their locks;
+        start the timer that expires sessions and ends rebalances (on the running loop)."""
+        for g in self.membership.load():
+            self.groups[g.id] = g
+            plan = [(m.id, f"kafka member {m.id} client {m.client_id}", decode_assignment(m.assignment))
+                    for m in g.members.values()]
+            for mid, fds in self._take_locks(g.id, plan).items():
+                g.members[mid].locks.extend(fds)
         if self._ticker is None:
             self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 
@@ -273,6 +234,7 @@ class GroupCoordinator:
             if g.state != EMPTY:
                 self._release_group(g)
             g.state = EMPTY
+            self.membership.save(g)  # its membership file goes
             g.protocol = None
             if not g.pending:
                 g.protocol_type = None
@@ -346,6 +308,7 @@ class GroupCoordinator:
             if not member_id and owner is not None:
                 done = self._replace_static(g, owner, client_id, host, session, rebalance, protocols)
                 if done is not None:
+                    await self.membership.save(g)  # its new member id, durable before the answer
                     return done
                 member_id = owner.id
         if not member_id:
@@ -440,6 +403,8 @@ class GroupCoordinator:
             await self._lock_group(g)
             if g.generation == gen and g.state == COMPLETING:  # else a rebalance answered the syncs
                 g.state = STABLE
+                await self.membership.save(g)  # durable before the answers, as Kafka does
+            if g.generation == gen and g.state == STABLE:
                 for x in g.members.values():
                     if x.sync is not None and not x.sync.done():
                         x.sync.set_result({"error_code": 0, "assignment": x.assignment})
