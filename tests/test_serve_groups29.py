@@ -7,7 +7,11 @@ go on consuming; OffsetDelete; ListGroups v5's state and type filters.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import subprocess
+import textwrap
 import time
 
 import pytest
@@ -249,4 +253,84 @@ def test_member_keeps_its_id_and_consumes_across_broker_restart(tmp_path, sig):
         b = _restart(b, signal.SIGTERM)
         assert _state(b, "rg") == "Empty"
     finally:
+        b.stop()
+
+
+_KAFKAJS = textwrap.dedent("""
+    const { Kafka, logLevel } = require("kafkajs");
+    const kafka = new Kafka({ clientId: "kjs", brokers: [process.argv[2]], logLevel: logLevel.NOTHING,
+                              retry: { retries: 100, initialRetryTime: 100, maxRetryTime: 1000 } });
+    const consumer = kafka.consumer({ groupId: "kjs-group", sessionTimeout: 10000, heartbeatInterval: 500 });
+    consumer.on(consumer.events.GROUP_JOIN, e => console.log("JOIN " + e.payload.memberId));
+    consumer.on(consumer.events.CRASH, e => console.log("CRASH " + e.payload.error));
+    (async () => {
+      await consumer.connect();
+      await consumer.subscribe({ topic: "kjs", fromBeginning: true });
+      await consumer.run({ autoCommit: false, eachMessage: async ({ topic, partition, message }) => {
+        console.log("MSG " + message.value.toString());
+        await consumer.commitOffsets([{ topic, partition, offset: (BigInt(message.offset) + 1n).toString() }]);
+      } });
+    })();
+    process.on("SIGTERM", async () => { await consumer.disconnect(); process.exit(0); });
+""")
+
+
+@pytest.fixture(scope="module")
+def kafkajs(tmp_path_factory):
+    """A folder with kafkajs installed (npm); the test is skipped without node, npm or a registry."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are needed for the kafkajs test")
+    d = tmp_path_factory.mktemp("kafkajs")
+    try:
+        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent", "kafkajs@2"], cwd=d,
+                           capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.skip("npm install kafkajs timed out (offline?)")
+    if r.returncode != 0 or not os.path.isdir(d / "node_modules" / "kafkajs"):
+        pytest.skip(f"npm install kafkajs failed (offline?): {r.stderr[-300:]}")
+    (d / "consume.js").write_text(_KAFKAJS)
+    return d
+
+
+def test_kafkajs_manual_commits_go_on_across_broker_kill(tmp_path, kafkajs):
+    """kafkajs committing each record by hand goes on after a kill -9 of the broker (before:
+    UNKNOWN_MEMBER_ID, and it stopped for good): every record once, one join."""
+    b = BrokerProcess(str(tmp_path / "root"))
+    node = None
+    lines: list[str] = []
+    try:
+        _topic(b, "kjs", 2, 100)
+        node = subprocess.Popen(["node", "consume.js", b.bootstrap], cwd=kafkajs, stdout=subprocess.PIPE, text=True)
+        assert node.stdout is not None
+        os.set_blocking(node.stdout.fileno(), False)
+
+        def read(n: int) -> bool:
+            while True:
+                line = node.stdout.readline()  # type: ignore[union-attr]
+                if not line:
+                    break
+                lines.append(line.strip())
+            return sum(x.startswith("MSG ") for x in lines) >= n
+
+        assert wait_for(lambda: read(50), timeout=60, step=0.1), lines[-5:]
+        b = _restart(b, signal.SIGKILL)
+        p = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+        for i in range(100, 200):
+            p.produce("kjs", value=f"kjs-{i}".encode(), partition=i % 2)
+        assert p.flush(20) == 0
+        assert wait_for(lambda: read(200), timeout=60, step=0.1), (len(lines), lines[-5:])
+        time.sleep(0.5)
+        read(0)
+        msgs = [x[4:] for x in lines if x.startswith("MSG ")]
+        assert sorted(msgs) == sorted(f"kjs-{i}" for i in range(200))  # none skipped, none twice
+        assert [x for x in lines if x.startswith("JOIN ")][1:] == []  # joined once: no rejoin
+        assert not [x for x in lines if x.startswith("CRASH ")]
+    finally:
+        if node is not None:
+            node.terminate()
+            try:
+                node.wait(15)
+            except subprocess.TimeoutExpired:
+                node.kill()
+                node.wait(5)
         b.stop()
