@@ -334,3 +334,69 @@ def test_kafkajs_manual_commits_go_on_across_broker_kill(tmp_path, kafkajs):
                 node.kill()
                 node.wait(5)
         b.stop()
+
+
+# -- 4. OffsetDelete, ListGroups v5 -------------------------------------------------------------
+def test_offset_delete_through_kafka_python(broker):
+    """kafka-python's delete_group_offsets: an empty group's offsets go (the others stay);
+    a topic a live member subscribes to, or a pylog consumer of the group reads, is refused
+    GROUP_SUBSCRIBED_TO_TOPIC; an unknown group is GROUP_ID_NOT_FOUND."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoError, UnknownTopicOrPartitionError
+    from kafka.structs import TopicPartition as KTP
+
+    _topic(broker, "oa", 2, 4)
+    _topic(broker, "ob", 1, 4)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for g in ("od", "live"):
+        req = ConsumerGroupTopicPartitions(g, [TopicPartition("oa", 0, 1), TopicPartition("oa", 1, 2)])
+        admin.alter_consumer_group_offsets([req])[g].result(10)
+    c = _consumer(broker, "live")
+    c.subscribe(["ob"])
+    _assigned(c)
+    ka = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    store = pylog.LogStore(broker.root)
+    try:
+        r = ka.delete_group_offsets("od", [KTP("oa", 0), KTP("oa", 7), KTP("nope", 0)])
+        assert r == {KTP("oa", 0): NoError, KTP("oa", 7): UnknownTopicOrPartitionError,
+                     KTP("nope", 0): UnknownTopicOrPartitionError}
+        got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("od")])["od"].result(10)
+        assert {tp.partition: tp.offset for tp in got.topic_partitions} == {1: 2}  # oa-0 gone, oa-1 kept
+        assert store.describe_group("od", "oa")["partitions"][0]["committed"] is None
+        r = ka.delete_group_offsets("live", [KTP("ob", 0), KTP("oa", 1)])
+        assert r == {KTP("ob", 0): GroupSubscribedToTopicError, KTP("oa", 1): NoError}
+        with store.consumer("oa", group="od"):  # a live pylog member of the group reads oa
+            r = ka.delete_group_offsets("od", [KTP("oa", 1)])
+            assert r == {KTP("oa", 1): GroupSubscribedToTopicError}
+        assert store.describe_group("od", "oa")["partitions"][1]["committed"] == 2
+        with pytest.raises(GroupIdNotFoundError):
+            ka.delete_group_offsets("never-was", [KTP("oa", 0)])
+    finally:
+        store.close()
+        ka.close()
+        c.close()
+
+
+def test_list_groups_v5_state_and_type_filters(broker):
+    _topic(broker, "lf", 1, 2)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    req = ConsumerGroupTopicPartitions("idle", [TopicPartition("lf", 0, 1)])
+    admin.alter_consumer_group_offsets([req])["idle"].result(10)
+    c = _consumer(broker, "busy")
+    c.subscribe(["lf"])
+    _assigned(c)
+    try:
+        def listed(**kw: object) -> dict[str, tuple[object, object]]:
+            res = admin.list_consumer_groups(**kw).result(10)
+            assert not res.errors, res.errors
+            return {g.group_id: (g.state, g.type) for g in res.valid}
+
+        S, T = ck.ConsumerGroupState, ck.ConsumerGroupType
+        assert listed() == {"idle": (S.EMPTY, T.CLASSIC), "busy": (S.STABLE, T.CLASSIC)}
+        assert set(listed(states={S.STABLE})) == {"busy"}
+        assert set(listed(states={S.EMPTY})) == {"idle"}
+        assert set(listed(types={T.CLASSIC})) == {"idle", "busy"}
+        assert listed(types={T.CONSUMER}) == {}
+        assert set(listed(states={S.STABLE}, types={T.CLASSIC})) == {"busy"}
+    finally:
+        c.close()

@@ -48,6 +48,7 @@ from kio.schema.errors import ErrorCode as E
 from pylog import fileutil
 from pylog.consumer import _mark_owner, _try_lock, encode_offset, read_commit
 from pylog.errors import GroupActiveError, InvalidNameError, PylogError, UnknownGroupError, UnknownTopicError
+from pylog.serve import group_admin
 from pylog.serve.membership import (
     COMPLETING,
     DEAD,
@@ -70,7 +71,7 @@ __all__ = ["GroupCoordinator", "PEER", "API_KEYS"]
 PEER: contextvars.ContextVar[Any] = contextvars.ContextVar("pylog_serve_peer", default=None)
 
 #: API keys the coordinator answers.
-API_KEYS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42})
+API_KEYS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47})
 
 def _ms(value: Any, default: int) -> int:
     if value is None:
@@ -186,6 +187,8 @@ class GroupCoordinator:
             return self.list_groups(body, version, disk) if key == 16 else self.describe_groups(body, version, disk)
         if key == 42:
             return await self.delete_groups(body, version)
+        if key == 47:  # OffsetDelete
+            return await group_admin.offset_delete(self, body, version)
         raise ValueError(f"API key {key} is not a group API")
 
     # -- FindCoordinator -------------------------------------------------------------------
@@ -631,10 +634,15 @@ class GroupCoordinator:
         for g in self.groups.values():
             if g.members:
                 states[g.id] = g.state
-        wanted = set(getattr(req, "states_filter", None) or ())
+        # v4+ filter by state, v5+ by type (each case-insensitive, as Kafka 4): every group
+        # here is a "classic" one (the rebalance protocol of JoinGroup/SyncGroup)
+        wanted = {x.lower() for x in getattr(req, "states_filter", None) or ()}
+        types = {x.lower() for x in getattr(req, "types_filter", None) or ()}
+        if types and "classic" not in types:
+            return {"error_code": 0, "groups": []}
         return {"error_code": 0, "groups": [
-            {"group_id": n, "protocol_type": "consumer", "group_state": s}
-            for n, s in sorted(states.items()) if not wanted or s in wanted]}
+            {"group_id": n, "protocol_type": "consumer", "group_state": s, "group_type": "classic"}
+            for n, s in sorted(states.items()) if not wanted or s.lower() in wanted]}
 
     def describe_groups(self, req: Any, version: int, disk: set[str] | None = None) -> dict[str, Any]:
         """DescribeGroups: state, protocol, members and their assignments (``disk``: the
