@@ -400,3 +400,35 @@ def test_list_groups_v5_state_and_type_filters(broker):
         assert set(listed(states={S.STABLE}, types={T.CLASSIC})) == {"busy"}
     finally:
         c.close()
+
+
+def test_offset_delete_needs_group_delete_and_topic_read(tmp_path):
+    """With a users file, OffsetDelete needs DELETE on the group (else GROUP_AUTHORIZATION_FAILED
+    and nothing deleted) and READ on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions)."""
+    from test_serve_acl import commit, committed, login, metadata
+
+    from pylog.serve import security
+
+    users = str(tmp_path / "users.json")
+    security.add_user(users, "admin", "admin-secret")
+    security.add_user(users, "dora", "dora-secret", read=["pub"], groups=["dg"])
+    security.add_user(users, "eve", "eve-secret", read=["pub"], groups=["dg"], delete_groups=["dg"])
+    b = BrokerProcess(str(tmp_path / "root"), "--users", users)
+    try:
+        with login(b, "admin") as s:
+            assert {t.error_code for t in call(s, metadata(["pub", "priv"], auto=True), 3, 12).topics} == {0}
+            for t in ("pub", "priv"):
+                assert call(s, commit("dg", t, 0), 8, 8).topics[0].partitions[0].error_code == 0
+        req = frame(47, 0, {"group_id": "dg", "topics": [{"name": t, "partitions": [{"partition_index": 0}]}
+                                                          for t in ("pub", "priv")]})
+        with login(b, "dora") as s:
+            r = call(s, req, 47, 0)
+            assert r.error_code == 30 and not r.topics  # GROUP_AUTHORIZATION_FAILED
+        with login(b, "eve") as s:
+            r = call(s, req, 47, 0)
+            assert r.error_code == 0
+            assert {t.name: t.partitions[0].error_code for t in r.topics} == {"pub": 0, "priv": 29}
+        with login(b, "admin") as s:
+            assert committed(s, "dg", "pub") == -1 and committed(s, "dg", "priv") == 0
+    finally:
+        b.stop()
