@@ -140,41 +140,11 @@ def test_offset_file_versions():
         assert decode_commit(bad) is None
 
 
-# -- 2. a commit does not keep a member's session (librdkafka 0081) --------------------------
+# -- 2. closed consumers leave an Empty, deletable group (librdkafka 0081) ----------------------
 def _state(b: BrokerProcess, group: str) -> str:
     with connect(b) as s:
         r = call(s, frame(15, 5, {"groups": [group], "include_authorized_operations": False}), 15, 5)
         return str(r.groups[0].group_state)
-
-
-def test_commits_without_heartbeats_do_not_keep_a_member(broker):
-    """A member that only commits (as a static member's final commit on close, which is
-    followed by no LeaveGroup) is gone one session timeout after its last heartbeat, as in
-    Kafka 4: the group is Empty and deletable then, whatever it committed since."""
-    _topic(broker, "c2", 1, 5)
-    proto = [{"name": "range", "metadata": b"\0\0\0\0\0\0\0\0\0\0"}]
-    with connect(broker) as s:
-        r = call(s, frame(11, 5, {"group_id": "sg", "session_timeout": 2000, "rebalance_timeout": 2000,
-                                  "member_id": "", "group_instance_id": "inst-1", "protocol_type": "consumer",
-                                  "protocols": proto}), 11, 5)
-        assert r.error_code == 0
-        mid, gen = r.member_id, r.generation_id
-        r = call(s, frame(14, 3, {"group_id": "sg", "generation_id": gen, "member_id": mid,
-                                  "group_instance_id": "inst-1", "assignments": [{"member_id": mid,
-                                                                                  "assignment": b""}]}), 14, 3)
-        assert r.error_code == 0 and _state(broker, "sg") == "Stable"
-        t0 = time.monotonic()
-        codes = []
-        while time.monotonic() - t0 < 4.5:  # commits every 0.2 s for over twice the session
-            commit = {"group_id": "sg", "generation_id_or_member_epoch": gen, "member_id": mid,
-                      "group_instance_id": "inst-1", "topics": [{"name": "c2", "partitions": [
-                          {"partition_index": 0, "committed_offset": len(codes) % 5, "committed_leader_epoch": -1,
-                           "committed_metadata": ""}]}]}
-            codes.append(call(s, frame(8, 8, commit), 8, 8).topics[0].partitions[0].error_code)
-            time.sleep(0.2)
-        assert codes[0] == 0 and codes[-1] == 25, codes  # UNKNOWN_MEMBER_ID: the session ran out
-        assert _state(broker, "sg") == "Empty"
-        assert call(s, frame(42, 2, {"groups_names": ["sg"]}), 42, 2).results[0].error_code == 0
 
 
 def test_closed_consumers_leave_an_empty_deletable_group(broker):

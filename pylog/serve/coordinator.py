@@ -369,15 +369,11 @@ class GroupCoordinator:
                 "protocol_name": g.protocol or "", "leader": g.leader, "skip_assignment": leader,
                 "member_id": m.id, "members": everyone if leader else []}
 
-    def _check_member(self, group_id: str, member_id: str, generation: int,
-                      touch: bool = True) -> tuple[_Group | None, int]:
-        """(group, error) of a request of ``member_id``; ``touch``: the request keeps the
-        member's session (a heartbeat, join or sync does; a commit does not, as in Kafka 4)."""
+    def _check_member(self, group_id: str, member_id: str, generation: int) -> tuple[_Group | None, int]:
         g = self.groups.get(group_id)
         if g is None or member_id not in g.members:
             return None, E.unknown_member_id
-        if touch:
-            g.members[member_id].last_seen = time.monotonic()
+        g.members[member_id].last_seen = time.monotonic()
         if generation != g.generation:
             return g, E.illegal_generation
         return g, 0
@@ -516,10 +512,9 @@ class GroupCoordinator:
             err = E.invalid_group_id
         g = self.groups.get(req.group_id)
         if not err and (req.member_id or generation >= 0):
-            # a commit does not keep the session: a member that commits while it goes away
-            # (a static member's last commit on close) is gone one session timeout after its
-            # last heartbeat, not after its last commit
-            g, err = self._check_member(req.group_id, req.member_id, generation, touch=False)
+            # a commit keeps the member's session, as Kafka's coordinator reschedules its
+            # heartbeat on a commit (Stable or PreparingRebalance; refused while Completing)
+            g, err = self._check_member(req.group_id, req.member_id, generation)
             if not err and g is not None and g.state == COMPLETING:
                 err = E.rebalance_in_progress
         elif not err and g is not None and g.members:
