@@ -147,6 +147,40 @@ def _state(b: BrokerProcess, group: str) -> str:
         return str(r.groups[0].group_state)
 
 
+def test_group_is_empty_and_deletable_the_moment_the_session_ends(broker):
+    """librdkafka 0081: a static member's close commits and sends no LeaveGroup; the test
+    deletes the group exactly one session timeout after the close. The broker ends sessions
+    on a 0.1 s timer: DeleteGroups at the session's end found the member still there (9 runs
+    of 10). Now the sessions that ran out end before a describe, list or delete is answered."""
+    _topic(broker, "c6", 1, 3)
+    proto = [{"name": "range", "metadata": b"\0\0\0\0\0\0\0\0\0\0"}]
+    with connect(broker) as s:
+        for g in ("sd0", "sd1", "sd2"):
+            r = call(s, frame(11, 5, {"group_id": g, "session_timeout": 1500, "rebalance_timeout": 1500,
+                                      "member_id": "", "group_instance_id": "inst", "protocol_type": "consumer",
+                                      "protocols": proto}), 11, 5)
+            assert r.error_code == 0
+            mid, gen = r.member_id, r.generation_id
+            r = call(s, frame(14, 3, {"group_id": g, "generation_id": gen, "member_id": mid,
+                                      "group_instance_id": "inst", "assignments": [{"member_id": mid,
+                                                                                    "assignment": b""}]}), 14, 3)
+            assert r.error_code == 0
+            commit = {"group_id": g, "generation_id_or_member_epoch": gen, "member_id": mid,
+                      "group_instance_id": "inst", "topics": [{"name": "c6", "partitions": [
+                          {"partition_index": 0, "committed_offset": 2, "committed_leader_epoch": -1,
+                           "committed_metadata": ""}]}]}
+            assert call(s, frame(8, 8, commit), 8, 8).topics[0].partitions[0].error_code == 0
+            last = time.monotonic()  # after the broker took the commit: its session ends by last + 1.5 s
+            assert _state(broker, g) == "Stable"
+            time.sleep(max(0.0, last + 1.5 - time.monotonic()))
+            if g == "sd0":
+                assert _state(broker, g) == "Empty"
+            if g == "sd1":
+                r = call(s, frame(16, 4, {"states_filter": ["Stable"]}), 16, 4)
+                assert g not in [x.group_id for x in r.groups]
+            assert call(s, frame(42, 2, {"groups_names": [g]}), 42, 2).results[0].error_code == 0, g
+
+
 def test_closed_consumers_leave_an_empty_deletable_group(broker):
     """librdkafka 0081's pattern: consumers consume, close; DescribeConsumerGroups then shows
     the group Empty (dynamic members leave at once; a static member one session timeout after
