@@ -436,3 +436,22 @@ def test_offset_delete_needs_group_delete_and_topic_read(tmp_path):
             assert committed(s, "dg", "pub") == -1 and committed(s, "dg", "priv") == 0
     finally:
         b.stop()
+
+
+def test_dump_shows_commit_metadata(tmp_path):
+    import json
+    import sys
+
+    from conftest import ROOT, py_env
+
+    root = str(tmp_path / "root")
+    with pylog.LogStore(root) as store:
+        store.create_topic("dm", partitions=1).append_batch([b"a", b"b"])
+        with store.consumer("dm", group="g") as c:
+            c.commit({0: 2}, metadata="ctx")
+    path = os.path.join(root, "dm", "~consumers", "g", "partition-0.offset")
+    out = subprocess.run([sys.executable, "-m", "pylog.cli", "dump", path, "--format", "json"], cwd=ROOT,
+                         env=py_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    row = json.loads(out.stdout)
+    assert (row["committed_offset"], row["leader_epoch"], row["metadata"]) == (2, -1, "ctx")
