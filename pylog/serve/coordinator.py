@@ -1,7 +1,9 @@
 """Consumer groups over Kafka's protocol: the group coordinator of ``pylog serve``.
 
 FindCoordinator (this broker is every group's coordinator), JoinGroup, SyncGroup,
-Heartbeat and LeaveGroup run Kafka's *classic* rebalance protocol in memory:
+Heartbeat and LeaveGroup run Kafka's *classic* rebalance protocol in memory; a Stable
+group's membership is also kept on disk and loaded at start (:mod:`.membership`), so
+members keep their ids across a broker restart:
 
 * A join moves the group to PreparingRebalance; the coordinator waits until every known
   member has rejoined, or until the longest rebalance timeout of the members passes (a
@@ -16,7 +18,8 @@ Heartbeat and LeaveGroup run Kafka's *classic* rebalance protocol in memory:
 * A member that sends nothing for its session timeout is removed and the group
   rebalances: its partitions go to the others.
 
-Committed offsets (OffsetCommit, OffsetFetch) are pylog's own durable group offsets:
+Committed offsets (OffsetCommit, OffsetFetch; with their metadata and leader epoch) are
+pylog's own durable group offsets:
 ``TOPIC/~consumers/GROUP/partition-N.offset`` (:mod:`pylog.consumer`), written atomically
 and fsynced before the answer, so ``pylog group describe``, ``pylog consume --group`` and
 :class:`~pylog.Consumer` see the same group as Kafka clients do. While a group is Stable
@@ -27,7 +30,7 @@ delete refuse a live group, and a pylog Consumer of the same group never takes a
 partition a Kafka member owns.
 
 ListGroups, DescribeGroups and DeleteGroups see both: the groups in memory and those only
-on disk (state ``Empty``).
+on disk (state ``Empty``). OffsetDelete is in :mod:`.group_admin`.
 
 The group state lives on the event loop (no lock needed); everything that touches the disk
 (offset files, the member and partition locks, the listing of groups on disk, opening a
