@@ -455,3 +455,22 @@ def test_dump_shows_commit_metadata(tmp_path):
     assert out.returncode == 0, out.stderr
     row = json.loads(out.stdout)
     assert (row["committed_offset"], row["leader_epoch"], row["metadata"]) == (2, -1, "ctx")
+
+
+def test_damaged_membership_file_is_logged_and_ignored(tmp_path):
+    """A membership file that cannot be read (here: garbage) does not stop the broker: it is
+    logged and removed, and the group's members rejoin (UNKNOWN_MEMBER_ID) as after a
+    restart without membership."""
+    root = tmp_path / "root"
+    (root / ".serve.groups").mkdir(parents=True)
+    (root / ".serve.groups" / "bad.members").write_bytes(b"{not json")
+    b = BrokerProcess(str(root))
+    try:
+        assert _state(b, "bad") == "Dead"
+        with connect(b) as s:
+            hb = {"group_id": "bad", "generation_id": 1, "member_id": "m-1", "group_instance_id": None}
+            assert call(s, frame(12, 3, hb), 12, 3).error_code == 25
+    finally:
+        b.stop()
+    assert "bad.members is unreadable" in b.stderr()
+    assert not (root / ".serve.groups" / "bad.members").exists()

@@ -178,6 +178,9 @@ class MembershipFiles:
             names = sorted(os.listdir(self.dir))
         except FileNotFoundError:
             return []
+        except OSError as e:  # the broker serves on; the members rejoin
+            _log.warning("group membership files in %s cannot be listed (%s): none loaded", self.dir, e)
+            return []
         out = []
         for fname in names:
             if not fname.endswith(_SUFFIX):
