@@ -12,8 +12,12 @@ Files, under ``ROOT/TOPIC/~consumers/GROUP/``::
     member-K.lock        flock'ed by a live member of the group (slot K)
 
 ``partition-N.offset``: ``8s magic b"PYLOGOFF" | u16 version 1 | u16 0 | u32 0 |
-u64 offset | i64 commit time (ms) | u32 crc32c of bytes 0..31``. A damaged file is ignored
-(with a warning) and the partition starts per ``auto_offset_reset``: never a wrong offset.
+u64 offset | i64 commit time (ms) | u32 crc32c of bytes 0..31`` (36 bytes); a commit with
+metadata or a leader epoch (Kafka's OffsetCommit carries both) is version 2: ``8s magic |
+u16 version 2 | u16 0 | i32 leader epoch (-1: none) | u64 offset | i64 commit time (ms) |
+u32 metadata length | metadata (UTF-8) | u32 crc32c of everything before``. Both versions
+are read. A damaged file is ignored (with a warning) and the partition starts per
+``auto_offset_reset``: never a wrong offset.
 
 Assignment is static and needs no coordinator: each live member holds the lock of one member
 slot; with M live members, the member of rank r (by slot number) owns the partitions p with
@@ -44,7 +48,7 @@ import os
 import struct
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pylog import fileutil, vfs
@@ -67,30 +71,72 @@ if TYPE_CHECKING:
 __all__ = ["Consumer"]
 
 _OFS = struct.Struct("<8sHHIQq")
+_OFS2 = struct.Struct("<8sHHiQqI")
 _CRC = struct.Struct("<I")
 OFFSET_MAGIC = b"PYLOGOFF"
 OFFSET_FILE_SIZE = _OFS.size + _CRC.size
+#: The longest commit metadata, in characters (Kafka's ``offset.metadata.max.bytes`` default).
+MAX_METADATA_CHARS = 4096
+#: The largest committed-offset file (version 2 with the longest metadata, 4 UTF-8 bytes a character).
+OFFSET_FILE_MAX = _OFS2.size + 4 * MAX_METADATA_CHARS + _CRC.size
 RESETS = ("earliest", "latest", "none")
 
 
-def encode_offset(offset: int, when_ms: int) -> bytes:
-    """The bytes of a ``partition-N.offset`` file."""
-    body = _OFS.pack(OFFSET_MAGIC, 1, 0, 0, offset, when_ms)
+def encode_offset(offset: int, when_ms: int, metadata: str = "", leader_epoch: int = -1) -> bytes:
+    """The bytes of a ``partition-N.offset`` file: version 1 without metadata and leader
+    epoch, else version 2 (see the module docstring)."""
+    if not metadata and leader_epoch < 0:
+        body = _OFS.pack(OFFSET_MAGIC, 1, 0, 0, offset, when_ms)
+    else:
+        text = metadata.encode("utf-8")
+        body = _OFS2.pack(OFFSET_MAGIC, 2, 0, max(leader_epoch, -1), offset, when_ms, len(text)) + text
     return body + _CRC.pack(impl.crc32c(body))
+
+
+def decode_commit(data: bytes) -> tuple[int, int, str] | None:
+    """``(offset, leader epoch, metadata)`` of a ``partition-N.offset`` file's bytes (either
+    version; epoch -1 and metadata ``""`` when the commit had none), or None when they
+    are damaged."""
+    if len(data) < OFFSET_FILE_SIZE or len(data) > OFFSET_FILE_MAX:
+        return None
+    body = data[: -_CRC.size]
+    if _CRC.unpack(data[-_CRC.size :])[0] != impl.crc32c(body):
+        return None
+    magic, version = body[:8], int.from_bytes(body[8:10], "little")
+    if magic != OFFSET_MAGIC:
+        return None
+    if version == 1 and len(body) == _OFS.size:
+        offset = _OFS.unpack(body)[4]
+        epoch, meta = -1, ""
+    elif version == 2 and len(body) >= _OFS2.size:
+        _m, _v, _a, epoch, offset, _when, n = _OFS2.unpack_from(body)
+        if len(body) != _OFS2.size + n:
+            return None
+        try:
+            meta = body[_OFS2.size :].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    else:
+        return None
+    if offset >= 1 << 63:
+        return None
+    return int(offset), int(epoch), meta
 
 
 def decode_offset(data: bytes) -> int | None:
     """The offset in a ``partition-N.offset`` file's bytes, or None when they are damaged."""
-    if len(data) != OFFSET_FILE_SIZE:
+    found = decode_commit(data)
+    return None if found is None else found[0]
+
+
+def read_commit(path: str) -> tuple[int, int, str] | None:
+    """:func:`decode_commit` of the file at ``path``; None when it is missing or damaged."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(OFFSET_FILE_MAX + 1)
+    except FileNotFoundError:
         return None
-    body = data[: _OFS.size]
-    if _CRC.unpack(data[_OFS.size :])[0] != impl.crc32c(body):
-        return None
-    magic, version, _a, _b, offset, _when = _OFS.unpack(body)
-    if magic != OFFSET_MAGIC or version != 1 or offset >= 1 << 63:
-        return None
-    found: int = offset
-    return found
+    return decode_commit(data)
 
 
 def _try_lock(path: str) -> int:
@@ -173,7 +219,7 @@ class Consumer:
         self.rebalance_ms = rebalance_ms
         self._pos: dict[int, int | None] = {}  # owned partition -> position (None: not yet known)
         self._locks: dict[int, int] = {}  # owned partition -> lock fd
-        self._committed_cache: dict[int, int] = {}
+        self._committed_cache: dict[int, tuple[int, str]] = {}
         self._member_fd = -1
         self._member_slot: int | None = None
         self._manual = partitions is not None
@@ -514,24 +560,35 @@ class Consumer:
         return os.path.join(self.dir, f"partition-{p}.offset")
 
     def _read_committed(self, p: int) -> int | None:
+        found = self._read_commit(p)
+        return None if found is None else found[0]
+
+    def _read_commit(self, p: int) -> tuple[int, int, str] | None:
         if self.dir is None:
             return None
         path = self._offset_path(p)
         try:
             with open(path, "rb") as f:
-                data = f.read(OFFSET_FILE_SIZE + 1)
+                data = f.read(OFFSET_FILE_MAX + 1)
         except FileNotFoundError:
             return None
-        off = decode_offset(data)
-        if off is None:
+        found = decode_commit(data)
+        if found is None:
             warnings.warn(f"committed offset file {path} is damaged; ignoring it "
-                          f"(auto_offset_reset={self.auto_offset_reset!r})", RuntimeWarning, stacklevel=3)
-        return off
+                          f"(auto_offset_reset={self.auto_offset_reset!r})", RuntimeWarning, stacklevel=4)
+        return found
 
-    def commit(self, offsets: dict[int, int] | None = None) -> None:
+    def commit(self, offsets: dict[int, int] | None = None, *,
+               metadata: str | Mapping[int, str] | None = None) -> None:
         """Store positions (or the given ``{partition: offset}``) as the group's committed
         offsets, durably: when this returns, they survive a crash of this process or of
         the machine. Only partitions this consumer owns can be committed.
+
+        ``metadata``: a text stored beside each committed offset (as Kafka's
+        ``OffsetAndMetadata`` does; a str for every partition committed, or
+        ``{partition: str}``), at most 4096 characters; read it back with
+        :meth:`committed_metadata`. Kafka clients of ``pylog serve`` see it too.
+        Without it a commit stores no metadata.
 
         An offset past the partition's ``next_offset`` raises OffsetOutOfRangeError and
         nothing is committed: the next consumer of the group would find it outside the log
@@ -549,6 +606,7 @@ class Consumer:
                 if isinstance(off, bool) or not isinstance(off, int) or off < 0:
                     raise InvalidArgumentError(f"offset {off!r} for partition {p} must be an int >= 0")
                 todo[p] = off
+        texts = self._commit_metadata(metadata, todo)
         for p, off in sorted(todo.items()):
             log = self._reader(p)
             if off > log.next_offset and log.readonly:
@@ -561,10 +619,34 @@ class Consumer:
                     "nothing was committed")
         now = _now_ms()
         for p, off in sorted(todo.items()):
-            if self._committed_cache.get(p) == off:
+            text = texts.get(p, "")
+            if self._committed_cache.get(p) == (off, text):
                 continue
-            fileutil.atomic_write(self._offset_path(p), encode_offset(off, now))
-            self._committed_cache[p] = off
+            fileutil.atomic_write(self._offset_path(p), encode_offset(off, now, text))
+            self._committed_cache[p] = (off, text)
+
+    def _commit_metadata(self, metadata: str | Mapping[int, str] | None, todo: dict[int, int]) -> dict[int, str]:
+        """``{partition: metadata}`` of :meth:`commit`'s ``metadata`` argument, checked."""
+        if metadata is None:
+            return {}
+        if isinstance(metadata, str):
+            given: dict[int, Any] = dict.fromkeys(todo, metadata)
+        elif isinstance(metadata, Mapping):
+            given = {}
+            for p, text in metadata.items():
+                p = self._owned(p)
+                if p not in todo:
+                    raise InvalidArgumentError(f"metadata for partition {p}, which this commit does not commit")
+                given[p] = text
+        else:
+            raise ArgumentTypeError(f"metadata={metadata!r} must be a str or a {{partition: str}} dict")
+        for p, text in given.items():
+            if not isinstance(text, str):
+                raise ArgumentTypeError(f"metadata {text!r} for partition {p} must be a str")
+            if len(text) > MAX_METADATA_CHARS:
+                raise InvalidArgumentError(f"metadata for partition {p} is {len(text)} characters; "
+                                           f"at most {MAX_METADATA_CHARS} are stored")
+        return given
 
     def committed(self, partition: int | None = None) -> Any:
         """The group's committed offset of ``partition`` (None: nothing committed), or
@@ -573,6 +655,13 @@ class Consumer:
         if partition is not None:
             return self._read_committed(self.topic._check_partition(partition))
         return {p: self._read_committed(p) for p in range(self.topic.partitions)}
+
+    def committed_metadata(self, partition: int) -> str | None:
+        """The metadata stored with the group's committed offset of ``partition`` (``""``
+        when the commit had none; None when nothing is committed)."""
+        self._check_open()
+        found = self._read_commit(self.topic._check_partition(partition))
+        return None if found is None else found[2]
 
     # -- lifetime --------------------------------------------------------------------------
     def close(self) -> None:

@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pylog import fileutil
-from pylog.consumer import _try_lock, decode_offset, encode_offset
+from pylog.consumer import OFFSET_FILE_MAX, _try_lock, decode_offset, encode_offset
 from pylog.errors import GroupActiveError, InvalidArgumentError, UnknownGroupError
 from pylog.topics import CONSUMERS_DIR, check_name
 
@@ -60,7 +60,7 @@ def _read_offset(path: str) -> tuple[int | None, bool]:
     """(committed offset or None, whether the file is damaged)."""
     try:
         with open(path, "rb") as f:
-            data = f.read(64)
+            data = f.read(OFFSET_FILE_MAX + 1)
     except FileNotFoundError:
         return None, False
     off = decode_offset(data)

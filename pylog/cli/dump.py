@@ -55,15 +55,18 @@ def dump(path: str, print_data: bool, max_bytes: int, max_records: int | None, f
     with f:
         size = os.fstat(f.fileno()).st_size
         if path.endswith(".offset"):
-            from pylog.consumer import decode_offset
+            from pylog.consumer import OFFSET_FILE_MAX, decode_commit
 
-            off = decode_offset(f.read(1024))
-            if off is None:
+            found = decode_commit(f.read(OFFSET_FILE_MAX + 1))
+            if found is None:
                 raise CliError(f"{path}: not a valid committed-offset file")
+            off, epoch, note = found
             if fmt_ == "json":
-                click.echo(json.dumps({"file": path, "kind": "offset", "committed_offset": off}))
+                click.echo(json.dumps({"file": path, "kind": "offset", "committed_offset": off,
+                                       "leader_epoch": epoch, "metadata": note}))
             else:
-                click.echo(f"Dumping {path}\ncommitted offset: {off}")
+                extra = (f"\nleader epoch: {epoch}" if epoch >= 0 else "") + (f"\nmetadata: {note!r}" if note else "")
+                click.echo(f"Dumping {path}\ncommitted offset: {off}{extra}")
             return
         kinds = {fmt.STORE_SUFFIX: fmt.STORE_MAGIC, fmt.INDEX_SUFFIX: fmt.INDEX_MAGIC,
                  fmt.TIMEINDEX_SUFFIX: fmt.TIMEINDEX_MAGIC}

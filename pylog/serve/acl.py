@@ -44,6 +44,7 @@ _TOPICS: dict[int, tuple[str, str, str, str, str, str, str]] = {
     1: ("topics", "topic", "responses", "topic", "partitions", "partition_index", "read"),
     2: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
     8: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
+    47: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),  # OffsetDelete
 }
 #: Group APIs naming one group: key -> what the refusal holds besides its error code.
 _ONE_GROUP: dict[int, dict[str, Any]] = {
@@ -193,6 +194,8 @@ def filter_request(users: Users, user: str | None, key: int, body: Any, version:
         return body, [], None
     if key == 22 and body.transactional_id is not None and not users.may_transact(user, body.transactional_id):
         return body, [], {"error_code": TXN_DENIED, "producer_id": -1, "producer_epoch": -1}
+    if key == 47 and not users.may_group(user, body.group_id, "delete"):  # OffsetDelete: group DELETE
+        return body, [], {"error_code": GROUP_DENIED, "topics": []}
     if key in (8, 9, 10, 11, 12, 13, 14, 15, 42):
         body, denied, refused = _filter_groups(users, user, key, body, version)
         if refused is not None:

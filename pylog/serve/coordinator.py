@@ -1,7 +1,9 @@
 """Consumer groups over Kafka's protocol: the group coordinator of ``pylog serve``.
 
 FindCoordinator (this broker is every group's coordinator), JoinGroup, SyncGroup,
-Heartbeat and LeaveGroup run Kafka's *classic* rebalance protocol in memory:
+Heartbeat and LeaveGroup run Kafka's *classic* rebalance protocol in memory; a Stable
+group's membership is also kept on disk and loaded at start (:mod:`.membership`), so
+members keep their ids across a broker restart:
 
 * A join moves the group to PreparingRebalance; the coordinator waits until every known
   member has rejoined, or until the longest rebalance timeout of the members passes (a
@@ -16,7 +18,8 @@ Heartbeat and LeaveGroup run Kafka's *classic* rebalance protocol in memory:
 * A member that sends nothing for its session timeout is removed and the group
   rebalances: its partitions go to the others.
 
-Committed offsets (OffsetCommit, OffsetFetch) are pylog's own durable group offsets:
+Committed offsets (OffsetCommit, OffsetFetch; with their metadata and leader epoch) are
+pylog's own durable group offsets:
 ``TOPIC/~consumers/GROUP/partition-N.offset`` (:mod:`pylog.consumer`), written atomically
 and fsynced before the answer, so ``pylog group describe``, ``pylog consume --group`` and
 :class:`~pylog.Consumer` see the same group as Kafka clients do. While a group is Stable
@@ -27,7 +30,7 @@ delete refuse a live group, and a pylog Consumer of the same group never takes a
 partition a Kafka member owns.
 
 ListGroups, DescribeGroups and DeleteGroups see both: the groups in memory and those only
-on disk (state ``Empty``).
+on disk (state ``Empty``). OffsetDelete is in :mod:`.group_admin`.
 
 The group state lives on the event loop (no lock needed); everything that touches the disk
 (offset files, the member and partition locks, the listing of groups on disk, opening a
@@ -39,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
-import struct
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -47,8 +49,20 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog import fileutil
-from pylog.consumer import _mark_owner, _try_lock, decode_offset, encode_offset
+from pylog.consumer import _mark_owner, _try_lock, encode_offset, read_commit
 from pylog.errors import GroupActiveError, InvalidNameError, PylogError, UnknownGroupError, UnknownTopicError
+from pylog.serve import group_admin
+from pylog.serve.membership import (
+    COMPLETING,
+    DEAD,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    MembershipFiles,
+    _Group,
+    _Member,
+    decode_assignment,
+)
 from pylog.topics import CONSUMERS_DIR, check_name
 
 if TYPE_CHECKING:
@@ -60,65 +74,7 @@ __all__ = ["GroupCoordinator", "PEER", "API_KEYS"]
 PEER: contextvars.ContextVar[Any] = contextvars.ContextVar("pylog_serve_peer", default=None)
 
 #: API keys the coordinator answers.
-API_KEYS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42})
-
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
-
-
-class _Member:
-    __slots__ = ("id", "instance_id", "client_id", "host", "session_ms", "rebalance_ms", "protocols",
-                 "assignment", "last_seen", "join", "sync", "locks")
-
-    def __init__(self, member_id: str, client_id: str, host: str) -> None:
-        self.id = member_id
-        self.instance_id: str | None = None
-        self.client_id = client_id
-        self.host = host
-        self.session_ms = 10000
-        self.rebalance_ms = 10000
-        self.protocols: list[tuple[str, bytes]] = []
-        self.assignment = b""
-        self.last_seen = time.monotonic()
-        self.join: asyncio.Future[dict[str, Any]] | None = None
-        self.sync: asyncio.Future[dict[str, Any]] | None = None
-        self.locks: list[int] = []
-
-
-class _Group:
-    def __init__(self, group_id: str) -> None:
-        self.id = group_id
-        self.state = EMPTY
-        self.generation = 0
-        self.protocol_type: str | None = None
-        self.protocol: str | None = None
-        self.leader: str | None = None
-        self.members: dict[str, _Member] = {}
-        self.pending: dict[str, float] = {}  # member ids handed out by MEMBER_ID_REQUIRED -> deadline
-        self.deadline = 0.0
-
-
-def decode_assignment(data: bytes) -> dict[str, list[int]]:
-    """The ``{topic: [partitions]}`` of a consumer protocol assignment (any version);
-    empty when the bytes are not one."""
-    out: dict[str, list[int]] = {}
-    try:
-        pos = 2  # i16 version
-        (n,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        for _ in range(max(n, 0)):
-            (ln,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            topic = bytes(data[pos:pos + ln]).decode()
-            pos += ln
-            (m,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            parts = list(struct.unpack_from(f">{max(m, 0)}i", data, pos))
-            pos += 4 * max(m, 0)
-            out.setdefault(topic, []).extend(parts)
-    except (struct.error, UnicodeDecodeError, ValueError):
-        return {}
-    return out
-
+API_KEYS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47})
 
 def _ms(value: Any, default: int) -> int:
     if value is None:
@@ -146,10 +102,19 @@ class GroupCoordinator:
         self.max_session_ms = max_session_ms
         self.groups: dict[str, _Group] = {}
         self._ticker: asyncio.Task[None] | None = None
+        self.membership = MembershipFiles(broker.store.root)
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the timer that expires sessions and ends rebalances (on the running loop)."""
+        """Load the groups whose membership was kept (:mod:`.membership`; at start, before any
+        request is served, so no member is told it is unknown meanwhile) and take their locks;
+        start the timer that expires sessions and ends rebalances (on the running loop)."""
+        for g in self.membership.load():
+            self.groups[g.id] = g
+            plan = [(m.id, f"kafka member {m.id} client {m.client_id}", decode_assignment(m.assignment))
+                    for m in g.members.values()]
+            for mid, fds in self._take_locks(g.id, plan).items():
+                g.members[mid].locks.extend(fds)
         if self._ticker is None:
             self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 
@@ -191,7 +156,7 @@ class GroupCoordinator:
                     del g.pending[mid]
             for m in list(g.members.values()):
                 waiting = m.join is not None and not m.join.done()
-                if not waiting and now - m.last_seen > m.session_ms / 1000:
+                if not waiting and now - m.last_seen >= m.session_ms / 1000:
                     self._remove(g, m, E.unknown_member_id)
             if g.state == PREPARING and now >= g.deadline:
                 for m in list(g.members.values()):
@@ -206,6 +171,12 @@ class GroupCoordinator:
         """The response dict of group API ``key``."""
         peer = PEER.get()
         host = "/" + (peer[0] if peer else "127.0.0.1")
+        if key in (15, 16, 42, 47):
+            # the sessions that ran out by now end first, not at the timer's next tick (up to
+            # 0.1 s later): a group whose last member's session just ended is Empty, and
+            # deletable, at once (librdkafka 0081 deletes its groups right when the session
+            # of their static members, whose close commits and sends no LeaveGroup, ends)
+            self.tick()
         if key == 10:
             return self.find_coordinator(body, version)
         if key == 11:
@@ -225,6 +196,8 @@ class GroupCoordinator:
             return self.list_groups(body, version, disk) if key == 16 else self.describe_groups(body, version, disk)
         if key == 42:
             return await self.delete_groups(body, version)
+        if key == 47:  # OffsetDelete
+            return await group_admin.offset_delete(self, body, version)
         raise ValueError(f"API key {key} is not a group API")
 
     # -- FindCoordinator -------------------------------------------------------------------
@@ -273,6 +246,7 @@ class GroupCoordinator:
             if g.state != EMPTY:
                 self._release_group(g)
             g.state = EMPTY
+            self.membership.save(g)  # its membership file goes
             g.protocol = None
             if not g.pending:
                 g.protocol_type = None
@@ -346,6 +320,7 @@ class GroupCoordinator:
             if not member_id and owner is not None:
                 done = self._replace_static(g, owner, client_id, host, session, rebalance, protocols)
                 if done is not None:
+                    await self.membership.save(g)  # its new member id, durable before the answer
                     return done
                 member_id = owner.id
         if not member_id:
@@ -436,6 +411,8 @@ class GroupCoordinator:
             await self._lock_group(g)
             if g.generation == gen and g.state == COMPLETING:  # else a rebalance answered the syncs
                 g.state = STABLE
+                await self.membership.save(g)  # durable before the answers, as Kafka does
+            if g.generation == gen and g.state == STABLE:
                 for x in g.members.values():
                     if x.sync is not None and not x.sync.done():
                         x.sync.set_result({"error_code": 0, "assignment": x.assignment})
@@ -544,12 +521,14 @@ class GroupCoordinator:
             err = E.invalid_group_id
         g = self.groups.get(req.group_id)
         if not err and (req.member_id or generation >= 0):
+            # a commit keeps the member's session, as Kafka's coordinator reschedules its
+            # heartbeat on a commit (Stable or PreparingRebalance; refused while Completing)
             g, err = self._check_member(req.group_id, req.member_id, generation)
             if not err and g is not None and g.state == COMPLETING:
                 err = E.rebalance_in_progress
         elif not err and g is not None and g.members:
             err = E.unknown_member_id  # a live group takes commits from its members only
-        jobs: list[tuple[str, int, int]] = []
+        jobs: list[tuple[str, int, int, str, int]] = []
         out = []
         # the partitions named, opened (if not yet) in an admin thread
         opened = await self.broker.partitions((t.name, p.partition_index) for t in req.topics
@@ -565,17 +544,18 @@ class GroupCoordinator:
                     if not code and p.committed_metadata is not None and len(p.committed_metadata) > 4096:
                         code = E.offset_metadata_too_large
                 if not code:
-                    jobs.append((t.name, p.partition_index, p.committed_offset))
+                    jobs.append((t.name, p.partition_index, p.committed_offset, p.committed_metadata or "",
+                                 getattr(p, "committed_leader_epoch", -1)))
                 parts.append({"partition_index": p.partition_index, "error_code": code})
             out.append({"name": t.name, "partitions": parts})
 
         def write() -> int:
             now = time.time_ns() // 1_000_000
             try:
-                for name, p, off in jobs:
+                for name, p, off, meta, epoch in jobs:
                     path = self._offset_path(name, req.group_id, p)
                     os.makedirs(os.path.dirname(path), exist_ok=True)
-                    fileutil.atomic_write(path, encode_offset(off, now))
+                    fileutil.atomic_write(path, encode_offset(off, now, meta, epoch))
             except (OSError, PylogError):
                 return E.kafka_storage_error
             return 0
@@ -589,12 +569,15 @@ class GroupCoordinator:
         return {"topics": out}
 
     def _committed(self, topic: str, group: str, p: int) -> int:
+        return self._commit_of(topic, group, p)[0]
+
+    def _commit_of(self, topic: str, group: str, p: int) -> tuple[int, int, str]:
+        """(offset, leader epoch, metadata) committed; (-1, -1, "") when none."""
         try:
-            with open(self._offset_path(topic, group, p), "rb") as f:
-                off = decode_offset(f.read(64))
-        except (FileNotFoundError, PylogError):
-            return -1
-        return -1 if off is None else off
+            found = read_commit(self._offset_path(topic, group, p))
+        except PylogError:
+            found = None
+        return (-1, -1, "") if found is None else found
 
     def _fetch_group(self, group: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
         try:
@@ -618,11 +601,11 @@ class GroupCoordinator:
                 continue
             rows = []
             for p in (range(t.partitions) if parts is None else parts):
-                off = self._committed(name, group, p) if 0 <= p < t.partitions else -1
+                off, epoch, meta = self._commit_of(name, group, p) if 0 <= p < t.partitions else (-1, -1, "")
                 if parts is None and off < 0:
                     continue
-                rows.append({"partition_index": p, "committed_offset": off, "committed_leader_epoch": -1,
-                             "metadata": "", "error_code": 0})
+                rows.append({"partition_index": p, "committed_offset": off, "committed_leader_epoch": epoch,
+                             "metadata": meta, "error_code": 0})
             if rows or parts is not None:
                 out.append({"name": name, "partitions": rows})
         return 0, out
@@ -655,10 +638,15 @@ class GroupCoordinator:
         for g in self.groups.values():
             if g.members:
                 states[g.id] = g.state
-        wanted = set(getattr(req, "states_filter", None) or ())
+        # v4+ filter by state, v5+ by type (each case-insensitive, as Kafka 4): every group
+        # here is a "classic" one (the rebalance protocol of JoinGroup/SyncGroup)
+        wanted = {x.lower() for x in getattr(req, "states_filter", None) or ()}
+        types = {x.lower() for x in getattr(req, "types_filter", None) or ()}
+        if types and "classic" not in types:
+            return {"error_code": 0, "groups": []}
         return {"error_code": 0, "groups": [
-            {"group_id": n, "protocol_type": "consumer", "group_state": s}
-            for n, s in sorted(states.items()) if not wanted or s in wanted]}
+            {"group_id": n, "protocol_type": "consumer", "group_state": s, "group_type": "classic"}
+            for n, s in sorted(states.items()) if not wanted or s.lower() in wanted]}
 
     def describe_groups(self, req: Any, version: int, disk: set[str] | None = None) -> dict[str, Any]:
         """DescribeGroups: state, protocol, members and their assignments (``disk``: the

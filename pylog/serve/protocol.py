@@ -42,8 +42,9 @@ SERVED: dict[int, tuple[str, int, int]] = {
     # consumer groups (:mod:`.coordinator`)
     8: ("OffsetCommit", 2, 9), 9: ("OffsetFetch", 1, 9), 10: ("FindCoordinator", 0, 4),
     11: ("JoinGroup", 0, 9), 12: ("Heartbeat", 0, 4), 13: ("LeaveGroup", 0, 5),
-    14: ("SyncGroup", 0, 5), 15: ("DescribeGroups", 0, 5), 16: ("ListGroups", 0, 4),
+    14: ("SyncGroup", 0, 5), 15: ("DescribeGroups", 0, 5), 16: ("ListGroups", 0, 5),
     42: ("DeleteGroups", 0, 2),
+    47: ("OffsetDelete", 0, 0),  # OffsetDelete (:mod:`.group_admin`)
     # idempotent producers (:mod:`.producers`)
     22: ("InitProducerId", 0, 5),
     # SASL (:mod:`.security`); without a users file the handshake offers no mechanism
