@@ -6,11 +6,13 @@ The rights are the users file's (:class:`.security.Users`); Kafka's operations m
 them as its authorizer maps them to ACLs:
 
 ============================  ==========================================================
-topic READ                    Fetch, ListOffsets, OffsetCommit (with group READ)
-topic WRITE                   Produce; CreateTopics, DeleteTopics, CreatePartitions and
-                              Metadata's auto-creation
+topic READ                    Fetch, ListOffsets, OffsetCommit (with group READ),
+                              DescribeProducers
+topic WRITE                   Produce; CreateTopics, DeleteTopics, CreatePartitions,
+                              DeleteRecords and Metadata's auto-creation
 topic DESCRIBE (READ or       Metadata, OffsetFetch, DescribeConfigs (pylog's topic
-WRITE)                        configs hold no secret: DESCRIBE_CONFIGS is DESCRIBE here)
+WRITE)                        configs hold no secret: DESCRIBE_CONFIGS is DESCRIBE here),
+                              OffsetForLeaderEpoch
 group READ (``groups``)       JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
                               OffsetFetch
 group DESCRIBE (READ or       FindCoordinator, DescribeGroups, ListGroups (the others are
@@ -44,6 +46,9 @@ _TOPICS: dict[int, tuple[str, str, str, str, str, str, str]] = {
     1: ("topics", "topic", "responses", "topic", "partitions", "partition_index", "read"),
     2: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
     8: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
+    21: ("topics", "name", "topics", "name", "partitions", "partition_index", "write"),  # DeleteRecords
+    23: ("topics", "topic", "topics", "topic", "partitions", "partition", "describe"),  # OffsetForLeaderEpoch
+    61: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),  # DescribeProducers
 }
 #: Group APIs naming one group: key -> what the refusal holds besides its error code.
 _ONE_GROUP: dict[int, dict[str, Any]] = {
@@ -69,8 +74,10 @@ def _may_topic(users: Users, user: str, topic: str, right: str) -> bool:
 def _partitions_of(key: int, t: Any) -> list[int]:
     if key == 0:
         return [p.index for p in t.partition_data]
-    if key == 1:
+    if key in (1, 23):
         return [p.partition for p in t.partitions]
+    if key == 61:
+        return list(t.partition_indexes)
     return [p.partition_index for p in t.partitions]
 
 
@@ -78,7 +85,8 @@ def _topic_rows(key: int, topic: str, parts: list[int], code: int) -> dict[str, 
     _f, _n, _out, out_name, parts_field, index, _r = _TOPICS[key]
     return {out_name: topic, parts_field: [
         {index: p, "error_code": code, "base_offset": -1, "high_watermark": -1, "last_stable_offset": -1,
-         "log_start_offset": -1, "offset": -1, "timestamp": -1, "records": b""} for p in parts]}
+         "log_start_offset": -1, "offset": -1, "timestamp": -1, "records": b"", "low_watermark": -1,
+         "leader_epoch": -1, "end_offset": -1} for p in parts]}
 
 
 def _filter_topics(users: Users, user: str, key: int, body: Any) -> tuple[Any, Denied]:

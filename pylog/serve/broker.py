@@ -46,6 +46,7 @@ from pylog.errors import (
     UnknownTopicError,
 )
 from pylog.log import Log, PackedBytes
+from pylog.serve.admin_records import LogStarts
 from pylog.serve.fencing import TRANSIENT_ERRNOS, Fence, Gate, errno_of
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.producers import Producers, batch_producer, records_digest
@@ -165,6 +166,7 @@ class Broker:
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
         self.producers = Producers(self.store)  # idempotent producers' state (producers.py)
+        self.starts = LogStarts(self.store)  # log start offsets DeleteRecords set (admin_records.py)
         self._gates: dict[tuple[str, int], Gate] = {}
         self.fence_backoff = fence_backoff
         self._fences: dict[tuple[str, int], Fence] = {}
@@ -386,6 +388,7 @@ class Broker:
         for log in [g for g, k in list(self._fenced_logs.items()) if k[0] == name]:
             self._fenced_logs.pop(log, None)
         self.producers.forget_topic(name)
+        self.starts.forget_topic(name)
 
     def visible_end(self, log: Log, read_committed: bool, key: tuple[str, int] | None = None) -> int:
         """The offset a consumer reads up to: the last stable offset under read_committed
@@ -523,7 +526,7 @@ class Broker:
                 if first != base:  # cannot happen while the broker is the one writer
                     self.producers.intend(idem[1], idem[0], first, d.count, digest, sync=False)
                 self.producers.appended(idem[1], idem[0], first, d.count, digest)
-            start = log.start_offset
+            start = self.starts.start(name, i, log)
         except OSError:  # the second intent
             return E.kafka_storage_error, -1, -1
         except LogClosedError:  # deleted since the gate was entered
@@ -547,7 +550,7 @@ class Broker:
         except (OSError, PylogError):
             return E.kafka_storage_error, -1, -1
         if part is None:
-            return (0, base, log.start_offset) if not code else (code, -1, -1)
+            return (0, base, self.starts.start(name, i, log)) if not code else (code, -1, -1)
         try:
             # the intent is written before the records, as durable as they will be
             # (fdatasync'd first under fsync=always): the state is never older than the log
@@ -632,9 +635,9 @@ class Broker:
                     key = (topic, p.partition)
                     end, high = self.visible_end(log, committed, key), self.visible_end(log, False, key)
                     r["high_watermark"], r["last_stable_offset"] = high, end
-                    r["log_start_offset"] = log.start_offset
+                    r["log_start_offset"] = start = self.starts.start(topic, p.partition, log)
                     off = p.fetch_offset
-                    if off < log.start_offset or off > high:
+                    if off < start or off > high:
                         r["error_code"] = E.offset_out_of_range
                     elif off < end and (budget > 0 or total == 0):
                         # at most partition_max_bytes and what is left of max_bytes; more only for

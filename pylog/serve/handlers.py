@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog.errors import ConfigError, InvalidNameError, PylogError, TopicExistsError, UnknownTopicError
-from pylog.serve import configs
+from pylog.serve import admin_records, configs
 from pylog.serve.protocol import SERVED
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def list_offsets(broker: Broker, req: Any, version: int) -> dict[str, Any]:
             else:
                 ts = p.timestamp
                 if ts == EARLIEST:
-                    r["offset"] = log.start_offset
+                    r["offset"] = broker.starts.start(t.name, p.partition_index, log)
                 elif ts == LATEST:
                     r["offset"] = broker.visible_end(log, committed, key)
                 elif ts == MAX_TIMESTAMP:
@@ -231,5 +231,9 @@ def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
 #: API key -> handler (Produce and Fetch are coroutines in :mod:`.broker`).
 HANDLERS: dict[int, Callable[[Broker, Any, int], dict[str, Any]]] = {
     18: api_versions, 3: metadata, 2: list_offsets, 19: create_topics, 20: delete_topics,
-    37: create_partitions, 32: describe_configs}
+    37: create_partitions, 32: describe_configs,
+    21: admin_records.delete_records,  # DeleteRecords
+    23: admin_records.offset_for_leader_epoch,  # OffsetForLeaderEpoch
+    61: admin_records.describe_producers,  # DescribeProducers
+}
 

@@ -46,6 +46,9 @@ SERVED: dict[int, tuple[str, int, int]] = {
     22: ("InitProducerId", 0, 5),
     # SASL (:mod:`.security`); without a users file the handshake offers no mechanism
     17: ("SaslHandshake", 1, 1), 36: ("SaslAuthenticate", 0, 2),
+    21: ("DeleteRecords", 0, 2),  # DeleteRecords (:mod:`.admin_records`)
+    23: ("OffsetForLeaderEpoch", 2, 4),  # OffsetForLeaderEpoch (:mod:`.admin_records`)
+    61: ("DescribeProducers", 0, 0),  # DescribeProducers (:mod:`.admin_records`)
 }
 
 #: API keys of a next step (none now). They are not

@@ -1,0 +1,140 @@
+"""`pylog serve`: the APIs users' tools call (issue 29, item 9): DeleteRecords,
+OffsetForLeaderEpoch, DescribeProducers, authorized operations in Metadata, fetch sessions
+and the current versions of Produce, Fetch and Metadata; through confluent-kafka
+(librdkafka) where it has the call, else raw kio requests."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+pytest.importorskip("kio")
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
+from serve_util import (  # noqa: E402
+    BrokerProcess,
+    call,
+    connect,
+    fetch,
+    frame,
+)
+
+import pylog  # noqa: E402
+from pylog.serve.admin_records import START_DIR  # noqa: E402
+
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+@pytest.fixture
+def root(tmp_path):  # type: ignore[no-untyped-def]
+    return str(tmp_path / "root")
+
+
+@pytest.fixture
+def broker(root):  # type: ignore[no-untyped-def]
+    b = BrokerProcess(root)
+    yield b
+    assert b.stop() == 0
+
+
+def _produce(bootstrap: str, topic: str, n: int, partition: int = 0, **conf: object) -> None:
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    errors = []
+    for i in range(n):
+        p.produce(topic, value=b"value-%d-" % i + b"x" * 100, partition=partition,
+                  on_delivery=lambda err, msg: errors.append(err) if err else None)
+    assert p.flush(30) == 0 and not errors, errors
+
+
+def _first_from_earliest(bootstrap: str, topic: str, group: str) -> int:
+    """The offset of the first record a subscribed consumer with auto.offset.reset=earliest gets."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                     "enable.auto.commit": False})
+    try:
+        c.subscribe([topic])
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                return int(m.offset())
+        raise AssertionError("no record consumed in 30 s")
+    finally:
+        c.close()
+
+
+def _earliest(a: AdminClient, topic: str) -> int:
+    tp = ck.TopicPartition(topic, 0)
+    return int(a.list_offsets({tp: OffsetSpec.earliest()})[tp].result(20).offset)
+
+
+# -- DeleteRecords ----------------------------------------------------------------------------
+def test_delete_records_moves_the_log_start_durably(root, broker):
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.create_topics([NewTopic("dr", 1, 1, config={"segment.bytes": "4096"})])["dr"].result(20)
+    _produce(broker.bootstrap, "dr", 300)
+    assert _earliest(a, "dr") == 0
+    part_dir = os.path.join(root, "dr", "partition-0")
+    segments_before = len([f for f in os.listdir(part_dir) if f.endswith(".log")])
+    assert segments_before > 3
+
+    tp = ck.TopicPartition("dr", 0, 150)
+    got = a.delete_records([tp])[tp].result(20)
+    assert got.low_watermark == 150
+    assert _earliest(a, "dr") == 150
+    assert _first_from_earliest(broker.bootstrap, "dr", "g1") == 150
+    with connect(broker) as s:  # below the log start: OFFSET_OUT_OF_RANGE, with the new start
+        r = call(s, fetch("dr", 100), 1, 12)
+        p = r.responses[0].partitions[0]
+        assert p.error_code == OFFSET_OUT_OF_RANGE and p.log_start_offset == 150
+        r = call(s, fetch("dr", 150), 1, 12)
+        assert r.responses[0].partitions[0].error_code == 0
+    # whole segments below 150 are gone from disk; the offset set is in a file of the topic
+    assert len([f for f in os.listdir(part_dir) if f.endswith(".log")]) < segments_before
+    with pylog.Log(part_dir, readonly=True) as log:
+        assert 0 < log.start_offset <= 150
+    assert open(os.path.join(root, "dr", START_DIR, "partition-0")).read() == "150"
+
+    # an offset below the start changes nothing; past the high watermark is out of range
+    tp = ck.TopicPartition("dr", 0, 10)
+    assert a.delete_records([tp])[tp].result(20).low_watermark == 150
+    tp = ck.TopicPartition("dr", 0, 301)
+    with pytest.raises(ck.KafkaException) as e:
+        a.delete_records([tp])[tp].result(20)
+    assert e.value.args[0].code() == ck.KafkaError.OFFSET_OUT_OF_RANGE
+    with connect(broker) as s:  # (librdkafka checks the topic itself first)
+        r = call(s, frame(21, 2, {"timeout": 5000, "topics": [
+            {"name": "no-such-topic", "partitions": [{"partition_index": 0, "offset": 1}]},
+            {"name": "dr", "partitions": [{"partition_index": 7, "offset": 1},
+                                          {"partition_index": 0, "offset": -2}]}]}),
+                 21, 2)
+        assert [(p.partition_index, p.error_code, p.low_watermark) for t in r.topics for p in t.partitions] == [
+            (0, UNKNOWN_TOPIC_OR_PARTITION, -1), (7, UNKNOWN_TOPIC_OR_PARTITION, -1), (0, OFFSET_OUT_OF_RANGE, -1)]
+
+    # after a restart over the same root: still 150
+    assert broker.stop() == 0
+    b2 = BrokerProcess(root)
+    try:
+        a2 = AdminClient({"bootstrap.servers": b2.bootstrap})
+        assert _earliest(a2, "dr") == 150
+        assert _first_from_earliest(b2.bootstrap, "dr", "g2") == 150
+        # -1: up to the high watermark
+        tp = ck.TopicPartition("dr", 0, -1)
+        assert a2.delete_records([tp])[tp].result(20).low_watermark == 300
+        assert _earliest(a2, "dr") == 300
+    finally:
+        assert b2.stop() == 0
+
+
+def test_delete_records_of_a_deleted_then_recreated_topic_starts_afresh(broker):
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.create_topics([NewTopic("dr2", 1, 1)])["dr2"].result(20)
+    _produce(broker.bootstrap, "dr2", 20)
+    tp = ck.TopicPartition("dr2", 0, 15)
+    assert a.delete_records([tp])[tp].result(20).low_watermark == 15
+    a.delete_topics(["dr2"])["dr2"].result(20)
+    a.create_topics([NewTopic("dr2", 1, 1)])["dr2"].result(20)
+    _produce(broker.bootstrap, "dr2", 5)
+    assert _earliest(a, "dr2") == 0
