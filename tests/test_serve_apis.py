@@ -138,3 +138,94 @@ def test_delete_records_of_a_deleted_then_recreated_topic_starts_afresh(broker):
     a.create_topics([NewTopic("dr2", 1, 1)])["dr2"].result(20)
     _produce(broker.bootstrap, "dr2", 5)
     assert _earliest(a, "dr2") == 0
+
+
+# -- OffsetForLeaderEpoch -----------------------------------------------------------------------
+UNKNOWN_LEADER_EPOCH = 75
+
+
+def test_offset_for_leader_epoch_raw(broker):
+    _produce(broker.bootstrap, "ep", 12)
+    with connect(broker) as s:
+        r = call(s, frame(23, 4, {"replica_id": -1, "topics": [
+            {"topic": "ep", "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0},
+                {"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0},
+                {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 3},
+                {"partition": 0, "current_leader_epoch": 2, "leader_epoch": 0},
+                {"partition": 9, "current_leader_epoch": -1, "leader_epoch": 0}]},
+            {"topic": "no-such", "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}),
+                 23, 4)
+        got = [(t.topic, p.partition, p.error_code, p.leader_epoch, p.end_offset)
+               for t in r.topics for p in t.partitions]
+        assert got == [("ep", 0, 0, 0, 12), ("ep", 0, 0, 0, 12), ("ep", 0, 0, -1, -1),
+                       ("ep", 0, UNKNOWN_LEADER_EPOCH, -1, -1), ("ep", 9, UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+                       ("no-such", 0, UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]
+        # the leader epoch Metadata reports is the one answered
+        md = call(s, frame(3, 12, {"topics": [{"name": "ep"}], "allow_auto_topic_creation": False,
+                                   "include_topic_authorized_operations": False}), 3, 12)
+        assert md.topics[0].partitions[0].leader_epoch == 0
+
+
+def test_librdkafka_validates_its_position_with_offset_for_leader_epoch(broker):
+    """librdkafka (KIP-320) validates a position that carries a leader epoch with
+    OffsetForLeaderEpoch before it fetches: the check succeeds and it does not reset."""
+    import logging
+
+    _produce(broker.bootstrap, "ep2", 20)
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    lg = logging.getLogger("test_serve_apis.rdkafka")
+    lg.addHandler(Keep())
+    lg.setLevel(logging.DEBUG)
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "v", "debug": "fetch,topic",
+                     "auto.offset.reset": "latest", "enable.auto.commit": False}, logger=lg)
+    try:
+        c.assign([ck.TopicPartition("ep2", 0, 5, leader_epoch=0)])
+        got: list[int] = []
+        end = time.monotonic() + 30
+        while len(got) < 15 and time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m.offset())
+    finally:
+        c.close()
+    assert got == list(range(5, 20))  # from 5: not reset to latest
+    assert any("epoch validation succeeded: broker end offset 20" in x for x in lines), lines[-20:]
+
+
+# -- DescribeProducers --------------------------------------------------------------------------
+def _describe_producers(b: BrokerProcess, topic: str, partitions: list[int]):  # type: ignore[no-untyped-def]
+    with connect(b) as s:
+        r = call(s, frame(61, 0, {"topics": [{"name": topic, "partition_indexes": partitions}]}), 61, 0)
+    return {p.partition_index: p for p in r.topics[0].partitions}
+
+
+def test_describe_producers(root, broker):
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.create_topics([NewTopic("dp", 2, 1)])["dp"].result(20)
+    before = int(time.time() * 1000)
+    _produce(broker.bootstrap, "dp", 10, partition=0, **{"enable.idempotence": True})
+    _produce(broker.bootstrap, "dp", 3, partition=0)  # not idempotent: no state
+    got = _describe_producers(broker, "dp", [0, 1, 5])
+    assert got[0].error_code == 0 and len(got[0].active_producers) == 1
+    st = got[0].active_producers[0]
+    assert st.producer_id >= 0 and st.producer_epoch == 0 and st.last_sequence == 9
+    assert before - 1000 <= st.last_timestamp <= int(time.time() * 1000) + 1000
+    assert st.coordinator_epoch == -1 and st.current_txn_start_offset == -1
+    assert got[1].error_code == 0 and got[1].active_producers == ()
+    assert got[5].error_code == UNKNOWN_TOPIC_OR_PARTITION
+    # the state is the broker's durable one: the same after a restart
+    assert broker.stop() == 0
+    b2 = BrokerProcess(root)
+    try:
+        again = _describe_producers(b2, "dp", [0])[0].active_producers
+        assert [(x.producer_id, x.producer_epoch, x.last_sequence) for x in again] == [
+            (st.producer_id, 0, 9)]
+    finally:
+        assert b2.stop() == 0
