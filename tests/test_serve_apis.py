@@ -229,3 +229,56 @@ def test_describe_producers(root, broker):
             (st.producer_id, 0, 9)]
     finally:
         assert b2.stop() == 0
+
+
+# -- authorized operations in Metadata (KIP-430) ------------------------------------------------
+def _topic_ops(conf: dict[str, object], topic: str) -> set[str]:
+    from confluent_kafka import TopicCollection
+
+    a = AdminClient(conf)
+    d = a.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic].result(20)
+    return {op.name for op in d.authorized_operations}
+
+
+ALL_TOPIC_OPS = {"READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+
+
+def test_authorized_operations_without_users(broker):
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.create_topics([NewTopic("ops", 1, 1)])["ops"].result(20)
+    assert _topic_ops({"bootstrap.servers": broker.bootstrap}, "ops") == ALL_TOPIC_OPS
+    with connect(broker) as s:
+        # v10: topic and cluster operations, each only when asked for
+        r = call(s, frame(3, 10, {"topics": [{"name": "ops"}], "allow_auto_topic_creation": False,
+                                  "include_cluster_authorized_operations": True,
+                                  "include_topic_authorized_operations": True}), 3, 10)
+        assert r.topics[0].topic_authorized_operations == 3576  # Kafka's value without an authorizer
+        # CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
+        assert r.cluster_authorized_operations == 8096
+        r = call(s, frame(3, 10, {"topics": [{"name": "ops"}], "allow_auto_topic_creation": False,
+                                  "include_cluster_authorized_operations": False,
+                                  "include_topic_authorized_operations": False}), 3, 10)
+        assert r.topics[0].topic_authorized_operations == -2147483648
+        assert r.cluster_authorized_operations == -2147483648
+
+
+def test_authorized_operations_honour_the_users_file(tmp_path):
+    from pylog.serve import security
+
+    users = str(tmp_path / "users.json")
+    security.add_user(users, "admin", "admin-secret")
+    security.add_user(users, "reader", "reader-secret", read=["t"], write=[])
+    security.add_user(users, "writer", "writer-secret", read=[], write=["t"])
+    b = BrokerProcess(str(tmp_path / "root"), "--users", users)
+    try:
+        def conf(user: str) -> dict[str, object]:
+            return {"bootstrap.servers": b.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": user + "-secret"}
+
+        a = AdminClient(conf("admin"))
+        a.create_topics([NewTopic("t", 1, 1)])["t"].result(20)
+        assert _topic_ops(conf("admin"), "t") == ALL_TOPIC_OPS
+        assert _topic_ops(conf("reader"), "t") == {"READ", "DESCRIBE", "DESCRIBE_CONFIGS"}
+        assert _topic_ops(conf("writer"), "t") == ALL_TOPIC_OPS - {"READ"}
+    finally:
+        assert b.stop() == 0

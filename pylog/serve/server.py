@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError
-from pylog.serve import acl, handlers, security
+from pylog.serve import acl, authorized, handlers, security
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -595,6 +595,8 @@ class Server:
                 data = await broker.admin(handlers.HANDLERS[key], broker, body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
                 data = {}
+            if key == 3:  # KIP-430's authorized operations, when asked for
+                authorized.fill_metadata(data, body, req.api_version, users, user)
             if users is not None:
                 acl.add_denied(data, denied)
                 acl.filter_response(users, user, key, data, body, req.api_version)
