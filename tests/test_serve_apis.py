@@ -14,10 +14,14 @@ ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
 from serve_util import (  # noqa: E402
     BrokerProcess,
+    batch,
     call,
     connect,
+    create_topic,
     fetch,
     frame,
+    produce,
+    produce_result,
 )
 
 import pylog  # noqa: E402
@@ -282,3 +286,139 @@ def test_authorized_operations_honour_the_users_file(tmp_path):
         assert _topic_ops(conf("writer"), "t") == ALL_TOPIC_OPS - {"READ"}
     finally:
         assert b.stop() == 0
+
+
+# -- fetch sessions (KIP-227) -------------------------------------------------------------------
+SESSION_NOT_FOUND, INVALID_SESSION_EPOCH = 70, 71
+
+
+def _session_fetch(s, sid: int, epoch: int, parts: dict[int, int], forget: list[int] | None = None,
+                   topic: str = "fs"):  # type: ignore[no-untyped-def]
+    """A Fetch v12 of session ``sid``/``epoch``: ``parts`` maps partition -> fetch offset."""
+    r = call(s, frame(1, 12, {"max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+                              "session_id": sid, "session_epoch": epoch,
+                              "topics": [{"topic": topic, "partitions": [
+                                  {"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20}
+                                  for p, o in parts.items()]}] if parts else [],
+                              "forgotten_topics_data": [{"topic": topic, "partitions": forget}] if forget else []}),
+             1, 12)
+    got = {p.partition_index: p for t in r.responses for p in t.partitions}
+    return r, got
+
+
+def _count(p) -> int:  # type: ignore[no-untyped-def]
+    from kafka.record.memory_records import MemoryRecords
+
+    n, recs = 0, MemoryRecords(bytes(p.records or b""))
+    while recs.has_next():
+        n += len(list(recs.next_batch()))
+    return n
+
+
+def test_fetch_session_full_then_incremental(broker):
+    with connect(broker) as s:
+        create_topic(s, "fs", partitions=3)
+        for part, n in ((0, 5), (1, 3)):
+            assert produce_result(call(s, produce("fs", batch([b"x"] * n), partition=part), 0, 9))[0] == 0
+        # a full fetch opens a session: every partition answered
+        r, got = _session_fetch(s, 0, 0, {0: 0, 1: 0, 2: 0})
+        sid = r.session_id
+        assert r.error_code == 0 and sid != 0
+        assert sorted(got) == [0, 1, 2] and [_count(got[i]) for i in range(3)] == [5, 3, 0]
+        # incremental: the new fetch offsets; nothing changed, nothing answered
+        r, got = _session_fetch(s, sid, 1, {0: 5, 1: 3})
+        assert r.error_code == 0 and r.session_id == sid and got == {}
+        # records on partition 2 (not in the request): only it is answered, from its session offset
+        assert produce_result(call(s, produce("fs", batch([b"y"] * 2), partition=2), 0, 9))[0] == 0
+        r, got = _session_fetch(s, sid, 2, {})
+        assert sorted(got) == [2] and _count(got[2]) == 2 and got[2].high_watermark == 2
+        # the same epoch again, an unknown session
+        r, got = _session_fetch(s, sid, 2, {})
+        assert r.error_code == INVALID_SESSION_EPOCH and r.session_id == 0 and got == {}
+        r, got = _session_fetch(s, sid ^ 0x5A5A, 1, {})
+        assert r.error_code == SESSION_NOT_FOUND and got == {}
+        # the session survives a wrong epoch; a forgotten partition is no longer answered
+        r, got = _session_fetch(s, sid, 3, {2: 2}, forget=[1])
+        assert r.error_code == 0 and got == {}
+        assert produce_result(call(s, produce("fs", batch([b"z"]), partition=1), 0, 9))[0] == 0
+        r, got = _session_fetch(s, sid, 4, {})
+        assert got == {}
+        r, got = _session_fetch(s, sid, 5, {1: 3})  # added back
+        assert sorted(got) == [1] and _count(got[1]) == 1
+        # a changed log start offset is answered without records
+        r = call(s, frame(21, 2, {"timeout": 5000, "topics": [
+            {"name": "fs", "partitions": [{"partition_index": 0, "offset": 2}]}]}), 21, 2)
+        assert r.topics[0].partitions[0].error_code == 0
+        r, got = _session_fetch(s, sid, 6, {1: 4})
+        assert sorted(got) == [0] and got[0].log_start_offset == 2 and _count(got[0]) == 0
+        # epoch -1 closes the session (a sessionless full fetch)
+        r, got = _session_fetch(s, sid, -1, {0: 5})
+        assert r.error_code == 0 and r.session_id == 0 and sorted(got) == [0]
+        r, got = _session_fetch(s, sid, 7, {})
+        assert r.error_code == SESSION_NOT_FOUND
+
+
+def test_fetch_session_cache_is_bounded():
+    """The cache keeps at most ``slots`` sessions and ``max_partitions`` partitions: a full
+    fetch beyond them is answered sessionless, unless the oldest session is idle long enough."""
+    import asyncio
+    import types
+
+    from pylog.serve import fetch_sessions as fsm
+
+    class FakeBroker:
+        async def fetch(self, req, version):  # type: ignore[no-untyped-def]
+            return {"error_code": 0, "session_id": 0, "responses": [
+                {"topic": t.topic, "partitions": [
+                    {"partition_index": p.partition, "error_code": 0, "high_watermark": 0, "last_stable_offset": 0,
+                     "log_start_offset": 0, "records": b""} for p in t.partitions]} for t in req.topics]}
+
+    def req(n: int, epoch: int = 0, sid: int = 0):  # type: ignore[no-untyped-def]
+        parts = [types.SimpleNamespace(partition=i, fetch_offset=0, partition_max_bytes=1) for i in range(n)]
+        return types.SimpleNamespace(session_id=sid, session_epoch=epoch, max_wait=0, min_bytes=0, max_bytes=1,
+                                     isolation_level=0, forgotten_topics_data=[],
+                                     topics=[types.SimpleNamespace(topic="t", partitions=parts)])
+
+    cache = fsm.FetchSessions(slots=2, max_partitions=10)
+    run = asyncio.run
+    a = run(cache.fetch(FakeBroker(), req(3), 12))["session_id"]  # type: ignore[arg-type]
+    b = run(cache.fetch(FakeBroker(), req(3), 12))["session_id"]  # type: ignore[arg-type]
+    assert a and b and len(cache) == 2 and cache.partitions == 6
+    assert run(cache.fetch(FakeBroker(), req(1), 12))["session_id"] == 0  # type: ignore[arg-type]  # no slot
+    assert run(cache.fetch(FakeBroker(), req(11), 12))["session_id"] == 0  # type: ignore[arg-type]  # too big
+    cache._sessions[a].used -= fsm.EVICT_AFTER  # idle long enough: replaced
+    c = run(cache.fetch(FakeBroker(), req(4), 12))["session_id"]  # type: ignore[arg-type]
+    assert c and a not in cache._sessions and len(cache) == 2 and cache.partitions == 7
+    # a session's incremental growth counts too; v6 has no sessions
+    run(cache.fetch(FakeBroker(), req(5, epoch=1, sid=c), 12))  # type: ignore[arg-type]
+    assert cache.partitions == 8
+    assert run(cache.fetch(FakeBroker(), req(2, epoch=-1), 6))["session_id"] == 0  # type: ignore[arg-type]
+
+
+def test_kafka_python_consumes_many_partitions_through_one_incremental_session(broker):
+    kafka = pytest.importorskip("kafka")
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.create_topics([NewTopic("many", 40, 1)])["many"].result(20)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(40):
+        for j in range(5):
+            p.produce("many", value=b"%d-%d" % (i, j), partition=i)
+    assert p.flush(30) == 0
+    c = kafka.KafkaConsumer("many", bootstrap_servers=broker.bootstrap, group_id="fs-g",
+                            auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100)
+    try:
+        seen: set[bytes] = set()
+        end = time.monotonic() + 60
+        while len(seen) < 200 and time.monotonic() < end:
+            for recs in c.poll(timeout_ms=500).values():
+                seen.update(r.value for r in recs)
+        assert len(seen) == 200
+        for _ in range(5):  # a few more (empty) incremental fetches
+            c.poll(timeout_ms=200)
+        handlers = c._fetcher._session_handlers
+        assert handlers, "no fetch session handler"
+        meta = next(iter(handlers.values())).next_metadata
+        # a session the broker opened, carried on incrementally (the epoch counts them)
+        assert meta.session_id != 0 and meta.epoch > 2, meta
+    finally:
+        c.close()

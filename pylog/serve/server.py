@@ -41,6 +41,7 @@ from pylog.serve import acl, authorized, handlers, security
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
+from pylog.serve.fetch_sessions import SLOTS, FetchSessions
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
 
@@ -220,6 +221,9 @@ class Server:
     auto_create_per_request, auto_create_rate
         At most this many topics auto-created by one Metadata request, and this many a
         second over all requests (see :class:`.Broker`).
+    fetch_session_slots
+        Incremental fetch sessions kept at once (Kafka's
+        ``max.incremental.fetch.session.cache.slots``; :mod:`.fetch_sessions`).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
@@ -232,13 +236,16 @@ class Server:
                  max_decompressed_bytes: int = 32 << 20, fence_backoff: float = 5.0,
                  data_mode: str = "private", failed_auth_delay: float = 0.1, max_failed_logins: int = 20,
                  failed_login_window: float = 60.0, auto_create_per_request: int = 100,
-                 auto_create_rate: float = 100.0) -> None:
+                 auto_create_rate: float = 100.0, fetch_session_slots: int = SLOTS) -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
                             ("fetch_max_bytes", fetch_max_bytes), ("max_decompressed_bytes", max_decompressed_bytes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, not {value!r}")
+        if isinstance(fetch_session_slots, bool) or not isinstance(fetch_session_slots, int) \
+                or fetch_session_slots < 0:
+            raise InvalidArgumentError(f"fetch_session_slots must be an integer >= 0, not {fetch_session_slots!r}")
         if queued_max_request_bytes < max_request_bytes:
             raise InvalidArgumentError(f"queued_max_request_bytes ({queued_max_request_bytes}) must be at least "
                                        f"max_request_bytes ({max_request_bytes}), or no frame of that size is read")
@@ -283,6 +290,7 @@ class Server:
         self._refused = 0  # connections refused since the last log line about them
         self._refused_logged = -REFUSED_LOG_INTERVAL
         self._stopping = False
+        self.fetch_sessions = FetchSessions(fetch_session_slots)
 
     async def start(self) -> None:
         """Open the data root and listen."""
@@ -580,8 +588,8 @@ class Server:
                 data = await broker.produce(body, req.api_version)
                 if body.acks == 0:
                     return None
-            elif key == 1:
-                data = await broker.fetch(body, req.api_version)
+            elif key == 1:  # through the fetch session cache (KIP-227)
+                data = await self.fetch_sessions.fetch(broker, body, req.api_version)
             elif key in GROUP_KEYS and self.coordinator is not None:
                 data = await self.coordinator.handle(key, body, req.api_version, req.client_id)
             elif key == 22:  # writes the next producer id: in an admin thread
