@@ -422,3 +422,99 @@ def test_kafka_python_consumes_many_partitions_through_one_incremental_session(b
         assert meta.session_id != 0 and meta.epoch > 2, meta
     finally:
         c.close()
+
+
+# -- the current versions of Produce, Fetch and Metadata ----------------------------------------
+UNKNOWN_TOPIC_ID = 100
+
+
+def test_api_versions_advertise_the_current_versions(broker):
+    with connect(broker) as s:
+        r = call(s, frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}), 18, 3)
+    got = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
+    assert got[0] == (3, 13) and got[1] == (4, 18) and got[3] == (0, 13)
+    assert got[21] == (0, 2) and got[23] == (2, 4) and got[61] == (0, 0)
+
+
+def test_produce_fetch_metadata_by_topic_id(broker):
+    import uuid
+
+    nowhere = uuid.UUID(int=12345)
+    with connect(broker) as s:
+        create_topic(s, "ids", partitions=2)
+        md = call(s, frame(3, 13, {"topics": [{"name": "ids", "topic_id": None}], "allow_auto_topic_creation": False,
+                                   "include_topic_authorized_operations": False}), 3, 13)
+        assert md.error_code == 0 and md.topics[0].error_code == 0
+        tid = md.topics[0].topic_id
+        # Metadata by id: the name, or UNKNOWN_TOPIC_ID
+        md = call(s, frame(3, 13, {"topics": [{"name": None, "topic_id": tid}, {"name": None, "topic_id": nowhere}],
+                                   "allow_auto_topic_creation": False,
+                                   "include_topic_authorized_operations": False}), 3, 13)
+        assert [(t.name, t.topic_id, t.error_code) for t in md.topics] == [
+            ("ids", tid, 0), (None, nowhere, UNKNOWN_TOPIC_ID)]
+        # Produce v13 by id
+        r = call(s, frame(0, 13, {"acks": -1, "timeout": 5000, "transactional_id": None, "topic_data": [
+            {"topic_id": tid, "partition_data": [{"index": 1, "records": batch([b"a", b"b", b"c"])}]},
+            {"topic_id": nowhere, "partition_data": [{"index": 0, "records": batch([b"d"])}]}]}), 0, 13)
+        got = {(t.topic_id, p.index): (p.error_code, p.base_offset) for t in r.responses
+               for p in t.partition_responses}
+        assert got == {(tid, 1): (0, 0), (nowhere, 0): (UNKNOWN_TOPIC_ID, -1)}
+        # Fetch v18 by id, in a session; a forgotten topic by id
+        req = {"max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
+               "session_epoch": 0, "forgotten_topics_data": [], "rack_id": "",
+               "topics": [{"topic_id": tid, "partitions": [
+                   {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]},
+                   {"topic_id": nowhere, "partitions": [
+                       {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+        r = call(s, frame(1, 18, req), 1, 18)
+        got = {(t.topic_id, p.partition_index): p for t in r.responses for p in t.partitions}
+        assert got[(nowhere, 0)].error_code == UNKNOWN_TOPIC_ID
+        assert got[(tid, 1)].error_code == 0 and _count(got[(tid, 1)]) == 3 and got[(tid, 1)].high_watermark == 3
+        sid = r.session_id
+        assert sid
+        r = call(s, frame(1, 18, {**req, "session_id": sid, "session_epoch": 1, "topics": [],
+                                  "forgotten_topics_data": [{"topic_id": tid, "partitions": [1]}]}), 1, 18)
+        assert r.error_code == 0 and r.responses == ()
+        assert produce_result(call(s, produce("ids", batch([b"e"]), partition=1), 0, 9))[0] == 0
+        r = call(s, frame(1, 18, {**req, "session_id": sid, "session_epoch": 2, "topics": []}), 1, 18)
+        assert r.error_code == 0 and r.responses == ()  # forgotten: not answered
+
+
+def test_librdkafka_uses_the_current_produce_fetch_and_metadata(broker):
+    """librdkafka 2.x negotiates Produce v10+, Fetch v16 (topic ids) and Metadata v13 and
+    gets the same records as before."""
+    import logging
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    lg = logging.getLogger("test_serve_apis.versions")
+    lg.addHandler(Keep())
+    lg.setLevel(logging.DEBUG)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "debug": "protocol", "linger.ms": 5}, logger=lg)
+    for i in range(30):
+        p.produce("cur", value=b"v%d" % i, key=b"k%d" % i)
+    assert p.flush(30) == 0
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cur", "auto.offset.reset": "earliest",
+                     "debug": "protocol"}, logger=lg)
+    try:
+        c.subscribe(["cur"])
+        got: list[bytes] = []
+        end = time.monotonic() + 30
+        while len(got) < 30 and time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        c.close()
+    assert got == [b"v%d" % i for i in range(30)]
+
+    def versions(name: str) -> set[int]:
+        import re
+
+        return {int(m.group(1)) for x in lines for m in [re.search(rf"Sent {name}Request \(v(\d+)", x)] if m}
+
+    assert max(versions("Produce")) >= 10 and max(versions("Fetch")) >= 13 and max(versions("Metadata")) == 13

@@ -238,7 +238,7 @@ def filter_response(users: Users, user: str | None, key: int, data: dict[str, An
         every = _every(body.topics, key, version)
         kept = []
         for t in data.get("topics", []):
-            if not users.may_describe(user, t["name"]):
+            if t["name"] is not None and not users.may_describe(user, t["name"]):  # (None: an unknown id)
                 if every:
                     continue
                 t["error_code"], t["partitions"] = TOPIC_DENIED, []

@@ -72,8 +72,10 @@ def fill_metadata(data: dict[str, Any], body: Any, version: int, users: Users | 
     for: each topic answered without error, and the cluster's in v8-10."""
     if getattr(body, "include_topic_authorized_operations", False):
         for t in data.get("topics", []):
+            if t.get("error_code"):
+                continue
             ops = topic_operations(users, user, t["name"])
-            if not t.get("error_code") and ops:  # (no right at all: refused, as Kafka answers it)
+            if ops:  # (no right at all: refused, as Kafka answers it)
                 t["topic_authorized_operations"] = ops
     if 8 <= version <= 10 and getattr(body, "include_cluster_authorized_operations", False):
         data["cluster_authorized_operations"] = cluster_operations(users, user)

@@ -28,10 +28,10 @@ from kio.serial.errors import DecodeError
 #: API keys and the versions served (Kafka 4.0's minimums, KIP-896, up to what kio knows and
 #: the handlers fill): key -> (name, lowest, highest).
 SERVED: dict[int, tuple[str, int, int]] = {
-    0: ("Produce", 3, 9),
-    1: ("Fetch", 4, 12),
+    0: ("Produce", 3, 13),
+    1: ("Fetch", 4, 18),
     2: ("ListOffsets", 1, 7),
-    3: ("Metadata", 0, 12),
+    3: ("Metadata", 0, 13),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),

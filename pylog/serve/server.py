@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError
-from pylog.serve import acl, authorized, handlers, security
+from pylog.serve import acl, authorized, handlers, security, topic_ids
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -291,6 +291,7 @@ class Server:
         self._refused_logged = -REFUSED_LOG_INTERVAL
         self._stopping = False
         self.fetch_sessions = FetchSessions(fetch_session_slots)
+        self.topic_ids = topic_ids.TopicIds()
 
     async def start(self) -> None:
         """Open the data root and listen."""
@@ -577,6 +578,14 @@ class Server:
         if users is not None and user is None and key != 18:
             log.info("closing a connection: API key %d before SASL authentication", key)
             return False
+        unknown: topic_ids.Unknown | None = None  # Produce/Fetch by topic ids: the ids not known
+        if key in topic_ids.ID_VERSION and req.api_version >= topic_ids.ID_VERSION[key]:
+            try:
+                body, unknown = await self.topic_ids.by_name(broker, key, body)
+            except Exception:
+                log.exception("request %s v%d: resolving its topic ids failed; closing its connection",
+                              key, req.api_version)
+                return False
         denied: acl.Denied = []
         refused: dict[str, Any] | None = None  # the answer to a request refused as a whole
         if users is not None:
@@ -608,6 +617,8 @@ class Server:
             if users is not None:
                 acl.add_denied(data, denied)
                 acl.filter_response(users, user, key, data, body, req.api_version)
+            if unknown is not None:  # (the rights check's rows too)
+                self.topic_ids.to_ids(key, data, unknown)
             return encode_response(req, build(req.response_cls, data,
                                               0 if key in SERVED else UNSUPPORTED_VERSION))
         except Exception:
