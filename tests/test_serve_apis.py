@@ -38,7 +38,17 @@ def root(tmp_path):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def broker(root):  # type: ignore[no-untyped-def]
+    """A broker of its own (the tests that restart it)."""
     b = BrokerProcess(root)
+    yield b
+    assert b.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """One broker for the tests that neither restart it nor need an empty root (each
+    uses topics of its own)."""
+    b = BrokerProcess(str(tmp_path_factory.mktemp("apis") / "root"))
     yield b
     assert b.stop() == 0
 
@@ -132,15 +142,30 @@ def test_delete_records_moves_the_log_start_durably(root, broker):
         assert b2.stop() == 0
 
 
-def test_delete_records_of_a_deleted_then_recreated_topic_starts_afresh(broker):
-    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+def test_log_remove_before_deletes_whole_sealed_segments_only(tmp_path):
+    with pylog.Log(str(tmp_path / "log"), segment_bytes=4096) as log:
+        log.append_batch([b"x" * 100] * 200)
+        bases = sorted(int(f.split(".")[0]) for f in os.listdir(log.path) if f.endswith(".log"))
+        assert len(bases) > 3
+        assert log.remove_before(bases[1] - 1) == 0  # inside the first segment: nothing
+        assert log.remove_before(bases[2] + 1) == 2  # the two segments wholly below
+        assert log.start_offset == bases[2]
+        assert log.remove_before(10_000) == len(bases) - 3  # never the active segment
+        assert log.start_offset == bases[-1] and log.next_offset == 200
+        assert log.read(199).value == b"x" * 100
+        with pytest.raises(pylog.errors.ArgumentTypeError):
+            log.remove_before("1")  # type: ignore[arg-type]
+
+
+def test_delete_records_of_a_deleted_then_recreated_topic_starts_afresh(shared):
+    a = AdminClient({"bootstrap.servers": shared.bootstrap})
     a.create_topics([NewTopic("dr2", 1, 1)])["dr2"].result(20)
-    _produce(broker.bootstrap, "dr2", 20)
+    _produce(shared.bootstrap, "dr2", 20)
     tp = ck.TopicPartition("dr2", 0, 15)
     assert a.delete_records([tp])[tp].result(20).low_watermark == 15
     a.delete_topics(["dr2"])["dr2"].result(20)
     a.create_topics([NewTopic("dr2", 1, 1)])["dr2"].result(20)
-    _produce(broker.bootstrap, "dr2", 5)
+    _produce(shared.bootstrap, "dr2", 5)
     assert _earliest(a, "dr2") == 0
 
 
@@ -148,9 +173,9 @@ def test_delete_records_of_a_deleted_then_recreated_topic_starts_afresh(broker):
 UNKNOWN_LEADER_EPOCH = 75
 
 
-def test_offset_for_leader_epoch_raw(broker):
-    _produce(broker.bootstrap, "ep", 12)
-    with connect(broker) as s:
+def test_offset_for_leader_epoch_raw(shared):
+    _produce(shared.bootstrap, "ep", 12)
+    with connect(shared) as s:
         r = call(s, frame(23, 4, {"replica_id": -1, "topics": [
             {"topic": "ep", "partitions": [
                 {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0},
@@ -171,12 +196,12 @@ def test_offset_for_leader_epoch_raw(broker):
         assert md.topics[0].partitions[0].leader_epoch == 0
 
 
-def test_librdkafka_validates_its_position_with_offset_for_leader_epoch(broker):
+def test_librdkafka_validates_its_position_with_offset_for_leader_epoch(shared):
     """librdkafka (KIP-320) validates a position that carries a leader epoch with
     OffsetForLeaderEpoch before it fetches: the check succeeds and it does not reset."""
     import logging
 
-    _produce(broker.bootstrap, "ep2", 20)
+    _produce(shared.bootstrap, "ep2", 20)
     lines: list[str] = []
 
     class Keep(logging.Handler):
@@ -186,7 +211,7 @@ def test_librdkafka_validates_its_position_with_offset_for_leader_epoch(broker):
     lg = logging.getLogger("test_serve_apis.rdkafka")
     lg.addHandler(Keep())
     lg.setLevel(logging.DEBUG)
-    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "v", "debug": "fetch,topic",
+    c = ck.Consumer({"bootstrap.servers": shared.bootstrap, "group.id": "v", "debug": "fetch,topic",
                      "auto.offset.reset": "latest", "enable.auto.commit": False}, logger=lg)
     try:
         c.assign([ck.TopicPartition("ep2", 0, 5, leader_epoch=0)])
@@ -247,11 +272,11 @@ def _topic_ops(conf: dict[str, object], topic: str) -> set[str]:
 ALL_TOPIC_OPS = {"READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
 
 
-def test_authorized_operations_without_users(broker):
-    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+def test_authorized_operations_without_users(shared):
+    a = AdminClient({"bootstrap.servers": shared.bootstrap})
     a.create_topics([NewTopic("ops", 1, 1)])["ops"].result(20)
-    assert _topic_ops({"bootstrap.servers": broker.bootstrap}, "ops") == ALL_TOPIC_OPS
-    with connect(broker) as s:
+    assert _topic_ops({"bootstrap.servers": shared.bootstrap}, "ops") == ALL_TOPIC_OPS
+    with connect(shared) as s:
         # v10: topic and cluster operations, each only when asked for
         r = call(s, frame(3, 10, {"topics": [{"name": "ops"}], "allow_auto_topic_creation": False,
                                   "include_cluster_authorized_operations": True,
@@ -315,8 +340,8 @@ def _count(p) -> int:  # type: ignore[no-untyped-def]
     return n
 
 
-def test_fetch_session_full_then_incremental(broker):
-    with connect(broker) as s:
+def test_fetch_session_full_then_incremental(shared):
+    with connect(shared) as s:
         create_topic(s, "fs", partitions=3)
         for part, n in ((0, 5), (1, 3)):
             assert produce_result(call(s, produce("fs", batch([b"x"] * n), partition=part), 0, 9))[0] == 0
@@ -395,16 +420,16 @@ def test_fetch_session_cache_is_bounded():
     assert run(cache.fetch(FakeBroker(), req(2, epoch=-1), 6))["session_id"] == 0  # type: ignore[arg-type]
 
 
-def test_kafka_python_consumes_many_partitions_through_one_incremental_session(broker):
+def test_kafka_python_consumes_many_partitions_through_one_incremental_session(shared):
     kafka = pytest.importorskip("kafka")
-    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    a = AdminClient({"bootstrap.servers": shared.bootstrap})
     a.create_topics([NewTopic("many", 40, 1)])["many"].result(20)
-    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    p = ck.Producer({"bootstrap.servers": shared.bootstrap, "linger.ms": 5})
     for i in range(40):
         for j in range(5):
             p.produce("many", value=b"%d-%d" % (i, j), partition=i)
     assert p.flush(30) == 0
-    c = kafka.KafkaConsumer("many", bootstrap_servers=broker.bootstrap, group_id="fs-g",
+    c = kafka.KafkaConsumer("many", bootstrap_servers=shared.bootstrap, group_id="fs-g",
                             auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100)
     try:
         seen: set[bytes] = set()
@@ -428,19 +453,19 @@ def test_kafka_python_consumes_many_partitions_through_one_incremental_session(b
 UNKNOWN_TOPIC_ID = 100
 
 
-def test_api_versions_advertise_the_current_versions(broker):
-    with connect(broker) as s:
+def test_api_versions_advertise_the_current_versions(shared):
+    with connect(shared) as s:
         r = call(s, frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}), 18, 3)
     got = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
     assert got[0] == (3, 13) and got[1] == (4, 18) and got[3] == (0, 13)
     assert got[21] == (0, 2) and got[23] == (2, 4) and got[61] == (0, 0)
 
 
-def test_produce_fetch_metadata_by_topic_id(broker):
+def test_produce_fetch_metadata_by_topic_id(shared):
     import uuid
 
     nowhere = uuid.UUID(int=12345)
-    with connect(broker) as s:
+    with connect(shared) as s:
         create_topic(s, "ids", partitions=2)
         md = call(s, frame(3, 13, {"topics": [{"name": "ids", "topic_id": None}], "allow_auto_topic_creation": False,
                                    "include_topic_authorized_operations": False}), 3, 13)
@@ -480,7 +505,7 @@ def test_produce_fetch_metadata_by_topic_id(broker):
         assert r.error_code == 0 and r.responses == ()  # forgotten: not answered
 
 
-def test_librdkafka_uses_the_current_produce_fetch_and_metadata(broker):
+def test_librdkafka_uses_the_current_produce_fetch_and_metadata(shared):
     """librdkafka 2.x negotiates Produce v10+, Fetch v16 (topic ids) and Metadata v13 and
     gets the same records as before."""
     import logging
@@ -494,11 +519,11 @@ def test_librdkafka_uses_the_current_produce_fetch_and_metadata(broker):
     lg = logging.getLogger("test_serve_apis.versions")
     lg.addHandler(Keep())
     lg.setLevel(logging.DEBUG)
-    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "debug": "protocol", "linger.ms": 5}, logger=lg)
+    p = ck.Producer({"bootstrap.servers": shared.bootstrap, "debug": "protocol", "linger.ms": 5}, logger=lg)
     for i in range(30):
         p.produce("cur", value=b"v%d" % i, key=b"k%d" % i)
     assert p.flush(30) == 0
-    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cur", "auto.offset.reset": "earliest",
+    c = ck.Consumer({"bootstrap.servers": shared.bootstrap, "group.id": "cur", "auto.offset.reset": "earliest",
                      "debug": "protocol"}, logger=lg)
     try:
         c.subscribe(["cur"])

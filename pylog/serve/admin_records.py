@@ -56,43 +56,46 @@ class LogStarts:
     """The log start offset DeleteRecords set, per partition (see the module docstring)."""
 
     def __init__(self, store: LogStore) -> None:
-        self.store = store
+        self.store = store  # (the partitions' files are found through their Logs)
         self._set: dict[tuple[str, int], int] = {}  # loaded: the offset set, 0 for none
         self._lock = threading.Lock()
 
-    def _path(self, topic: str, i: int) -> str:
-        return os.path.join(self.store.topic(topic).path, START_DIR, f"partition-{i}")
+    @staticmethod
+    def _path(log: Log) -> str:
+        """``TOPIC/~log-start/partition-N`` beside the partition's directory (not through the
+        store, whose lock a topic storm may hold)."""
+        return os.path.join(os.path.dirname(log.path), START_DIR, os.path.basename(log.path))
 
-    def _loaded(self, topic: str, i: int) -> int:
+    def _loaded(self, topic: str, i: int, log: Log) -> int:
         got = self._set.get((topic, i))
         if got is not None:
             return got
-        data = fileutil.read_if_exists(self._path(topic, i))
+        data = fileutil.read_if_exists(self._path(log))
         try:
             value = int(data.decode()) if data else 0
         except ValueError:  # cannot happen (atomic replace); served from the log's start
-            _log.warning("%s: not an offset: %r", self._path(topic, i), data)
+            _log.warning("%s: not an offset: %r", self._path(log), data)
             value = 0
-        self._set[(topic, i)] = value
-        return value
+        # setdefault: an advance() that stored its offset since the file was read wins
+        return self._set.setdefault((topic, i), value)
 
     def start(self, topic: str, i: int, log: Log) -> int:
         """The log start offset of ``topic``/``i`` whose writer or reader is ``log``: its
         first offset, or past it the offset DeleteRecords set (at most its end)."""
         start = log.start_offset
         try:
-            floor = self._loaded(topic, i)
+            floor = self._loaded(topic, i, log)
         except (OSError, PylogError):
             return start
         return start if floor <= start else min(floor, log.next_offset)
 
-    def advance(self, topic: str, i: int, offset: int) -> None:
-        """Make ``offset`` the log start of ``topic``/``i``, durably (fsynced) before it is
-        served; an offset at or below the present one changes nothing."""
+    def advance(self, topic: str, i: int, log: Log, offset: int) -> None:
+        """Make ``offset`` the log start of ``topic``/``i`` (whose Log is ``log``), durably
+        (fsynced) before it is served; an offset at or below the present one changes nothing."""
         with self._lock:
-            if offset <= self._loaded(topic, i):
+            if offset <= self._loaded(topic, i, log):
                 return
-            path = self._path(topic, i)
+            path = self._path(log)
             d = os.path.dirname(path)
             if not os.path.isdir(d):
                 os.makedirs(d, exist_ok=True)
@@ -128,7 +131,7 @@ def delete_records(broker: Broker, req: Any, version: int) -> dict[str, Any]:
                 if not 0 <= offset <= high:
                     r["error_code"] = E.offset_out_of_range
                 else:
-                    broker.starts.advance(t.name, p.partition_index, offset)
+                    broker.starts.advance(t.name, p.partition_index, log, offset)
                     r["low_watermark"] = broker.starts.start(t.name, p.partition_index, log)
                     try:  # the space: whole segments below it (best effort, as Kafka's is later)
                         log.remove_before(r["low_watermark"])
