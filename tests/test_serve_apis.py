@@ -543,3 +543,29 @@ def test_librdkafka_uses_the_current_produce_fetch_and_metadata(shared):
         return {int(m.group(1)) for x in lines for m in [re.search(rf"Sent {name}Request \(v(\d+)", x)] if m}
 
     assert max(versions("Produce")) >= 10 and max(versions("Fetch")) >= 13 and max(versions("Metadata")) == 13
+
+
+def test_a_fetch_session_is_used_only_by_the_user_that_opened_it(tmp_path):
+    from test_serve_acl import login
+
+    from pylog.serve import security
+
+    users = str(tmp_path / "users.json")
+    security.add_user(users, "alice", "alice-secret", read=["shared-t"], write=["shared-t"])
+    security.add_user(users, "bob", "bob-secret", read=["shared-t"], write=[])
+    b = BrokerProcess(str(tmp_path / "root"), "--users", users)
+    try:
+        with login(b, "alice") as a, login(b, "bob") as o:
+            create_topic(a, "shared-t")
+            assert produce_result(call(a, produce("shared-t", batch([b"x"] * 3)), 0, 9))[0] == 0
+            r, got = _session_fetch(a, 0, 0, {0: 0}, topic="shared-t")
+            sid = r.session_id
+            assert sid and _count(got[0]) == 3
+            # bob names alice's session: not found for him; alice's session goes on
+            r, got = _session_fetch(o, sid, 1, {}, topic="shared-t")
+            assert r.error_code == SESSION_NOT_FOUND and r.session_id == 0 and got == {}
+            assert produce_result(call(a, produce("shared-t", batch([b"y"])), 0, 9))[0] == 0
+            r, got = _session_fetch(a, sid, 1, {0: 3}, topic="shared-t")
+            assert r.error_code == 0 and r.session_id == sid and _count(got[0]) == 1
+    finally:
+        assert b.stop() == 0
