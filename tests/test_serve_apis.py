@@ -228,6 +228,56 @@ def test_librdkafka_validates_its_position_with_offset_for_leader_epoch(shared):
     assert any("epoch validation succeeded: broker end offset 20" in x for x in lines), lines[-20:]
 
 
+def test_librdkafka_validates_its_position_after_a_broker_restart_without_reset(tmp_path):
+    """A librdkafka consumer whose broker restarts (same address) validates its position
+    with OffsetForLeaderEpoch when it reconnects, and goes on from it: no reset, no
+    record twice or missed."""
+    import logging
+    import socket
+
+    with socket.socket() as s:  # a free port, for the broker to come back on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = str(tmp_path / "root")
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    lg = logging.getLogger("test_serve_apis.restart")
+    lg.addHandler(Keep())
+    lg.setLevel(logging.DEBUG)
+    b = BrokerProcess(root, "--port", str(port))
+    c = None
+    try:
+        _produce(b.bootstrap, "rc", 10)
+        c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "rc", "auto.offset.reset": "latest",
+                         "enable.auto.commit": False, "debug": "fetch,topic"}, logger=lg)
+        c.assign([ck.TopicPartition("rc", 0, 0)])
+        got: list[int] = []
+
+        def consume(n: int) -> None:
+            end = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < end:
+                m = c.poll(0.3)  # type: ignore[union-attr]
+                if m is not None and m.error() is None:
+                    got.append(m.offset())
+
+        consume(10)
+        assert got == list(range(10))
+        assert b.stop() == 0
+        b = BrokerProcess(root, "--port", str(port))
+        _produce(b.bootstrap, "rc", 10)
+        consume(20)
+        assert got == list(range(20))
+        assert any("validation succeeded: broker end offset" in x for x in lines), lines[-30:]
+    finally:
+        if c is not None:
+            c.close()
+        b.stop()
+
+
 # -- DescribeProducers --------------------------------------------------------------------------
 def _describe_producers(b: BrokerProcess, topic: str, partitions: list[int]):  # type: ignore[no-untyped-def]
     with connect(b) as s:
