@@ -224,6 +224,20 @@ class LogRetention(LogState):
         self._sealed_bases = self._sealed_bases[count:]
         return count
 
+    def remove_before(self, offset: int) -> int:
+        """Delete the sealed segments whose every offset is below ``offset``, oldest first
+        (never the active segment); returns how many were deleted. The broker's
+        DeleteRecords frees disk with it, as Kafka deletes segments below a log start offset."""
+        offset = _check_offset(offset)
+        with self._lock:
+            self._check_writable()
+            count = 0
+            for s in self._sealed:
+                if s.next_offset > offset:
+                    break
+                count += 1
+            return self._drop_oldest(count)
+
     def remove_expired(self, max_age_ms: int) -> int:
         """Delete sealed segments whose largest timestamp is older than ``max_age_ms``, oldest
         first up to the first one that is not (never the active segment), as Kafka does;

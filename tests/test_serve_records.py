@@ -158,17 +158,17 @@ def test_broker_records_are_whole_batches_within_the_limit(tmp_path, monkeypatch
     from kafka.record.memory_records import MemoryRecords
 
     from pylog import Log
-    from pylog.serve import broker as broker_mod
+    from pylog.serve import reads as reads_mod
 
     if scan == "read_batch":
-        monkeypatch.setattr(broker_mod, "_arrow", None)
+        monkeypatch.setattr(reads_mod, "_arrow", None)
     values = [b"%04d" % i + b"y" * (i % 7 * 40) for i in range(400)]
     with Log(str(tmp_path / "log")) as log:
         log.append_batch([b"B" * 3000], timestamps=[1])
         log.append_batch(values, timestamps=[2] * len(values))
         end = log.next_offset
         for off, limit in [(1, 100), (1, 1000), (5, 4096), (1, 1 << 20), (0, 1000), (0, 4000)]:
-            data = bytes(broker_mod.Broker._records(log, off, end, limit, True))
+            data = bytes(reads_mod.read_batches(log, off, end, limit, True))
             recs, got = MemoryRecords(data), []
             while recs.has_next():
                 got += [(r.offset, r.value) for r in recs.next_batch()]
@@ -176,7 +176,7 @@ def test_broker_records_are_whole_batches_within_the_limit(tmp_path, monkeypatch
             assert got, (off, limit)
             assert len(data) <= limit or len(got) == 1, (off, limit, len(data))
             if len(data) > limit:  # only when even one record does not fit: then nothing without oversize
-                assert broker_mod.Broker._records(log, off, end, limit, False) == b""
+                assert reads_mod.read_batches(log, off, end, limit, False) == b""
 
 
 @given(st.lists(st.tuples(blob, st.binary(max_size=300), st.one_of(st.none(), st.binary(max_size=40),

@@ -6,11 +6,14 @@ The rights are the users file's (:class:`.security.Users`); Kafka's operations m
 them as its authorizer maps them to ACLs:
 
 ============================  ==========================================================
-topic READ                    Fetch, ListOffsets, OffsetCommit (with group READ)
+topic READ                    Fetch, ListOffsets, OffsetCommit (with group READ),
+                              DescribeProducers
 topic WRITE                   Produce; CreateTopics, DeleteTopics, CreatePartitions,
-                              Metadata's auto-creation, AlterConfigs, IncrementalAlterConfigs
+                              DeleteRecords, Metadata's auto-creation, AlterConfigs,
+                              IncrementalAlterConfigs
 topic DESCRIBE (READ or       Metadata, OffsetFetch, DescribeConfigs (pylog's topic
-WRITE)                        configs hold no secret: DESCRIBE_CONFIGS is DESCRIBE here)
+WRITE)                        configs hold no secret: DESCRIBE_CONFIGS is DESCRIBE here),
+                              OffsetForLeaderEpoch
 group READ (``groups``)       JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
                               OffsetFetch
 group DESCRIBE (READ or       FindCoordinator, DescribeGroups, ListGroups (the others are
@@ -45,6 +48,9 @@ _TOPICS: dict[int, tuple[str, str, str, str, str, str, str]] = {
     2: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
     8: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
     47: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),  # OffsetDelete
+    21: ("topics", "name", "topics", "name", "partitions", "partition_index", "write"),  # DeleteRecords
+    23: ("topics", "topic", "topics", "topic", "partitions", "partition", "describe"),  # OffsetForLeaderEpoch
+    61: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),  # DescribeProducers
 }
 #: Group APIs naming one group: key -> what the refusal holds besides its error code.
 _ONE_GROUP: dict[int, dict[str, Any]] = {
@@ -70,8 +76,10 @@ def _may_topic(users: Users, user: str, topic: str, right: str) -> bool:
 def _partitions_of(key: int, t: Any) -> list[int]:
     if key == 0:
         return [p.index for p in t.partition_data]
-    if key == 1:
+    if key in (1, 23):
         return [p.partition for p in t.partitions]
+    if key == 61:
+        return list(t.partition_indexes)
     return [p.partition_index for p in t.partitions]
 
 
@@ -79,7 +87,8 @@ def _topic_rows(key: int, topic: str, parts: list[int], code: int) -> dict[str, 
     _f, _n, _out, out_name, parts_field, index, _r = _TOPICS[key]
     return {out_name: topic, parts_field: [
         {index: p, "error_code": code, "base_offset": -1, "high_watermark": -1, "last_stable_offset": -1,
-         "log_start_offset": -1, "offset": -1, "timestamp": -1, "records": b""} for p in parts]}
+         "log_start_offset": -1, "offset": -1, "timestamp": -1, "records": b"", "low_watermark": -1,
+         "leader_epoch": -1, "end_offset": -1} for p in parts]}
 
 
 def _filter_topics(users: Users, user: str, key: int, body: Any) -> tuple[Any, Denied]:
@@ -238,7 +247,7 @@ def filter_response(users: Users, user: str | None, key: int, data: dict[str, An
         every = _every(body.topics, key, version)
         kept = []
         for t in data.get("topics", []):
-            if not users.may_describe(user, t["name"]):
+            if t["name"] is not None and not users.may_describe(user, t["name"]):  # (None: an unknown id)
                 if every:
                     continue
                 t["error_code"], t["partitions"] = TOPIC_DENIED, []

@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 import numpy as np
 from kio.schema.errors import ErrorCode as E
 
-from pylog import _backend
 from pylog.errors import (
     CorruptRecordError,
     InvalidArgumentError,
@@ -47,29 +46,22 @@ from pylog.errors import (
 )
 from pylog.log import Log, PackedBytes
 from pylog.serve import configs
+from pylog.serve.admin_records import LogStarts
 from pylog.serve.cleaner import Cleaner
 from pylog.serve.fencing import TRANSIENT_ERRNOS, Fence, Gate, errno_of
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.producers import Producers, batch_producer, records_digest
+from pylog.serve.reads import read_batches, wanted
 from pylog.serve.records import (
-    HEADER_SIZE,
     BatchError,
     Budget,
     RecordErrors,
     check_keyed,
     compress_batches,
     decode_records,
-    encode_columns_within,
-    encode_records,
-    fit_batch,
 )
-from pylog.serve.timestamps import append_time_records, log_append_time
+from pylog.serve.timestamps import log_append_time
 from pylog.topics import LogStore, Topic
-
-try:  # the columnar scan behind fast fetches allocates through pyarrow
-    from pylog import arrow as _arrow
-except ImportError:  # pragma: no cover
-    _arrow = None  # type: ignore[assignment]
 
 __all__ = ["Broker", "SERVE_LOCK"]
 
@@ -77,17 +69,13 @@ _log = logging.getLogger("pylog.serve")
 
 #: The file under the root that a broker holds locked (flock) while it serves.
 SERVE_LOCK = ".serve.lock"
-_WANT = ("key", "metadata", "value", "timestamp")
-_MIN_RECORD = 7  # the wire size of an empty record (no key, value or headers)
-_MIN_BATCH = HEADER_SIZE + _MIN_RECORD
 _T = TypeVar("_T")
 
 
 #: The least a Fetch response waits for from the response pool (less when it asks for less).
 RESPONSE_LEAST = 1 << 20
-def _batch_rows(batch: Any) -> int:
-    """The record count in a RecordBatch v2's header (its last 4 header bytes)."""
-    return int.from_bytes(memoryview(batch)[HEADER_SIZE - 4 : HEADER_SIZE], "big")
+
+
 
 
 class Broker:
@@ -171,6 +159,7 @@ class Broker:
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
         self.producers = Producers(self.store)  # idempotent producers' state (producers.py)
+        self.starts = LogStarts(self.store)  # log start offsets DeleteRecords set (admin_records.py)
         self._gates: dict[tuple[str, int], Gate] = {}
         self.fence_backoff = fence_backoff
         self._fences: dict[tuple[str, int], Fence] = {}
@@ -403,6 +392,7 @@ class Broker:
             self._fenced_logs.pop(log, None)
         self.producers.forget_topic(name)
         self.settings.forget(name)
+        self.starts.forget_topic(name)
 
     def fenced(self, key: tuple[str, int]) -> bool:
         """Whether partition ``key`` is fenced or could not be opened for writing."""
@@ -554,7 +544,7 @@ class Broker:
                 if first != base:  # cannot happen while the broker is the one writer
                     self.producers.intend(idem[1], idem[0], first, d.count, digest, sync=False)
                 self.producers.appended(idem[1], idem[0], first, d.count, digest)
-            start = log.start_offset
+            start = self.starts.start(name, i, log)
         except OSError:  # the second intent
             return E.kafka_storage_error, -1, -1
         except LogClosedError:  # deleted since the gate was entered
@@ -578,7 +568,7 @@ class Broker:
         except (OSError, PylogError):
             return E.kafka_storage_error, -1, -1
         if part is None:
-            return (0, base, log.start_offset) if not code else (code, -1, -1)
+            return (0, base, self.starts.start(name, i, log)) if not code else (code, -1, -1)
         try:
             # the intent is written before the records, as durable as they will be
             # (fdatasync'd first under fsync=always): the state is never older than the log
@@ -630,22 +620,6 @@ class Broker:
             self._appended.set()
             self._appended = None
 
-    @staticmethod
-    def _wanted(req: Any) -> list[tuple[str, list[Any]]]:
-        """A Fetch's partitions, each once, grouped by topic as Kafka's broker answers them:
-        a partition named twice keeps its first place and its last fetch offset and limit
-        (Kafka reads the request into a map), so a request cannot multiply its response."""
-        wanted: dict[tuple[str, int], Any] = {}
-        for t in req.topics:
-            for p in t.partitions:
-                wanted[(t.topic, p.partition)] = p  # an update keeps the first place
-        out: list[tuple[str, list[Any]]] = []
-        for (topic, _), p in wanted.items():
-            if not out or out[-1][0] != topic:
-                out.append((topic, []))
-            out[-1][1].append(p)
-        return out
-
     def _fetch_limit(self, req: Any) -> int:
         """The request's max_bytes, within the broker's own cap (fetch.max.bytes)."""
         return min(max(req.max_bytes, 0) if hasattr(req, "max_bytes") else 1 << 30, self.fetch_max_bytes)
@@ -657,7 +631,7 @@ class Broker:
             budget = self._fetch_limit(req)
         total = 0
         out = []
-        for topic, partitions in self._wanted(req):
+        for topic, partitions in wanted(req):
             parts = []
             for p in partitions:
                 r: dict[str, Any] = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
@@ -672,16 +646,16 @@ class Broker:
                     key = (topic, p.partition)
                     end, high = self.visible_end(log, committed, key), self.visible_end(log, False, key)
                     r["high_watermark"], r["last_stable_offset"] = high, end
-                    r["log_start_offset"] = log.start_offset
+                    r["log_start_offset"] = start = self.starts.start(topic, p.partition, log)
                     off = p.fetch_offset
-                    if off < log.start_offset or off > high:
+                    if off < start or off > high:
                         r["error_code"] = E.offset_out_of_range
                     elif off < end and (budget > 0 or total == 0):
                         # at most partition_max_bytes and what is left of max_bytes; more only for
                         # the first record of the response's first non-empty partition (KIP-74)
                         limit = max(0, min(p.partition_max_bytes, budget))
                         try:
-                            data = self._records(log, off, end, limit, total == 0)
+                            data = read_batches(log, off, end, limit, total == 0)
                         except OffsetOutOfRangeError:
                             r["error_code"] = E.offset_out_of_range
                             data = b""
@@ -702,56 +676,6 @@ class Broker:
                 parts.append(r)
             out.append({"topic": topic, "partitions": parts})
         return out, total
-
-    @staticmethod
-    def _records(log: Log, off: int, end: int, limit: int, oversize: bool = True) -> Any:
-        """Whole RecordBatches of the records from ``off`` (below ``end``), at most ``limit``
-        bytes in all, as many records as fit; when not even the first record fits, that
-        record alone if ``oversize`` (the response holds nothing yet: Kafka returns a first
-        batch larger than the limits so that a consumer can make progress), else b"".
-        A LogAppendTime topic's batches: :func:`pylog.serve.timestamps.append_time_records`.
-
-        A columnar scan of the segments encoded in C, no Record objects; without pyarrow
-        (whose allocator the scan uses), or when the scan stops at a bad frame before any
-        record, through ``Log.read_batch`` (which raises CorruptRecordError for a bad frame)."""
-        if log.config.timestamps == "append-time":
-            return append_time_records(log, off, end, limit, oversize)
-        if _arrow is not None:
-            out: list[Any] = []
-            used = 0
-            full = bad = False
-            for part in _arrow._parts(log, off, end, 1):
-                left = max(limit - used, 1)
-                scan = _arrow.scan_buffer(part.map.buf, part.map.length, part.pos, part.off, part.stop,
-                                          part.buffer_next, part.seg.gaps, _WANT, left // _MIN_RECORD + 1,
-                                          lambda c: c, batch_bytes=left)
-                try:
-                    while not full:
-                        cols = next(scan)
-                        n = cols.rows
-                        data = encode_columns_within(cols, limit - used, oversize and not out)
-                        if data is None:
-                            full = True
-                            break
-                        out.append(data)
-                        used += len(data)
-                        # a cut batch, or no room for another: the response is full
-                        full = _batch_rows(data) < n or limit - used < _MIN_BATCH
-                except StopIteration as stop:
-                    if stop.value[0] != _backend.impl.OK:
-                        full = bad = True  # a bad frame: what came before it, else read_batch raises
-                scan.close()
-                if full:
-                    break
-            if out:
-                return out[0] if len(out) == 1 else b"".join(out)
-            if full and not bad:  # not even one record fits
-                return b""
-        recs = [x for x in log.read_batch(off, max_bytes=max(limit, 1)) if x.offset < end]
-        if not recs:
-            return b""
-        data = fit_batch(lambda k: encode_records(recs[:k]), len(recs), limit, oversize)
-        return b"" if data is None else data
 
     async def fetch(self, req: Any, version: int) -> dict[str, Any]:
         """Fetch: up to max_bytes; waits up to max_wait for min_bytes (a long poll)."""

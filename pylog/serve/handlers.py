@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog.errors import ConfigError, InvalidNameError, PylogError, TopicExistsError, UnknownTopicError
-from pylog.serve import admin_configs, configs, timestamps
+from pylog.serve import admin_configs, admin_records, configs, timestamps
 from pylog.serve.protocol import SERVED
 
 if TYPE_CHECKING:
@@ -51,10 +51,17 @@ def metadata(broker: Broker, req: Any, version: int,
     (as Kafka answers a topic it does not create; clients ask again)."""
     store = broker.store
     listing = req.topics is None or (version == 0 and not req.topics)  # v0: an empty list means all
+    ids: list[uuid.UUID] = []
+    unknown_ids: list[uuid.UUID] = []
     if listing:
         names = store.topics()
     else:
         names = [t.name for t in req.topics if t.name is not None]
+        ids = [t.topic_id for t in req.topics if t.name is None and getattr(t, "topic_id", None)]
+        if ids:  # v10+ by topic id (KIP-516): resolved from the names of the store's topics
+            known = {topic_id(n): n for n in store.topics()}
+            names += [known[i] for i in ids if i in known]
+            unknown_ids = [i for i in ids if i not in known]
     # a listing creates nothing (a topic deleted by another thread since it was listed stays gone)
     auto = bool(getattr(req, "allow_auto_topic_creation", True)) and broker.auto_create and not listing
     topics = []
@@ -88,6 +95,9 @@ def metadata(broker: Broker, req: Any, version: int,
                      for i in range(topic.partitions)]
         topics.append({"error_code": err, "name": name, "topic_id": topic_id(name), "is_internal": False,
                        "partitions": parts, "topic_authorized_operations": -2147483648})
+    if unknown_ids:
+        topics += [{"error_code": E.unknown_topic_id, "name": None, "topic_id": i, "is_internal": False,
+                    "partitions": [], "topic_authorized_operations": -2147483648} for i in unknown_ids]
     return {"brokers": [{"node_id": 0, "host": broker.advertised_host, "port": broker.port, "rack": None}],
             "cluster_id": "pylog", "controller_id": 0, "topics": topics,
             "cluster_authorized_operations": -2147483648}
@@ -109,7 +119,7 @@ def list_offsets(broker: Broker, req: Any, version: int) -> dict[str, Any]:
             else:
                 ts = p.timestamp
                 if ts == EARLIEST:
-                    r["offset"] = log.start_offset
+                    r["offset"] = broker.starts.start(t.name, p.partition_index, log)
                 elif ts == LATEST:
                     r["offset"] = broker.visible_end(log, committed, key)
                 elif ts == MAX_TIMESTAMP:  # the FIRST offset of the largest timestamp (KAFKA-16310)
@@ -235,7 +245,11 @@ def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
 #: API key -> handler (Produce and Fetch are coroutines in :mod:`.broker`).
 HANDLERS: dict[int, Callable[[Broker, Any, int], dict[str, Any]]] = {
     18: api_versions, 3: metadata, 2: list_offsets, 19: create_topics, 20: delete_topics,
-    37: create_partitions, 32: describe_configs}
+    37: create_partitions, 32: describe_configs,
+    21: admin_records.delete_records,  # DeleteRecords
+    23: admin_records.offset_for_leader_epoch,  # OffsetForLeaderEpoch
+    61: admin_records.describe_producers,  # DescribeProducers
+}
 HANDLERS[44] = admin_configs.incremental_alter_configs  # IncrementalAlterConfigs
 HANDLERS[33] = admin_configs.alter_configs  # AlterConfigs
 

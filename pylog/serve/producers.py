@@ -199,6 +199,14 @@ class Producers:
         for k in keys:
             self.forget(*k)
 
+    def describe(self, topic: str, i: int, log: Log) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence, offset of its last record) of each producer
+        with state in ``topic``/``i`` (DescribeProducers), loaded against ``log`` if it was not."""
+        part = self._partition(topic, i, log)
+        with part.lock:
+            return [(pid, epoch, batches[-1][1], batches[-1][2] + batches[-1][3] - 1)
+                    for pid, (epoch, batches) in part.producers.items() if batches]
+
     def _partition(self, topic: str, i: int, log: Log) -> _Partition:
         key = (topic, i)
         with self._lock:

@@ -28,10 +28,10 @@ from kio.serial.errors import DecodeError
 #: API keys and the versions served (Kafka 4.0's minimums, KIP-896, up to what kio knows and
 #: the handlers fill): key -> (name, lowest, highest).
 SERVED: dict[int, tuple[str, int, int]] = {
-    0: ("Produce", 3, 9),
-    1: ("Fetch", 4, 12),
+    0: ("Produce", 3, 13),
+    1: ("Fetch", 4, 18),
     2: ("ListOffsets", 1, 7),
-    3: ("Metadata", 0, 12),
+    3: ("Metadata", 0, 13),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),
@@ -49,6 +49,9 @@ SERVED: dict[int, tuple[str, int, int]] = {
     22: ("InitProducerId", 0, 5),
     # SASL (:mod:`.security`); without a users file the handshake offers no mechanism
     17: ("SaslHandshake", 1, 1), 36: ("SaslAuthenticate", 0, 2),
+    21: ("DeleteRecords", 0, 2),  # DeleteRecords (:mod:`.admin_records`)
+    23: ("OffsetForLeaderEpoch", 2, 4),  # OffsetForLeaderEpoch (:mod:`.admin_records`)
+    61: ("DescribeProducers", 0, 0),  # DescribeProducers (:mod:`.admin_records`)
 }
 
 #: API keys of a next step (none now). They are not

@@ -37,10 +37,11 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError
-from pylog.serve import acl, configs, handlers, security
+from pylog.serve import acl, authorized, configs, handlers, security, topic_ids
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
+from pylog.serve.fetch_sessions import SLOTS, FetchSessions
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
 
@@ -228,6 +229,9 @@ class Server:
         -1), and Kafka topic configs every new topic starts from (``pylog serve --config``).
     broker_configs
         What DescribeConfigs of the broker reports: name -> (value, config source, type).
+    fetch_session_slots
+        Incremental fetch sessions kept at once (Kafka's
+        ``max.incremental.fetch.session.cache.slots``; :mod:`.fetch_sessions`).
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
@@ -242,7 +246,8 @@ class Server:
                  failed_login_window: float = 60.0, auto_create_per_request: int = 100,
                  auto_create_rate: float = 100.0, cleaner_backoff: float | None = 15.0,
                  num_partitions: int = 1, topic_defaults: dict[str, str] | None = None,
-                 broker_configs: dict[str, tuple[str, int, int]] | None = None) -> None:
+                 broker_configs: dict[str, tuple[str, int, int]] | None = None,
+                 fetch_session_slots: int = SLOTS) -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
@@ -250,6 +255,9 @@ class Server:
                             ("num_partitions", num_partitions)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, not {value!r}")
+        if isinstance(fetch_session_slots, bool) or not isinstance(fetch_session_slots, int) \
+                or fetch_session_slots < 0:
+            raise InvalidArgumentError(f"fetch_session_slots must be an integer >= 0, not {fetch_session_slots!r}")
         if queued_max_request_bytes < max_request_bytes:
             raise InvalidArgumentError(f"queued_max_request_bytes ({queued_max_request_bytes}) must be at least "
                                        f"max_request_bytes ({max_request_bytes}), or no frame of that size is read")
@@ -300,6 +308,8 @@ class Server:
         self._refused = 0  # connections refused since the last log line about them
         self._refused_logged = -REFUSED_LOG_INTERVAL
         self._stopping = False
+        self.fetch_sessions = FetchSessions(fetch_session_slots)
+        self.topic_ids = topic_ids.TopicIds()
 
     async def start(self) -> None:
         """Open the data root and listen."""
@@ -598,6 +608,14 @@ class Server:
         if users is not None and user is None and key != 18:
             log.info("closing a connection: API key %d before SASL authentication", key)
             return False
+        unknown: topic_ids.Unknown | None = None  # Produce/Fetch by topic ids: the ids not known
+        if key in topic_ids.ID_VERSION and req.api_version >= topic_ids.ID_VERSION[key]:
+            try:
+                body, unknown = await self.topic_ids.by_name(broker, key, body)
+            except Exception:
+                log.exception("request %s v%d: resolving its topic ids failed; closing its connection",
+                              key, req.api_version)
+                return False
         denied: acl.Denied = []
         refused: dict[str, Any] | None = None  # the answer to a request refused as a whole
         if users is not None:
@@ -609,8 +627,8 @@ class Server:
                 data = await broker.produce(body, req.api_version)
                 if body.acks == 0:
                     return None
-            elif key == 1:
-                data = await broker.fetch(body, req.api_version)
+            elif key == 1:  # through the fetch session cache (KIP-227)
+                data = await self.fetch_sessions.fetch(broker, body, req.api_version)
             elif key in GROUP_KEYS and self.coordinator is not None:
                 data = await self.coordinator.handle(key, body, req.api_version, req.client_id)
             elif key == 22:  # writes the next producer id: in an admin thread
@@ -624,9 +642,13 @@ class Server:
                 data = await broker.admin(handlers.HANDLERS[key], broker, body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
                 data = {}
+            if key == 3:  # KIP-430's authorized operations, when asked for
+                authorized.fill_metadata(data, body, req.api_version, users, user)
             if users is not None:
                 acl.add_denied(data, denied)
                 acl.filter_response(users, user, key, data, body, req.api_version)
+            if unknown is not None:  # (the rights check's rows too)
+                self.topic_ids.to_ids(key, data, unknown)
             return encode_response(req, build(req.response_cls, data,
                                               0 if key in SERVED else UNSUPPORTED_VERSION))
         except Exception:
