@@ -152,7 +152,7 @@ def test_fit_batch_takes_the_longest_prefix_within_the_limit(sizes, limit, overs
 
 @pytest.mark.parametrize("scan", ["columnar", "read_batch"])
 def test_broker_records_are_whole_batches_within_the_limit(tmp_path, monkeypatch, scan):
-    """Broker._records on both of its paths (the columnar scan; Log.read_batch without
+    """reads.read_batches on both of its paths (the columnar scan; Log.read_batch without
     pyarrow): whole batches, at most ``limit`` bytes, the first record alone when it is over
     the limit and ``oversize``, nothing otherwise."""
     from kafka.record.memory_records import MemoryRecords
@@ -185,14 +185,14 @@ def test_broker_records_are_whole_batches_within_the_limit(tmp_path, monkeypatch
        st.integers(0, 3000), st.booleans())
 @settings(max_examples=60, deadline=None)
 def test_fetch_encoding_takes_the_longest_prefix_that_fits(recs, limit, oversize):
-    """Broker._records (columnar scan, sizes counted before encoding) against a model: the
+    """reads.read_batches (columnar scan, sizes counted before encoding) against a model: the
     most leading records whose one batch (encode_records, the Record path) is at most
     ``limit`` bytes; keys, values, timestamps, Kafka headers and other metadata mixed."""
     import shutil
     import tempfile
 
     from pylog import Log
-    from pylog.serve.broker import Broker
+    from pylog.serve.reads import read_batches
     from pylog.serve.records import encode_records
 
     d = tempfile.mkdtemp(prefix="pylog-fit-")
@@ -202,7 +202,7 @@ def test_fetch_encoding_takes_the_longest_prefix_that_fits(recs, limit, oversize
             log.append_batch([v for _, v, _, _ in recs], keys=[k for k, _, _, _ in recs],
                              timestamps=sorted(t for *_, t in recs), metadata=metas)
             stored = log.read_batch(0, max_bytes=1 << 30)
-            got = bytes(Broker._records(log, 0, log.next_offset, limit, oversize))
+            got = bytes(read_batches(log, 0, log.next_offset, limit, oversize))
         fit = 0
         while fit < len(stored) and len(encode_records(stored[: fit + 1])) <= limit:
             fit += 1
