@@ -357,7 +357,7 @@ class LogReading(LogState):
                 self._drain_locked()
             sealed = list(self._sealed)
             top = self._active.app.max_timestamp
-        ordered = self.config.timestamps != "as-given"
+        ordered = self.config.timestamps == "monotonic"
         for seg in reversed(sealed):
             if ordered and top is not None:
                 break
@@ -389,9 +389,10 @@ class LogReading(LogState):
 
         # the first record at or after ts is in the first segment whose largest timestamp
         # is >= ts. Timestamps that never decrease make the largest non-decreasing in i, so
-        # it can be bisected; a log that may hold them as given is searched in order.
+        # it can be bisected; a log that may hold them as given (or did before it was
+        # switched to append-time) is searched in order.
         lo, hi = 0, len(segs)
-        if self.config.timestamps == "as-given":
+        if self.config.timestamps != "monotonic":
             while lo < hi and ((m := newest(lo)) is None or m < ts):
                 lo += 1
             hi = lo
