@@ -43,8 +43,8 @@ def _past_last(seg: Any, offset: int) -> bool:
     return rc == impl.E_NOT_FOUND
 
 
-#: (store path, inode, next offset, size) of a sealed segment -> its largest timestamp
-_MAX_TS: dict[tuple[str, int | None, int, int], int | None] = {}
+#: (store path, next offset, inode) of a sealed segment -> its largest timestamp
+_MAX_TS: dict[tuple[str, int, int | None], int | None] = {}
 
 
 def _max_timestamp(seg: SealedSegment) -> int | None:
@@ -52,11 +52,11 @@ def _max_timestamp(seg: SealedSegment) -> int | None:
     time index's last entry holds the largest up to its record (the running maximum), and
     the frames after it are scanned. With timestamps that never decrease it is the last
     record's. Remembered per segment file (a sealed segment does not change; compaction
-    writes a new file)."""
+    writes a new file, a new inode), so a search over many segments maps none twice."""
+    if seg.ino is not None and (seg.store_path, seg.next_offset, seg.ino) in _MAX_TS:
+        return _MAX_TS[(seg.store_path, seg.next_offset, seg.ino)]
     m = seg.maps()  # also learns seg.gaps and seg.ino
-    key = (seg.store_path, seg.ino, seg.next_offset, m.store.length)
-    if key in _MAX_TS:
-        return _MAX_TS[key]
+    key = (seg.store_path, seg.next_offset, seg.ino)
     t = m.timeindex
     pos = int(t.array[-1]["position"]) if t.n else fmt.FILE_HEADER_SIZE
     top = int(t.array[-1]["timestamp"]) if t.n else None
