@@ -86,8 +86,8 @@ class LogConfig:
         timestamps never decrease, as with ``"monotonic"``, and they are the writer's clock
         at append: ``pylog serve`` stamps every record it appends with its own time and says
         so in Fetch answers (appends through the library should give no timestamp). A log
-        that holds data cannot go back from ``"as-given"`` to another mode (its records may
-        be out of order).
+        that holds data cannot change to ``"monotonic"`` from another mode (its records may
+        be out of order; ``offset_for_time`` bisects only a monotonic log's segments).
         A record appended without a timestamp gets the time now, raised to the newest
         timestamp when the clock is behind it, in every mode.
     timestamp_before_max_ms, timestamp_after_max_ms
@@ -246,8 +246,8 @@ def merge(stored: LogConfig | None, passed: Mapping[str, Any], *, has_data: bool
                     f"{name} cannot change on a log that holds data "
                     f"(stored {getattr(stored, name)!r}, passed {passed[name]!r})"
                 )
-        if stored.timestamps == "as-given" and passed.get("timestamps", "as-given") != "as-given":
-            raise ConfigError(f"timestamps cannot change from 'as-given' to {passed['timestamps']!r} on a log "
+        if stored.timestamps != "monotonic" and passed.get("timestamps") == "monotonic":
+            raise ConfigError(f"timestamps cannot change from {stored.timestamps!r} to 'monotonic' on a log "
                               "that holds data: its timestamps may be out of order")
     return stored.replace(**passed)
 

@@ -43,8 +43,8 @@ def _past_last(seg: Any, offset: int) -> bool:
     return rc == impl.E_NOT_FOUND
 
 
-#: (store path, inode, next offset, size) of a sealed segment -> its largest timestamp
-_MAX_TS: dict[tuple[str, int | None, int, int], int | None] = {}
+#: (store path, next offset, inode) of a sealed segment -> its largest timestamp
+_MAX_TS: dict[tuple[str, int, int | None], int | None] = {}
 
 
 def _max_timestamp(seg: SealedSegment) -> int | None:
@@ -52,11 +52,11 @@ def _max_timestamp(seg: SealedSegment) -> int | None:
     time index's last entry holds the largest up to its record (the running maximum), and
     the frames after it are scanned. With timestamps that never decrease it is the last
     record's. Remembered per segment file (a sealed segment does not change; compaction
-    writes a new file)."""
+    writes a new file, a new inode), so a search over many segments maps none twice."""
+    if seg.ino is not None and (seg.store_path, seg.next_offset, seg.ino) in _MAX_TS:
+        return _MAX_TS[(seg.store_path, seg.next_offset, seg.ino)]
     m = seg.maps()  # also learns seg.gaps and seg.ino
-    key = (seg.store_path, seg.ino, seg.next_offset, m.store.length)
-    if key in _MAX_TS:
-        return _MAX_TS[key]
+    key = (seg.store_path, seg.next_offset, seg.ino)
     t = m.timeindex
     pos = int(t.array[-1]["position"]) if t.n else fmt.FILE_HEADER_SIZE
     top = int(t.array[-1]["timestamp"]) if t.n else None
@@ -357,7 +357,7 @@ class LogReading(LogState):
                 self._drain_locked()
             sealed = list(self._sealed)
             top = self._active.app.max_timestamp
-        ordered = self.config.timestamps != "as-given"
+        ordered = self.config.timestamps == "monotonic"
         for seg in reversed(sealed):
             if ordered and top is not None:
                 break
@@ -389,9 +389,10 @@ class LogReading(LogState):
 
         # the first record at or after ts is in the first segment whose largest timestamp
         # is >= ts. Timestamps that never decrease make the largest non-decreasing in i, so
-        # it can be bisected; a log that may hold them as given is searched in order.
+        # it can be bisected; a log that may hold them as given (or did before it was
+        # switched to append-time) is searched in order.
         lo, hi = 0, len(segs)
-        if self.config.timestamps == "as-given":
+        if self.config.timestamps != "monotonic":
             while lo < hi and ((m := newest(lo)) is None or m < ts):
                 lo += 1
             hi = lo

@@ -526,7 +526,7 @@ class PylogReader(DataSourceReader):
                 off = log.offset_for_time(ms)
                 return (1 << 80) if off is None else off
 
-            if log.config.timestamps == "as-given":
+            if log.config.timestamps != "monotonic":  # (an append-time log may have been as-given)
                 return normalize((first_at(a), 1 << 80) for a, b in millis)
             return normalize((first_at(a), first_at(b)) for a, b in millis)
 
