@@ -387,6 +387,11 @@ class Broker:
             self._fenced_logs.pop(log, None)
         self.producers.forget_topic(name)
 
+    @property
+    def fenced(self) -> list[tuple[str, int]]:
+        """The partitions fenced now (metrics)."""
+        return list(self._fences)
+
     def visible_end(self, log: Log, read_committed: bool, key: tuple[str, int] | None = None) -> int:
         """The offset a consumer reads up to: the last stable offset under read_committed
         (``Log.last_stable_offset``: below a transaction being applied), else the next offset;

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog.errors import ConfigError, InvalidNameError, PylogError, TopicExistsError, UnknownTopicError
-from pylog.serve import configs
+from pylog.serve import admin_cluster, configs
 from pylog.serve.protocol import SERVED
 
 if TYPE_CHECKING:
@@ -90,7 +90,10 @@ def metadata(broker: Broker, req: Any, version: int,
                        "partitions": parts, "topic_authorized_operations": -2147483648})
     return {"brokers": [{"node_id": 0, "host": broker.advertised_host, "port": broker.port, "rack": None}],
             "cluster_id": "pylog", "controller_id": 0, "topics": topics,
-            "cluster_authorized_operations": -2147483648}
+            # v8-10 (librdkafka's DescribeCluster asks this way): every operation, narrowed to
+            # the user's by acl.filter_response
+            "cluster_authorized_operations": admin_cluster.cluster_operations(None, None)
+            if getattr(req, "include_cluster_authorized_operations", False) else admin_cluster.NOT_ASKED}
 
 
 def list_offsets(broker: Broker, req: Any, version: int) -> dict[str, Any]:
@@ -232,4 +235,6 @@ def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
 HANDLERS: dict[int, Callable[[Broker, Any, int], dict[str, Any]]] = {
     18: api_versions, 3: metadata, 2: list_offsets, 19: create_topics, 20: delete_topics,
     37: create_partitions, 32: describe_configs}
+HANDLERS[60] = admin_cluster.describe_cluster  # DescribeCluster
+HANDLERS[35] = admin_cluster.describe_log_dirs  # DescribeLogDirs
 

@@ -46,6 +46,8 @@ SERVED: dict[int, tuple[str, int, int]] = {
     22: ("InitProducerId", 0, 5),
     # SASL (:mod:`.security`); without a users file the handshake offers no mechanism
     17: ("SaslHandshake", 1, 1), 36: ("SaslAuthenticate", 0, 2),
+    60: ("DescribeCluster", 0, 2),  # DescribeCluster (:mod:`.admin_cluster`)
+    35: ("DescribeLogDirs", 1, 4),  # DescribeLogDirs (:mod:`.admin_cluster`)
 }
 
 #: API keys of a next step (none now). They are not

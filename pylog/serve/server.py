@@ -220,6 +220,9 @@ class Server:
     auto_create_per_request, auto_create_rate
         At most this many topics auto-created by one Metadata request, and this many a
         second over all requests (see :class:`.Broker`).
+    metrics_port
+        Serve Prometheus metrics over HTTP on ``host`` at this port (0: a free one, see
+        :attr:`metrics_port` after :meth:`start`; None: none), :mod:`.metrics`.
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
@@ -232,13 +235,18 @@ class Server:
                  max_decompressed_bytes: int = 32 << 20, fence_backoff: float = 5.0,
                  data_mode: str = "private", failed_auth_delay: float = 0.1, max_failed_logins: int = 20,
                  failed_login_window: float = 60.0, auto_create_per_request: int = 100,
-                 auto_create_rate: float = 100.0) -> None:
+                 auto_create_rate: float = 100.0, metrics_port: int | None = None) -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
                             ("fetch_max_bytes", fetch_max_bytes), ("max_decompressed_bytes", max_decompressed_bytes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, not {value!r}")
+        if metrics_port is not None and (isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
+                                         or not 0 <= metrics_port <= 65535):
+            raise InvalidArgumentError(f"metrics_port must be a port number (0-65535), not {metrics_port!r}")
+        self.metrics_port = metrics_port
+        self.metrics: Any = None  # a .metrics.Metrics while it serves them
         if queued_max_request_bytes < max_request_bytes:
             raise InvalidArgumentError(f"queued_max_request_bytes ({queued_max_request_bytes}) must be at least "
                                        f"max_request_bytes ({max_request_bytes}), or no frame of that size is read")
@@ -319,11 +327,26 @@ class Server:
             log.warning("the open files limit (%d) is below max.connections (%d) + 100: connections are refused "
                         "when descriptors run out (raise ulimit -n, or lower --max-connections)",
                         soft, self.max_connections)
+        if self.metrics_port is not None:
+            from pylog.serve.metrics import Metrics  # prometheus_client: only when asked for
+
+            metrics = Metrics(self)
+            try:
+                self.metrics_port = metrics.start(self.host, self.metrics_port)
+            except BaseException:
+                await self.stop()
+                raise
+            self.metrics = metrics
         self.coordinator = GroupCoordinator(self.broker)
         self.coordinator.start()
         if self.cleanup_interval is not None:
             self._cleaner = asyncio.create_task(self._cleanup_loop(self.cleanup_interval))
         log.info("pylog serve: listening on %s:%d, root %s", self.host, self.port, self.root)
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections accepted and not yet closed."""
+        return self._open
 
     def _listen(self) -> list[_Listener]:
         """Listening sockets on every address of ``host`` (as asyncio.start_server binds
@@ -407,6 +430,9 @@ class Server:
             t.cancel()
         if self._conns:
             await asyncio.wait(set(self._conns), timeout=5)
+        if self.metrics is not None:  # (its HTTP thread reads the broker)
+            await asyncio.get_running_loop().run_in_executor(None, self.metrics.stop)
+            self.metrics = None
         if self.broker is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
             self.broker = None
@@ -543,7 +569,14 @@ class Server:
             keys = handlers.api_versions(self.broker, None, 0)["api_keys"]
             payload = build(req.response_cls, {"error_code": UNSUPPORTED_VERSION, "api_keys": keys})
             return encode_response(req, payload)
-        return await self._dispatch(req)
+        metrics = self.metrics
+        if metrics is None:
+            return await self._dispatch(req)
+        t = time.perf_counter()
+        try:
+            return await self._dispatch(req)
+        finally:
+            metrics.request(req.api_key, time.perf_counter() - t)
 
     async def _dispatch(self, req: Request) -> Any:
         broker = self.broker
@@ -578,10 +611,14 @@ class Server:
                 data = refused
             elif key == 0:
                 data = await broker.produce(body, req.api_version)
+                if self.metrics is not None:
+                    self.metrics.produced(body, data)
                 if body.acks == 0:
                     return None
             elif key == 1:
                 data = await broker.fetch(body, req.api_version)
+                if self.metrics is not None:
+                    self.metrics.fetched(data)
             elif key in GROUP_KEYS and self.coordinator is not None:
                 data = await self.coordinator.handle(key, body, req.api_version, req.client_id)
             elif key == 22:  # writes the next producer id: in an admin thread
