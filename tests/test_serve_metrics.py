@@ -58,9 +58,24 @@ def _rk(b: BrokerProcess, **kw):  # type: ignore[no-untyped-def]
     return {"bootstrap.servers": b.bootstrap, **kw}
 
 
-@pytest.fixture
-def broker(tmp_path):
-    b = BrokerProcess(str(tmp_path / "root"), "--metrics-port", "0")
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One broker with a metrics endpoint for the tests of this module (a process start is
+    seconds on a loaded machine); before it starts, pylog's own consumer commits offsets
+    of group "old" on topic "pre" (see the lag test)."""
+    import pylog
+
+    root = str(tmp_path_factory.mktemp("metrics") / "root")
+    with pylog.LogStore(root) as store:
+        t = store.create_topic("pre", partitions=2, fsync="never")
+        t.append_batch([b"v%d" % i for i in range(10)], partition=0)
+        t.append_batch([b"w%d" % i for i in range(4)], partition=1)
+        c = store.consumer("pre", group="old")
+        try:
+            c.commit({0: 6, 1: 1})
+        finally:
+            c.close()
+    b = BrokerProcess(root, "--metrics-port", "0")
     yield b
     assert b.stop() == 0
     assert "Traceback" not in b.stderr()
@@ -159,33 +174,15 @@ def _batch_bytes(js: str, topic: str) -> int:
     return int(t["batchsize"]["sum"]) if t else 0
 
 
-def test_group_lag_of_partitions_the_broker_has_not_opened(tmp_path):
-    """Offsets committed by pylog's own consumer before the broker started, on partitions
-    no client has touched since: the scrape reads them and the partitions' ends, per
-    partition."""
-    import pylog
-
-    root = str(tmp_path / "root")
-    with pylog.LogStore(root) as store:
-        t = store.create_topic("pre", partitions=2)
-        for i in range(10):
-            t.append(b"v%d" % i, partition=0)
-        for i in range(4):
-            t.append(b"w%d" % i, partition=1)
-        c = store.consumer("pre", group="old")
-        try:
-            c.commit({0: 6, 1: 1})
-        finally:
-            c.close()
-    b = BrokerProcess(root, "--metrics-port", "0")
-    try:
-        m = scrape(metrics_url(b))
-        assert value(m, "pylog_group_committed_offset", group="old", topic="pre", partition="0") == 6
-        assert value(m, "pylog_group_lag", group="old", topic="pre", partition="0") == 4
-        assert value(m, "pylog_group_committed_offset", group="old", topic="pre", partition="1") == 1
-        assert value(m, "pylog_group_lag", group="old", topic="pre", partition="1") == 3
-    finally:
-        assert b.stop() == 0
+def test_group_lag_of_partitions_the_broker_has_not_opened(broker):
+    """Offsets committed by pylog's own consumer before the broker started (the fixture),
+    on partitions no client has touched since: the scrape reads them and the partitions'
+    ends, per partition."""
+    m = scrape(metrics_url(broker))
+    assert value(m, "pylog_group_committed_offset", group="old", topic="pre", partition="0") == 6
+    assert value(m, "pylog_group_lag", group="old", topic="pre", partition="0") == 4
+    assert value(m, "pylog_group_committed_offset", group="old", topic="pre", partition="1") == 1
+    assert value(m, "pylog_group_lag", group="old", topic="pre", partition="1") == 3
 
 
 def test_two_brokers_in_one_process_keep_their_own_metrics(tmp_path):
@@ -235,6 +232,20 @@ def test_metrics_port_is_checked():
             Server("unused", port=0, metrics_port=bad)  # type: ignore[arg-type]
 
 
+def test_metrics_without_prometheus_client_names_the_extra(monkeypatch):
+    import importlib.util
+
+    from pylog.errors import MissingExtraError
+    from pylog.serve.server import Server
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "prometheus_client"
+                        else find(name, *a))
+    with pytest.raises(MissingExtraError, match=r"pylog-commitlog\[serve\]"):
+        Server("unused", port=0, metrics_port=0)
+    Server("unused", port=0)  # no metrics: not needed
+
+
 @pytest.mark.skipif(STRACE is None, reason="strace is not installed")
 def test_fenced_partition_is_counted(tmp_path):
     """An fdatasync failing with EIO (strace) fences a flush.messages=1 partition: the scrape
@@ -273,35 +284,32 @@ ALL_CLUSTER_OPS = {AclOperation.ALTER, AclOperation.ALTER_CONFIGS, AclOperation.
                    AclOperation.IDEMPOTENT_WRITE}
 
 
-def test_describe_cluster_through_confluent_and_raw(tmp_path):
+def test_describe_cluster_through_confluent_and_raw(broker):
     """confluent-kafka's describe_cluster (librdkafka asks with Metadata v10) and a raw
     DescribeCluster v0-v2: one broker, node 0, the controller; without a users file every
     cluster operation is authorized; not asked for, none are answered."""
-    b = BrokerProcess(str(tmp_path / "root"))
-    try:
-        a = AdminClient(_rk(b))
-        d = a.describe_cluster(include_authorized_operations=True).result(20)
-        assert d.cluster_id == "pylog"
-        assert d.controller.id == 0 and [(n.id, n.host, n.port) for n in d.nodes] == [(0, "127.0.0.1", b.port)]
-        assert set(d.authorized_operations) == ALL_CLUSTER_OPS
-        assert a.describe_cluster().result(20).authorized_operations is None
-        with connect(b) as s:
-            for v in (0, 1, 2):
-                body = {"include_cluster_authorized_operations": True}
-                if v >= 1:
-                    body["endpoint_type"] = 1
-                if v >= 2:
-                    body["include_fenced_brokers"] = True
-                r = call(s, frame(60, v, body), 60, v)
-                assert r.error_code == 0 and r.cluster_id == "pylog" and r.controller_id == 0
-                assert [(x.broker_id, x.host, x.port) for x in r.brokers] == [(0, "127.0.0.1", b.port)]
-                assert r.cluster_authorized_operations == sum(1 << op.value for op in ALL_CLUSTER_OPS)
-            r = call(s, frame(60, 0, {"include_cluster_authorized_operations": False}), 60, 0)
-            assert r.cluster_authorized_operations == -2147483648
-            r = call(s, frame(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 9}), 60, 1)
-            assert r.error_code == 115  # UNSUPPORTED_ENDPOINT_TYPE
-    finally:
-        assert b.stop() == 0
+    b = broker
+    a = AdminClient(_rk(b))
+    d = a.describe_cluster(include_authorized_operations=True).result(20)
+    assert d.cluster_id == "pylog"
+    assert d.controller.id == 0 and [(n.id, n.host, n.port) for n in d.nodes] == [(0, "127.0.0.1", b.port)]
+    assert set(d.authorized_operations) == ALL_CLUSTER_OPS
+    assert a.describe_cluster().result(20).authorized_operations is None
+    with connect(b) as s:
+        for v in (0, 1, 2):
+            body = {"include_cluster_authorized_operations": True}
+            if v >= 1:
+                body["endpoint_type"] = 1
+            if v >= 2:
+                body["include_fenced_brokers"] = True
+            r = call(s, frame(60, v, body), 60, v)
+            assert r.error_code == 0 and r.cluster_id == "pylog" and r.controller_id == 0
+            assert [(x.broker_id, x.host, x.port) for x in r.brokers] == [(0, "127.0.0.1", b.port)]
+            assert r.cluster_authorized_operations == sum(1 << op.value for op in ALL_CLUSTER_OPS)
+        r = call(s, frame(60, 0, {"include_cluster_authorized_operations": False}), 60, 0)
+        assert r.cluster_authorized_operations == -2147483648
+        r = call(s, frame(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 9}), 60, 1)
+        assert r.error_code == 115  # UNSUPPORTED_ENDPOINT_TYPE
 
 
 @pytest.fixture(scope="module")
@@ -389,25 +397,22 @@ def test_describe_log_dirs_sizes_per_partition(users_broker):
     assert set(_sizes(got)) == {("public", 0), ("public", 1)}
 
 
-def test_describe_log_dirs_raw_answers_the_root_and_free_space(tmp_path):
+def test_describe_log_dirs_raw_answers_the_root_and_free_space(broker):
     """DescribeLogDirs v1 and v4 as raw frames: the data root's path, partitions that do
     not exist left out, the file system's total and usable bytes at v4."""
-    root = str(tmp_path / "root")
-    b = BrokerProcess(root)
-    try:
-        with connect(b) as s:
-            create_topic(s, "r", partitions=2)
-            call(s, produce("r", batch([b"abc"] * 3), partition=1), 0, 9)
-            for v in (1, 4):
-                r = call(s, frame(35, v, {"topics": [{"topic": "r", "partitions": [0, 1, 7]},
-                                                     {"topic": "nope", "partitions": [0]}]}), 35, v)
-                assert len(r.results) == 1
-                res = r.results[0]
-                assert res.error_code == 0 and os.path.samefile(res.log_dir, root)
-                assert [(t.name, [(p.partition_index, p.partition_size) for p in t.partitions]) for t in res.topics] \
-                    == [("r", [(0, _dir_sizes(root, "r", 2)[0]), (1, _dir_sizes(root, "r", 2)[1])])]
-                if v >= 4:
-                    st = os.statvfs(root)
-                    assert res.total_bytes == st.f_blocks * st.f_frsize and 0 < res.usable_bytes <= res.total_bytes
-    finally:
-        assert b.stop() == 0
+    b = broker
+    root = b.root
+    with connect(b) as s:
+        create_topic(s, "r", partitions=2)
+        call(s, produce("r", batch([b"abc"] * 3), partition=1), 0, 9)
+        for v in (1, 4):
+            r = call(s, frame(35, v, {"topics": [{"topic": "r", "partitions": [0, 1, 7]},
+                                                 {"topic": "nope", "partitions": [0]}]}), 35, v)
+            assert len(r.results) == 1
+            res = r.results[0]
+            assert res.error_code == 0 and os.path.samefile(res.log_dir, root)
+            assert [(t.name, [(p.partition_index, p.partition_size) for p in t.partitions]) for t in res.topics] \
+                == [("r", [(0, _dir_sizes(root, "r", 2)[0]), (1, _dir_sizes(root, "r", 2)[1])])]
+            if v >= 4:
+                st = os.statvfs(root)
+                assert res.total_bytes == st.f_blocks * st.f_frsize and 0 < res.usable_bytes <= res.total_bytes

@@ -48,10 +48,12 @@ _HEADER = 61
 
 def batch_records(data: Any) -> int:
     """The records in a run of RecordBatch v2 (the counts in their headers)."""
-    n = 0
-    pos = 0
     size = len(data)
-    while pos + _HEADER <= size:
+    if size < _HEADER:
+        return 0
+    n: int = _I32.unpack_from(data, _COUNT_AT)[0]
+    pos = 12 + _I32.unpack_from(data, 8)[0]
+    while pos + _HEADER <= size:  # (a Produce's data is one batch: no turn of this loop)
         n += _I32.unpack_from(data, pos + _COUNT_AT)[0]
         pos += 12 + _I32.unpack_from(data, pos + 8)[0]
     return n
@@ -106,10 +108,21 @@ class Metrics:
     def produced(self, req: Any, data: dict[str, Any]) -> None:
         """Count the record batches of a Produce request that were appended (their partition
         answered without an error): their bytes as sent, and their records."""
-        ok = {(t["name"], p["index"]) for t in data.get("responses", ()) for p in t["partition_responses"]
-              if not p["error_code"]}
-        if not ok:
-            return
+        responses = data.get("responses", ())
+        if len(responses) != len(req.topic_data):  # a topic named twice: answered as one
+            return self._produced_by_name(req, responses)
+        # the broker answers each topic in the request's order, its partitions too
+        for t, r in zip(req.topic_data, responses):
+            c = None
+            for p, answer in zip(t.partition_data, r["partition_responses"]):
+                if not answer["error_code"] and p.records is not None:
+                    if c is None:
+                        c = self._topic(t.name)
+                    c[0] += len(p.records)
+                    c[1] += batch_records(p.records)
+
+    def _produced_by_name(self, req: Any, responses: Any) -> None:
+        ok = {(t["name"], p["index"]) for t in responses for p in t["partition_responses"] if not p["error_code"]}
         for t in req.topic_data:
             for p in t.partition_data:
                 if p.records is not None and (t.name, p.index) in ok:

@@ -27,6 +27,7 @@ import asyncio
 import collections
 import ctypes
 import errno
+import importlib.util
 import logging
 import os
 import resource
@@ -36,7 +37,7 @@ import struct
 import time
 from typing import Any
 
-from pylog.errors import InvalidArgumentError
+from pylog.errors import InvalidArgumentError, MissingExtraError
 from pylog.serve import acl, handlers, security
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
@@ -245,6 +246,8 @@ class Server:
         if metrics_port is not None and (isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
                                          or not 0 <= metrics_port <= 65535):
             raise InvalidArgumentError(f"metrics_port must be a port number (0-65535), not {metrics_port!r}")
+        if metrics_port is not None and importlib.util.find_spec("prometheus_client") is None:
+            raise MissingExtraError("pylog serve --metrics-port", "prometheus_client", "serve")
         self.metrics_port = metrics_port
         self.metrics: Any = None  # a .metrics.Metrics while it serves them
         if queued_max_request_bytes < max_request_bytes:
