@@ -41,21 +41,21 @@ __all__ = ["Metrics", "LATENCY_BUCKETS", "FSYNC_BUCKETS"]
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: fsync latency buckets, seconds.
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-_I32 = struct.Struct(">i")
-_COUNT_AT = 57  # a RecordBatch v2's record count: bytes 57-60 of its 61-byte header
+#: a RecordBatch v2 header's batchLength (bytes 8-11) and record count (57-60 of its 61)
+_LENGTH_COUNT = struct.Struct(">8xi45xi")
 _HEADER = 61
 
 
 def batch_records(data: Any) -> int:
     """The records in a run of RecordBatch v2 (the counts in their headers)."""
     size = len(data)
-    if size < _HEADER:
-        return 0
-    n: int = _I32.unpack_from(data, _COUNT_AT)[0]
-    pos = 12 + _I32.unpack_from(data, 8)[0]
-    while pos + _HEADER <= size:  # (a Produce's data is one batch: no turn of this loop)
-        n += _I32.unpack_from(data, pos + _COUNT_AT)[0]
-        pos += 12 + _I32.unpack_from(data, pos + 8)[0]
+    n = 0
+    pos = 0
+    unpack = _LENGTH_COUNT.unpack_from
+    while pos + _HEADER <= size:
+        length, count = unpack(data, pos)
+        n += count
+        pos += 12 + length
     return n
 
 
