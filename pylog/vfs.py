@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import errno
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 _NAMES = ("open", "close", "write", "pwrite", "fsync", "fdatasync", "replace", "rename",
@@ -44,6 +46,60 @@ def install(fs: Any) -> None:
 def uninstall() -> None:
     """Back to the operating system's calls."""
     globals().update(_DEFAULTS)
+
+
+#: The callables :func:`observe_syncs` added, each called as ``observer(seconds)``.
+_observers: tuple[Callable[[float], None], ...] = ()
+#: The fsync and fdatasync the timed ones wrap (while observed).
+_wrapped: dict[str, Any] = {}
+
+
+def _timed(name: str, op: Any) -> Any:
+    perf = time.perf_counter
+
+    def timed(fd: int) -> None:
+        t = perf()
+        try:
+            op(fd)
+        finally:
+            dt = perf() - t
+            for observer in _observers:
+                observer(dt)
+    timed.__name__ = name
+    timed.__wrapped_op__ = op  # type: ignore[attr-defined]
+    return timed
+
+
+def observe_syncs(observer: Callable[[float], None]) -> None:
+    """Call ``observer(seconds)`` after every :func:`fsync` and :func:`fdatasync` of the
+    process (a failed one too) until :func:`unobserve_syncs`: the neutral seam through
+    which a layer above (the broker's metrics) times them. While any observer is set the
+    two are timed wrappers, so the C durable append (``Framer.append_durable``) takes its
+    Python path, which calls them."""
+    global _observers
+    g = globals()
+    if not _observers:
+        for name in ("fsync", "fdatasync"):
+            _wrapped[name] = g[name]
+            g[name] = _timed(name, g[name])
+    _observers = (*_observers, observer)
+
+
+def unobserve_syncs(observer: Callable[[float], None]) -> None:
+    """Stop calling ``observer`` (added by :func:`observe_syncs`); the last one removed
+    puts the unwrapped calls back (unless :func:`install` replaced them since)."""
+    global _observers
+    if observer not in _observers:
+        return
+    rest = list(_observers)
+    rest.remove(observer)
+    _observers = tuple(rest)
+    if not _observers:
+        g = globals()
+        for name, op in _wrapped.items():
+            if getattr(g[name], "__wrapped_op__", None) is op:
+                g[name] = op
+        _wrapped.clear()
 
 
 def makedirs(path: str) -> None:

@@ -37,6 +37,7 @@ EXTRA_MODULES = {
     "snappy": "python-snappy", "mkdocs": "mkdocs", "material": "mkdocs-material",
     "mkdocstrings": "mkdocstrings", "mkdocstrings_handlers.python": "mkdocstrings[python]",
     "lmdb": "lmdb", "rocksdict": "rocksdict", "queuelib": "queuelib", "redis": "redis",
+    "prometheus_client": "prometheus_client",
 }
 if sys.version_info >= (3, 11):  # the spark extra needs 3.11
     EXTRA_MODULES["pyspark"] = "pyspark"

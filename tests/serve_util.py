@@ -34,6 +34,7 @@ class BrokerProcess:
             raise RuntimeError(f"pylog serve did not start: {line!r} {self.proc.stderr.read()!r}")  # type: ignore[union-attr]
         self.port = int(m.group(2))
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.line = line  # the ready line (it names the metrics endpoint when there is one)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         """Signal the broker and wait for it to exit; returns its exit status."""

@@ -63,6 +63,8 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
               help="Most topics auto-created per second over all clients.")
 @click.option("--config", "config_file", default=None, metavar="FILE",
               help="Broker configs in Kafka's server.properties form; flags given override them.")
+@click.option("--metrics-port", default=None, type=click.IntRange(0, 65535), metavar="PORT",
+              help="Serve Prometheus metrics over HTTP on the broker's host at this port (0: any free one).")
 @click.pass_context
 def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tls_cert: str | None,
           tls_key: str | None, users: str | None, data_mode: str, failed_auth_delay_ms: int,
@@ -122,4 +124,9 @@ def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tl
                                  param_hint="--queued-max-request-bytes")
     run(ctx.obj["root"], host, port, advertise=advertise, tls_cert=tls_cert, tls_key=tls_key, users=users,
         data_mode=data_mode, failed_auth_delay=failed_auth_delay_ms / 1000, max_failed_logins=max_failed_logins,
-        ready=lambda s: click.echo(f"pylog serve: listening on {s.host}:{s.port}"), **limits, **extra)
+        ready=_ready, **limits, **extra)
+
+
+def _ready(s: Any) -> None:
+    metrics = f", metrics on http://{s.host}:{s.metrics_port}/metrics" if s.metrics is not None else ""
+    click.echo(f"pylog serve: listening on {s.host}:{s.port}{metrics}")

@@ -6,7 +6,9 @@ Layout (docs/serve.md): :mod:`.server` (asyncio listener, one coroutine per conn
 :mod:`.records` (RecordBatch v2 <-> pylog records through the C core), :mod:`.configs`
 (Kafka topic config names <-> LogConfig), :mod:`.headers` (Kafka headers in metadata; needs
 nothing else), :mod:`.pool` (the byte pools that bound what is held for clients), :mod:`.fencing` (the
-gate that orders a partition's appends, and the fence after a failed write). The rest
+gate that orders a partition's appends, and the fence after a failed write),
+:mod:`.admin_cluster` (DescribeCluster, DescribeLogDirs), :mod:`.metrics` (the Prometheus
+endpoint; needs ``prometheus_client``, imported only when it is asked for). The rest
 needs the ``serve`` extra (kio and the codecs), imported on first use.
 """
 from __future__ import annotations

@@ -21,6 +21,8 @@ DELETE)                       left out)
 group DELETE                  DeleteGroups
 transactional id WRITE        InitProducerId with the id, FindCoordinator of the id
 (``transactional_ids``)
+cluster (see                  DescribeCluster's authorized operations; DescribeLogDirs
+:mod:`.admin_cluster`)        lists the topics the user may DESCRIBE
 ============================  ==========================================================
 
 A refused topic is answered TOPIC_AUTHORIZATION_FAILED (29) and a refused group
@@ -35,6 +37,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as E
 
+from pylog.serve.authorized import NOT_ASKED, cluster_operations
 from pylog.serve.security import Users
 
 __all__ = ["filter_request", "add_denied", "filter_response"]
@@ -268,3 +271,9 @@ def filter_response(users: Users, user: str | None, key: int, data: dict[str, An
             grp["topics"] = kept
     elif key == 16:
         data["groups"] = [g for g in data.get("groups", []) if users.may_group(user, g["group_id"], "describe")]
+    elif key == 60:  # DescribeCluster: the operations asked for are the user's
+        if data.get("cluster_authorized_operations", NOT_ASKED) != NOT_ASKED:
+            data["cluster_authorized_operations"] = cluster_operations(users, user)
+    elif key == 35:  # DescribeLogDirs: the partitions of the topics the user may see
+        for r in data.get("results", []):
+            r["topics"] = [t for t in r["topics"] if users.may_describe(user, t["name"])]

@@ -12,10 +12,10 @@ topic READ right          READ, DESCRIBE, DESCRIBE_CONFIGS
 topic WRITE right         WRITE, CREATE, DELETE, ALTER, ALTER_CONFIGS, DESCRIBE,
                           DESCRIBE_CONFIGS (CreateTopics, DeleteTopics, CreatePartitions,
                           DeleteRecords and config changes need WRITE here)
-cluster (any user)        DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE (what every
-                          authenticated user may do: Metadata, DescribeConfigs of the
-                          broker, InitProducerId without a transactional id); pylog has no
-                          cluster rights to grant the others
+cluster                   every operation for a user whose entry restricts nothing; else
+                          DESCRIBE, DESCRIBE_CONFIGS (Metadata, DescribeConfigs of the
+                          broker), IDEMPOTENT_WRITE when it may write some topic, CREATE
+                          when it may write every one (:func:`cluster_operations`)
 ========================  =================================================================
 
 A field the client did not ask for is Kafka's "not asked" value, INT32_MIN.
@@ -39,7 +39,6 @@ TOPIC_OPS = (READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALT
 CLUSTER_OPS = (CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE)
 _READ_OPS = (READ, DESCRIBE, DESCRIBE_CONFIGS)
 _WRITE_OPS = (WRITE, CREATE, DELETE, ALTER, ALTER_CONFIGS, DESCRIBE, DESCRIBE_CONFIGS)
-_USER_CLUSTER_OPS = (DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE)
 
 
 def bits(ops: tuple[int, ...] | set[int]) -> int:
@@ -63,8 +62,28 @@ def topic_operations(users: Users | None, user: str | None, topic: str) -> int:
 
 
 def cluster_operations(users: Users | None, user: str | None) -> int:
-    """The operations ``user`` may perform on the cluster, as a bitfield."""
-    return bits(CLUSTER_OPS if users is None else _USER_CLUSTER_OPS)
+    """The operations ``user`` may perform on the cluster, as a bitfield.
+
+    Without a users file, or for a user whose entry restricts nothing (no ``read``,
+    ``write`` or ``groups`` list), every one. A restricted user may DESCRIBE and
+    DESCRIBE_CONFIGS the cluster (Metadata and the broker's DescribeConfigs answer every
+    user), IDEMPOTENT_WRITE when it may write some topic, and CREATE when it may write
+    every topic (Kafka's CREATE on the cluster creates any topic; a user with a ``write``
+    list creates only the topics it names). ALTER, ALTER_CONFIGS and CLUSTER_ACTION stay
+    with the unrestricted users; an unknown user gets none."""
+    if users is None or user is None:
+        return bits(CLUSTER_OPS)
+    u = users.users.get(user)
+    if u is None:
+        return 0
+    if u.read is None and u.write is None and u.groups is None:
+        return bits(CLUSTER_OPS)
+    ops = {DESCRIBE, DESCRIBE_CONFIGS}
+    if u.write is None or u.write:
+        ops.add(IDEMPOTENT_WRITE)
+    if u.write is None:
+        ops.add(CREATE)
+    return bits(ops)
 
 
 def fill_metadata(data: dict[str, Any], body: Any, version: int, users: Users | None, user: str | None) -> None:

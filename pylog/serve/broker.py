@@ -398,6 +398,11 @@ class Broker:
         """Whether partition ``key`` is fenced or could not be opened for writing."""
         return key in self._fences or key in self._open_errors
 
+    @property
+    def fenced_partitions(self) -> list[tuple[str, int]]:
+        """The partitions fenced now (metrics)."""
+        return list(self._fences)
+
     def visible_end(self, log: Log, read_committed: bool, key: tuple[str, int] | None = None) -> int:
         """The offset a consumer reads up to: the last stable offset under read_committed
         (``Log.last_stable_offset``: below a transaction being applied), else the next offset;

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog.errors import ConfigError, InvalidNameError, PylogError, TopicExistsError, UnknownTopicError
-from pylog.serve import admin_configs, admin_records, configs, timestamps
+from pylog.serve import admin_cluster, admin_configs, admin_records, configs, timestamps
 from pylog.serve.protocol import SERVED
 
 if TYPE_CHECKING:
@@ -100,6 +100,8 @@ def metadata(broker: Broker, req: Any, version: int,
                     "partitions": [], "topic_authorized_operations": -2147483648} for i in unknown_ids]
     return {"brokers": [{"node_id": 0, "host": broker.advertised_host, "port": broker.port, "rack": None}],
             "cluster_id": "pylog", "controller_id": 0, "topics": topics,
+            # v8-10 when asked (librdkafka's DescribeCluster asks this way): the server fills
+            # in the user's (authorized.fill_metadata)
             "cluster_authorized_operations": -2147483648}
 
 
@@ -252,4 +254,6 @@ HANDLERS: dict[int, Callable[[Broker, Any, int], dict[str, Any]]] = {
 }
 HANDLERS[44] = admin_configs.incremental_alter_configs  # IncrementalAlterConfigs
 HANDLERS[33] = admin_configs.alter_configs  # AlterConfigs
+HANDLERS[60] = admin_cluster.describe_cluster  # DescribeCluster
+HANDLERS[35] = admin_cluster.describe_log_dirs  # DescribeLogDirs
 

@@ -52,6 +52,8 @@ SERVED: dict[int, tuple[str, int, int]] = {
     21: ("DeleteRecords", 0, 2),  # DeleteRecords (:mod:`.admin_records`)
     23: ("OffsetForLeaderEpoch", 2, 4),  # OffsetForLeaderEpoch (:mod:`.admin_records`)
     61: ("DescribeProducers", 0, 0),  # DescribeProducers (:mod:`.admin_records`)
+    60: ("DescribeCluster", 0, 2),  # DescribeCluster (:mod:`.admin_cluster`)
+    35: ("DescribeLogDirs", 1, 4),  # DescribeLogDirs (:mod:`.admin_cluster`)
 }
 
 #: API keys of a next step (none now). They are not

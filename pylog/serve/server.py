@@ -27,6 +27,7 @@ import asyncio
 import collections
 import ctypes
 import errno
+import importlib.util
 import logging
 import os
 import resource
@@ -36,7 +37,7 @@ import struct
 import time
 from typing import Any
 
-from pylog.errors import InvalidArgumentError
+from pylog.errors import InvalidArgumentError, MissingExtraError
 from pylog.serve import acl, authorized, configs, handlers, security, topic_ids
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
@@ -232,6 +233,9 @@ class Server:
     fetch_session_slots
         Incremental fetch sessions kept at once (Kafka's
         ``max.incremental.fetch.session.cache.slots``; :mod:`.fetch_sessions`).
+    metrics_port
+        Serve Prometheus metrics over HTTP on ``host`` at this port (0: a free one, see
+        :attr:`metrics_port` after :meth:`start`; None: none), :mod:`.metrics`.
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
@@ -247,7 +251,7 @@ class Server:
                  auto_create_rate: float = 100.0, cleaner_backoff: float | None = 15.0,
                  num_partitions: int = 1, topic_defaults: dict[str, str] | None = None,
                  broker_configs: dict[str, tuple[str, int, int]] | None = None,
-                 fetch_session_slots: int = SLOTS) -> None:
+                 fetch_session_slots: int = SLOTS, metrics_port: int | None = None) -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
@@ -258,6 +262,13 @@ class Server:
         if isinstance(fetch_session_slots, bool) or not isinstance(fetch_session_slots, int) \
                 or fetch_session_slots < 0:
             raise InvalidArgumentError(f"fetch_session_slots must be an integer >= 0, not {fetch_session_slots!r}")
+        if metrics_port is not None and (isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
+                                         or not 0 <= metrics_port <= 65535):
+            raise InvalidArgumentError(f"metrics_port must be a port number (0-65535), not {metrics_port!r}")
+        if metrics_port is not None and importlib.util.find_spec("prometheus_client") is None:
+            raise MissingExtraError("pylog serve --metrics-port", "prometheus_client", "serve")
+        self.metrics_port = metrics_port
+        self.metrics: Any = None  # a .metrics.Metrics while it serves them
         if queued_max_request_bytes < max_request_bytes:
             raise InvalidArgumentError(f"queued_max_request_bytes ({queued_max_request_bytes}) must be at least "
                                        f"max_request_bytes ({max_request_bytes}), or no frame of that size is read")
@@ -349,6 +360,16 @@ class Server:
             log.warning("the open files limit (%d) is below max.connections (%d) + 100: connections are refused "
                         "when descriptors run out (raise ulimit -n, or lower --max-connections)",
                         soft, self.max_connections)
+        if self.metrics_port is not None:
+            from pylog.serve.metrics import Metrics  # prometheus_client: only when asked for
+
+            metrics = Metrics(self)
+            try:
+                self.metrics_port = metrics.start(self.host, self.metrics_port)
+            except BaseException:
+                await self.stop()
+                raise
+            self.metrics = metrics
         self.coordinator = GroupCoordinator(self.broker)
         self.coordinator.start()
         if self.cleanup_interval is not None:
@@ -356,6 +377,11 @@ class Server:
         if self.cleaner_backoff is not None:  # compaction when due (cleaner.py), between those runs
             self._compactor = asyncio.create_task(self._compaction_loop(self.cleaner_backoff))
         log.info("pylog serve: listening on %s:%d, root %s", self.host, self.port, self.root)
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections accepted and not yet closed."""
+        return self._open
 
     def _listen(self) -> list[_Listener]:
         """Listening sockets on every address of ``host`` (as asyncio.start_server binds
@@ -446,6 +472,9 @@ class Server:
             t.cancel()
         if self._conns:
             await asyncio.wait(set(self._conns), timeout=5)
+        if self.metrics is not None:  # (its HTTP thread reads the broker)
+            await asyncio.get_running_loop().run_in_executor(None, self.metrics.stop)
+            self.metrics = None
         if self.broker is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
             self.broker = None
@@ -582,7 +611,14 @@ class Server:
             keys = handlers.api_versions(self.broker, None, 0)["api_keys"]
             payload = build(req.response_cls, {"error_code": UNSUPPORTED_VERSION, "api_keys": keys})
             return encode_response(req, payload)
-        return await self._dispatch(req)
+        metrics = self.metrics
+        if metrics is None:
+            return await self._dispatch(req)
+        t = time.perf_counter()
+        try:
+            return await self._dispatch(req)
+        finally:
+            metrics.request(req.api_key, time.perf_counter() - t)
 
     async def _dispatch(self, req: Request) -> Any:
         broker = self.broker
@@ -625,10 +661,14 @@ class Server:
                 data = refused
             elif key == 0:
                 data = await broker.produce(body, req.api_version)
+                if self.metrics is not None:
+                    self.metrics.produced(body, data)
                 if body.acks == 0:
                     return None
             elif key == 1:  # through the fetch session cache (KIP-227)
                 data = await self.fetch_sessions.fetch(broker, body, req.api_version)
+                if self.metrics is not None:
+                    self.metrics.fetched(data)
             elif key in GROUP_KEYS and self.coordinator is not None:
                 data = await self.coordinator.handle(key, body, req.api_version, req.client_id)
             elif key == 22:  # writes the next producer id: in an admin thread
