@@ -188,7 +188,7 @@ CORE_FILES="test_arm.py test_crc32c.py test_frame.py test_index.py test_vectors.
 # are (it does not emulate ARM's weaker memory ordering either), and the CI's own checks.
 ARM_FILES=${ARM_FILES:-test_append_gather.py test_append_twins.py test_bad_input.py test_columns.py
   test_compaction.py test_consumer.py test_corruption.py test_fuzz.py test_log.py test_memory.py
-  test_recovery.py test_speedups.py test_stateful.py test_topics.py test_torn_writes.py
+  test_recovery.py test_speedups.py test_stateful.py test_timestamps.py test_topics.py test_torn_writes.py
   test_transactions.py test_txn_visibility.py}
 python3 - "$ARM_WORK" "${ARM_SHARD:-1}" "$CORE_FILES" "$ARM_FILES" "${selected[@]}" <<'PY' || exit 1
 import json, os, sys
