@@ -14,6 +14,12 @@
    if anything disagrees.
 
 Needs pyspark, pyarrow and a Java runtime (``pip install "pylog-commitlog[spark]"``).
+
+On a busy machine: the streaming source's Python process is one Spark starts on its own,
+and the JVM gives it a fixed 10 s to connect back ("Python worker failed to connect back");
+pyspark's imports alone take about 0.9 s of CPU before it does. Unless ``PYSPARK_PYTHON`` is
+set, the job's workers run ``spark_python.py`` (next to this file), which connects first and
+imports after. A stage that fails to connect back all the same is run again (``with_retry``).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import sys
@@ -53,8 +60,8 @@ def connect_back_failed(e: BaseException) -> bool:
     return "failed to connect back" in str(e)
 
 
-#: runs of a stage whose Python worker failed to connect back (a load average of 20 on two
-#: cores made two runs in a row miss the JVM's 10 s)
+#: runs of a stage whose Python worker failed to connect back (before spark_python.py, a load
+#: average of 20 on two cores made two runs in a row miss the JVM's 10 s)
 ATTEMPTS = 3
 
 
@@ -89,19 +96,35 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=20_000)
     args = ap.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's workers must import pylog
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # SIGTERM (a CI timeout, kill) exits through the finally below too, as Ctrl-C does
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     root = args.root or tempfile.mkdtemp(prefix="pylog-pipeline-")
+    bindir = tempfile.mkdtemp(prefix="pylog-pipeline-bin-")
+    if "PYSPARK_PYTHON" not in os.environ:  # Spark's workers run this interpreter (they import pylog)
+        os.environ["PYSPARK_PYTHON"] = worker_python(bindir)
     try:
         return run(root, args.events)
     except ConnectBackError as e:  # one line, not Spark's 100-line traceback
         print(f"pipeline: {e}", file=sys.stderr)
         return 1
-    finally:
-        if not args.root:  # on every exit: success, a failure, Ctrl-C
+    finally:  # on every exit: success, a failure, Ctrl-C
+        shutil.rmtree(bindir, ignore_errors=True)
+        if not args.root:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def worker_python(bindir: str) -> str:
+    """Write ``bindir/python``, the ``$PYSPARK_PYTHON`` of the job: this interpreter running
+    spark_python.py (next to this file), which connects back to the JVM before importing
+    pyspark, so that the streaming source's Python process meets the JVM's fixed 10 s on a
+    busy machine; returns its path."""
+    launcher = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_python.py")
+    path = os.path.join(bindir, "python")
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -S {shlex.quote(launcher)} \"$@\"\n")
+    os.chmod(path, 0o755)
+    return path
 
 
 def run(root: str, n_events: int) -> int:

@@ -27,9 +27,12 @@ Workloads, ``fsync="never"`` (no fsync anywhere) unless named otherwise, page ca
 Every figure is the median of several repetitions, systems interleaved within each
 repetition, and every ratio compares figures of the same run. It prints a table and one
 ``target: <name>: measured <value> (goal <goal>) PASS|FAIL`` line per speed target of
-issues 2, 3, 6 and 16 (``SKIP`` when its peer did not run). The exit status is 0 whatever the
-targets say (speed is reported, not gated: machines are noisy) unless ``--fail-on-miss`` is
-given; a crash exits non-zero.
+issues 2, 3, 6 and 16 (``SKIP`` when its peer did not run), then the count met and, when one
+was missed, a ``note:`` with the machine's load average at the start and the end of the run
+against its core count: the goals are set for a quiet machine, and on a busy one a miss says
+more about the load than about pylog. The exit status is 0 whatever the targets say (speed is
+reported, not gated: machines are noisy) unless ``--fail-on-miss`` is given; a crash exits
+non-zero.
 """
 from __future__ import annotations
 
@@ -76,6 +79,7 @@ class Run:
         self.overhead = timer_overhead_ns()
         self.t0 = time.perf_counter()
         self.commit = _git_commit()  # taken at the start: the code that is measured
+        self.load: list[float | None] = [None, None]  # the load average at the start and the end
         self._say = print if not args.silent else (lambda *a, **k: None)
 
     def log(self, msg: str, **kw: Any) -> None:
@@ -507,9 +511,54 @@ class Run:
             "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "pylog": pylog.__version__, "backend": pylog.backend,
             "crc": sorted(f for f in pylog.backend_features if f.startswith("crc32c-")),
-            "commit": commit, "quick": self.quick, "argv": sys.argv[1:],
+            "commit": commit, "quick": self.quick, "argv": sys.argv[1:], "load": self.load,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, or None where the system does not report one."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def load_note(missed: int, load: Sequence[float | None], cores: int | None, quick: bool) -> str:
+    """The ``note:`` line printed after the targets when ``missed`` of them were missed (empty
+    when none was): the machine's load during the run (``load``: the load average at the start
+    and at the end; ``cores``: its CPU count) and what to make of a miss. Speed targets are set
+    for a quiet machine: a load average above the core count means other work took CPU from
+    the run, and a miss then says more about the machine than about pylog."""
+    if missed == 0:
+        return ""
+    what = f"{missed} target{'s' if missed > 1 else ''} missed"
+    known = [x for x in load if x is not None]
+    sizes = " and without --quick (its small sizes are noisier)" if quick else ""
+    if not known or not cores:
+        return (f"note: {what}; this system reports no load average: speed targets are set for a quiet "
+                f"machine, so rerun with nothing else running{sizes} before reading a miss as a slowdown")
+    start, end = load
+    figures = (f"{start:.1f} at the start and {end:.1f} at the end" if start is not None and end is not None
+               else f"{known[0]:.1f}")
+    where = f"the load average was {figures}, on {cores} core{'s' if cores > 1 else ''}"
+    if max(known) > cores:
+        return (f"note: {what} on a busy machine: {where}, so other work was taking CPU from this run. "
+                f"The targets are set for a quiet machine: rerun when the load average is below the core "
+                f"count{sizes} before reading a miss as a slowdown")
+    return (f"note: {what} on a quiet machine ({where}): a miss here is worth a look; docs/benchmarks.md "
+            f"has the figures of earlier runs{' (run without --quick to compare with them)' if quick else ''}")
+
+
+def summary(run: Run, seconds: float) -> list[str]:
+    """The last lines of the output: one ``target:`` line per target, the ``compare:`` count
+    (``seconds``: the run's length) and, when a target was missed, the :func:`load_note`."""
+    lines = [t.line() for t in run.targets]
+    skipped = sum(bool(t.skipped) for t in run.targets)
+    lines.append(f"compare: {sum(t.ok for t in run.targets)} of {len(run.targets) - skipped} targets met"
+                 f"{f', {skipped} skipped (peer not run)' if skipped else ''} ({seconds:.0f} s)")
+    note = load_note(sum(not t.ok and not t.skipped for t in run.targets), run.load, os.cpu_count(), run.quick)
+    return lines + [note] if note else lines
 
 
 def write_sealed_log(path: str, n: int, value_size: int) -> None:
@@ -562,6 +611,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "pylog bench --compare")
     n = args.records or (100_000 if args.quick else 1_000_000)
     size = args.value_size
     t_start = time.perf_counter()
+    load_start = load_average()
     run = Run(args)
     redis_sys: RedisSystem | None = None
     try:
@@ -612,17 +662,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "pylog bench --compare")
         if redis_sys is not None:
             redis_sys.close()
         shutil.rmtree(run.root, ignore_errors=True)
+    run.load = [load_start, load_average()]
     run.compute_targets(main_label, kib_label)
     print(run.table())
     print()
     print(f"conditions: {json.dumps(run.conditions())}")
     print(f"command: {prog} {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip())
-    for t in run.targets:
-        print(t.line())
-    skipped = sum(bool(t.skipped) for t in run.targets)
-    print(f"compare: {sum(t.ok for t in run.targets)} of {len(run.targets) - skipped} targets met"
-          f"{f', {skipped} skipped (peer not run)' if skipped else ''} "
-          f"({time.perf_counter() - t_start:.0f} s)")
+    print("\n".join(summary(run, time.perf_counter() - t_start)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"conditions": run.conditions(), "rows": [asdict(r) for r in run.rows],
