@@ -126,3 +126,28 @@ def test_other_starts_run_as_plain_python(tmp_path):
                          timeout=120)  # a module from site-packages, added after the start (-S)
     assert out.returncode == 0 and out.stdout.startswith("pip "), out.stderr
     assert sys.executable in open(py).read()
+
+
+def test_the_handover_is_made_only_on_the_pyspark_versions_it_was_tested_with(tmp_path, jvm):
+    """The launcher reads pyspark's version without importing it; on a version outside
+    TESTED it makes no early connection (the module then connects as pyspark does)."""
+    import pyspark
+
+    spec = importlib.util.spec_from_file_location("pylog_spark_python", os.path.join(EXAMPLES, "spark_python.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod._pyspark_version() == ".".join(pyspark.__version__.split(".")[:2])
+    # a pyspark 9.9 on the path first: the runner alone connects, after its slow imports
+    fake = tmp_path / "mods" / "pyspark"
+    fake.mkdir()
+    (fake / "version.py").write_text("__version__: str = '9.9.0'\n")
+    srv, env = jvm
+    p = subprocess.Popen([_worker_python(tmp_path), "-m", "slow_runner"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        srv.settimeout(3)
+        with pytest.raises(TimeoutError):
+            srv.accept()  # no connection while the module is still importing
+    finally:
+        p.kill()
+        p.wait()
