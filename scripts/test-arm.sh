@@ -33,7 +33,7 @@
 #                           install tests build and pip-install an x86 wheel; packaging is the same
 #                           on every CPU, and scripts/build-arm-wheels.sh smoke-tests the ARM wheels)
 #   ARM_PYTEST_ARGS         extra pytest arguments (e.g. "-x -k crc")
-#   ARM_HYPOTHESIS_PROFILE  hypothesis profile under emulation (default "default")
+#   ARM_HYPOTHESIS_PROFILE  hypothesis profile under emulation (default "emulated": 20 examples)
 #   ARM_SKIP_WHEELS=1       skip step 5
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -147,7 +147,7 @@ run_target() {  # run_target NAME ARCH CPU EXPECT FORCE
     cd "$ARM_WORK/tree-$arch" || exit 99
     unset PYTHONPATH PYLOG_BACKEND
     export QEMU_CPU=$cpu TMPDIR=$out/tmp PYLOG_EXPECT_CRC_IMPL=$expect
-    export HYPOTHESIS_PROFILE=${ARM_HYPOTHESIS_PROFILE:-default} HYPOTHESIS_STORAGE_DIRECTORY=$out/hypothesis
+    export HYPOTHESIS_PROFILE=${ARM_HYPOTHESIS_PROFILE:-emulated} HYPOTHESIS_STORAGE_DIRECTORY=$out/hypothesis
     # Debian's ARM packages have no Kafka clients, docs tools or linters: their tests skip here
     export PYLOG_TEST_SUBSET=1
     if [ "$force" = 1 ]; then export PYLOG_CRC32C_FORCE_PORTABLE=1; else unset PYLOG_CRC32C_FORCE_PORTABLE; fi
@@ -177,7 +177,7 @@ done <<<"$ALL_TARGETS"
 # times: this machine's last run ($ARM_WORK/timings.json), else the seed committed in
 # scripts/arm-timings.json (copy a fresh timings.json there when the suite changes a lot),
 # else file sizes.
-CORE_FILES="test_arm.py test_crc32c.py test_frame.py test_index.py test_vectors.py"
+CORE_FILES="test_arm.py test_crc32c.py test_vectors.py"
 # What else runs under emulation (ARM_FILES=all: every file): the tests whose outcome can
 # depend on the CPU or its ABI, i.e. the C core and the CPython extension through every entry
 # point (framing, scanning, columns, gathers), 32-bit pointers, size_t and off_t (mmap'd
@@ -187,7 +187,8 @@ CORE_FILES="test_arm.py test_crc32c.py test_frame.py test_index.py test_vectors.
 # same Python on every CPU and whose system calls qemu-user passes to the x86 kernel as they
 # are (it does not emulate ARM's weaker memory ordering either), and the CI's own checks.
 ARM_FILES=${ARM_FILES:-test_append_gather.py test_append_twins.py test_bad_input.py test_columns.py
-  test_compaction.py test_consumer.py test_corruption.py test_fuzz.py test_log.py test_memory.py
+  test_compaction.py test_consumer.py test_corruption.py test_frame.py test_fuzz.py test_index.py
+  test_log.py test_memory.py
   test_recovery.py test_speedups.py test_stateful.py test_timestamps.py test_topics.py test_torn_writes.py
   test_transactions.py test_txn_visibility.py}
 python3 - "$ARM_WORK" "${ARM_SHARD:-1}" "$CORE_FILES" "$ARM_FILES" "${selected[@]}" <<'PY' || exit 1

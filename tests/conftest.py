@@ -19,6 +19,10 @@ settings.register_profile("default", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=150, deadline=None, derandomize=False,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# under qemu-user (scripts/test-arm.sh): the property tests exercise the platform's code paths;
+# the deep search of the input space is x86's (the same Python and C on every CPU)
+settings.register_profile("emulated", max_examples=20, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("expensive", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "expensive" if LONG else "default"))
