@@ -505,3 +505,18 @@ def test_a_spark_read_sees_no_part_of_a_batch_split_by_a_roll(spark, tmp_path, m
     offsets = sorted(r["offset"] for r in read(spark, root, "split").select("offset").collect())
     assert offsets == list(range(first + 100))
     store.close()
+
+
+def test_timestamp_type_is_kafkas_for_an_append_time_topic(spark, tmp_path):
+    """timestampType is 1 (Kafka's LogAppendTime) in a topic whose timestamps are the time of
+    the append, and 0 (CreateTime) in the others, partition by partition of the read."""
+    root = tmp_path / "root"
+    with pylog.LogStore(str(root)) as store:
+        store.create_topic("appended", partitions=2, config=pylog.LogConfig(timestamps="append-time"))
+        store.create_topic("given", partitions=1, config=pylog.LogConfig(timestamps="as-given"))
+        for p in range(2):
+            store.topic("appended").partition(p).append_batch([b"a%d" % i for i in range(5)])
+        store.topic("given").partition(0).append(b"g", timestamp=5)
+    got = {r["timestampType"] for r in read(spark, root, "appended").collect()}
+    assert got == {1}
+    assert [(r["timestampType"], r["timestamp"].year) for r in read(spark, root, "given").collect()] == [(0, 1970)]

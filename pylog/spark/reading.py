@@ -82,9 +82,11 @@ class _Slice(InputPartition):
     end_offset: int
     end_position: int
     fail_on_data_loss: bool = True
+    timestamp_type: int = 0
 
     def __init__(self, topic: str, partition: int, store_path: str, start_offset: int, start_position: int,
-                 end_offset: int, end_position: int, fail_on_data_loss: bool = True) -> None:
+                 end_offset: int, end_position: int, fail_on_data_loss: bool = True,
+                 timestamp_type: int = 0) -> None:
         self.value = None
         self.topic = topic
         self.partition = partition
@@ -94,6 +96,7 @@ class _Slice(InputPartition):
         self.end_offset = end_offset
         self.end_position = end_position
         self.fail_on_data_loss = fail_on_data_loss
+        self.timestamp_type = timestamp_type  # Kafka's: 0 CreateTime, 1 LogAppendTime
 
 
 _SEGMENT_FILE = re.compile(r"^[0-9]{20}\.(log|index|timeindex)$")
@@ -304,6 +307,7 @@ def _plan_partition(root: str, topic: str, p: int, start: int, end: int, fail: b
                 raise _data_loss(topic, p, start, log.start_offset)
             start = log.start_offset
         segs: list[Any] = [*log._sealed, log._active]  # noqa: SLF001 (internals, see module doc)
+        kind = 1 if log.config.timestamps == "append-time" else 0
         out = []
         for s in segs:
             a, b = max(start, s.base_offset), min(end, s.next_offset)
@@ -317,7 +321,7 @@ def _plan_partition(root: str, topic: str, p: int, start: int, end: int, fail: b
             else:
                 b_pos = int(s.size)
             if a_pos < b_pos:
-                out.append(_Slice(topic, p, s.store_path, a_off, a_pos, b, b_pos, fail))
+                out.append(_Slice(topic, p, s.store_path, a_off, a_pos, b, b_pos, fail, kind))
         return out
 
 
@@ -339,9 +343,9 @@ def _split(root: str, sl: _Slice) -> tuple[_Slice, _Slice] | None:
     if not sl.start_position < pos < sl.end_position:
         return None
     left = _Slice(sl.topic, sl.partition, sl.store_path, sl.start_offset, sl.start_position, off, pos,
-                  sl.fail_on_data_loss)
+                  sl.fail_on_data_loss, sl.timestamp_type)
     right = _Slice(sl.topic, sl.partition, sl.store_path, off, pos, sl.end_offset, sl.end_position,
-                   sl.fail_on_data_loss)
+                   sl.fail_on_data_loss, sl.timestamp_type)
     return left, right
 
 
@@ -385,7 +389,7 @@ def _constant_string(s: str, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
 
 
-def _batch(cols: Columns, topic: str, partition: int) -> pa.RecordBatch:
+def _batch(cols: Columns, topic: str, partition: int, timestamp_type: int = 0) -> pa.RecordBatch:
     """A batch in Spark's schema from the columns pylog.arrow's scan filled (no copy)."""
     n = cols.rows
     assert cols.timestamps is not None and cols.offsets is not None  # the scan asked for both
@@ -398,7 +402,7 @@ def _batch(cols: Columns, topic: str, partition: int) -> pa.RecordBatch:
         pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, partition, np.int32))]),
         pa.Array.from_buffers(pa.int64(), n, [None, int64_buffer(cols.offsets, n)]),
         pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(ts)]),
-        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.zeros(n, np.int32))]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, timestamp_type, np.int32))]),
         binary_array(cols, "metadata"),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
@@ -430,7 +434,7 @@ def _read_slice(sl: _Slice) -> Iterator[pa.RecordBatch]:
     gaps = bool(rc == impl.OK and flags & fmt.HEADER_COMPACTED)
     rc, end, expected = yield from scan_buffer(
         buf, sl.end_position, sl.start_position, sl.start_offset, sl.end_offset, sl.end_offset, gaps,
-        _ARROW_COLUMNS, _BATCH_ROWS, lambda cols: _batch(cols, sl.topic, sl.partition), _BATCH_BYTES)
+        _ARROW_COLUMNS, _BATCH_ROWS, lambda cols: _batch(cols, sl.topic, sl.partition, sl.timestamp_type), _BATCH_BYTES)
     if rc != impl.OK:
         raise CorruptRecordError(sl.store_path, int(end), expected, _reason(rc))
     if expected < sl.end_offset and not gaps and sl.fail_on_data_loss:
