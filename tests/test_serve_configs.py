@@ -435,3 +435,15 @@ def test_compact_leaves_segments_younger_than_min_lag(tmp_path):
         assert young_after == young_before  # untouched: younger than the lag
         assert all(s["size_bytes"] < 1000 for s in log.segments() if s["sealed"] and s["next_offset"] <= 40)
         assert compact(log, now_ms=100_200).segments_cleaned > 0  # without the lag they go too
+
+
+def test_config_file_sets_the_fetch_session_slots(tmp_path):
+    """Kafka's max.incremental.fetch.session.cache.slots in --config reaches the Server."""
+    from pylog.serve import brokerconfig
+
+    conf = tmp_path / "server.properties"
+    conf.write_text("max.incremental.fetch.session.cache.slots=7\n")
+    assert brokerconfig.load(str(conf)).server["fetch_session_slots"] == 7
+    conf.write_text("max.incremental.fetch.session.cache.slots=-1\n")
+    with pytest.raises(brokerconfig.BrokerConfigError, match="-1"):
+        brokerconfig.load(str(conf))
