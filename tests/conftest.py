@@ -6,6 +6,7 @@ Profiles (``HYPOTHESIS_PROFILE``): ``default`` for a quick local run, ``ci`` (se
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,13 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 LONG = os.environ.get("PYLOG_LONG") == "1"
+
+# A run started in the background by a non-interactive shell (`cmd &`, `nohup cmd &`) has
+# SIGINT ignored, and every child would inherit that: the tests that interrupt a child (Ctrl-C)
+# must give it what a terminal gives. A caught handler here is reset to the default in each
+# child at exec, where Python then raises KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile("default", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
