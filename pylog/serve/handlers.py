@@ -239,21 +239,16 @@ def create_partitions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     return {"results": out}
 
 
-def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """DescribeConfigs: :func:`.admin_configs.describe_configs`."""
-    return admin_configs.describe_configs(broker, req, version)
-
-
 #: API key -> handler (Produce and Fetch are coroutines in :mod:`.broker`).
 HANDLERS: dict[int, Callable[[Broker, Any, int], dict[str, Any]]] = {
     18: api_versions, 3: metadata, 2: list_offsets, 19: create_topics, 20: delete_topics,
-    37: create_partitions, 32: describe_configs,
+    37: create_partitions,
+    32: admin_configs.describe_configs,  # DescribeConfigs
+    33: admin_configs.alter_configs,  # AlterConfigs
+    44: admin_configs.incremental_alter_configs,  # IncrementalAlterConfigs
     21: admin_records.delete_records,  # DeleteRecords
     23: admin_records.offset_for_leader_epoch,  # OffsetForLeaderEpoch
     61: admin_records.describe_producers,  # DescribeProducers
+    60: admin_cluster.describe_cluster,  # DescribeCluster
+    35: admin_cluster.describe_log_dirs,  # DescribeLogDirs
 }
-HANDLERS[44] = admin_configs.incremental_alter_configs  # IncrementalAlterConfigs
-HANDLERS[33] = admin_configs.alter_configs  # AlterConfigs
-HANDLERS[60] = admin_cluster.describe_cluster  # DescribeCluster
-HANDLERS[35] = admin_cluster.describe_log_dirs  # DescribeLogDirs
-
