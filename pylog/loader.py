@@ -79,16 +79,28 @@ def txn_dir_of(dirpath: str) -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(dirpath))), TXN_DIR)
 
 
-def visibility_token(txn_dir: str) -> bytes | None:
-    """The store's :data:`VISIBLE_FILE` token (None before any transaction finished)."""
+def visibility_token(txn_dir: str) -> tuple[bytes, bool] | None:
+    """The store's visibility state, None before any transaction was published: the bytes
+    of its :data:`VISIBLE_FILE` (the id of the transaction published last, or being
+    published now) and whether that transaction's directory is still there (its publish
+    not done yet). Publishes are one at a time (a lock on the file), each writes its id
+    and then renames its directory, so every publish changes this pair: two equal reads
+    enclose none. (A token written before the rename alone would not do: a look between
+    the two recorded the new token with the old state, and later looks, finding the same
+    token, kept that state after the publish.)"""
     try:
         fd = os.open(os.path.join(txn_dir, VISIBLE_FILE), os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
-        return os.read(fd, 64)
+        data = os.read(fd, 64)
     finally:
         os.close(fd)
+    name = data.split(b"\n", 1)[0]
+    # a read racing the write may mix two ids: not an id (or not a directory), so False
+    pending = (len(name) == 32 and all(c in b"0123456789abcdef" for c in name)
+               and os.path.isdir(os.path.join(txn_dir, name.decode())))
+    return data, pending
 
 
 def _lower(a: int | None, b: int | None) -> int | None:

@@ -82,7 +82,7 @@ class LogState:
 
     # transactions and truncation
     _cap: int | None  # the last stable offset while a transaction applies
-    _vis: tuple[bytes | None, str] | None  # read-only: the visibility token of the last look, the txn dir
+    _vis: tuple[tuple[bytes, bool] | None, str] | None  # read-only: the visibility state of the last look, the txn dir
     _cut_hint: dict[int, int]  # truncate_at_damage: offset -> where to cut
 
     if TYPE_CHECKING:

@@ -582,30 +582,33 @@ def discard_tagged(root: str, tag: str, keep: Iterable[str] = ()) -> list[str]:
     return out
 
 
-def _bump_visible(base: str) -> None:
-    """Overwrite ``base``/visible with a new random token (see :func:`_publish`): one
-    ``pwrite`` of 32 bytes in place, no temporary file (a kill leaves nothing behind, and
-    concurrent committers never collide). A reader that catches it half written still
-    reads a value unlike the one before. Not fsynced: the token only tells live readers
-    that something changed."""
+def _publish(path: str) -> str | None:
+    """Make decided transaction ``path`` (its directory) visible, in every partition at
+    once: under an exclusive lock on the store's :data:`VISIBLE_FILE`, its id is written
+    there (one ``pwrite`` in place: no temporary file, not fsynced, as the file only tells
+    live readers what changed), then the directory is renamed to ``.done-ID`` (the moment
+    it shows). Returns the renamed directory (to delete), None if it was gone already.
+    Every partition's records must be applied and durable before.
+
+    Readers compare :func:`pylog.loader.visibility_token` (the file's id, and whether that
+    directory is still there) before and after they look: the lock keeps another publish
+    from writing its id between this one's write and rename, so each publish changes
+    what they compare."""
+    base = os.path.dirname(path)
+    txn_id = os.path.basename(path)
+    done = os.path.join(base, _DONE_PREFIX + txn_id)
     fd = vfs.open(os.path.join(base, VISIBLE_FILE), os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        vfs.pwrite(fd, uuid.uuid4().hex.encode(), 0)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close (or the process's death)
+        if not os.path.isdir(path):
+            return None  # published by someone else meanwhile
+        vfs.pwrite(fd, txn_id.encode() + b"\n", 0)
+        try:
+            vfs.rename(path, done)
+        except FileNotFoundError:
+            return None
     finally:
         vfs.close(fd)
-
-
-def _publish(path: str) -> str | None:
-    """Make decided transaction ``path`` (its directory) visible: a new token in
-    ``visible``, then the directory renamed to ``.done-ID`` (the moment it shows in every
-    partition). Returns the renamed directory (to delete), None if it was gone already.
-    Every partition's records must be applied and durable before."""
-    _bump_visible(os.path.dirname(path))
-    done = os.path.join(os.path.dirname(path), _DONE_PREFIX + os.path.basename(path))
-    try:
-        vfs.rename(path, done)
-    except FileNotFoundError:
-        return None
     return done
 
 

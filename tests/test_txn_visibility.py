@@ -352,3 +352,92 @@ def test_a_partition_rolled_forward_alone_stays_hidden_until_all_are(tmp_path, b
         assert len(s.topic("a").partition(0)) == 10 + n + 1
         assert sorted(os.listdir(root / "~txn")) == ["visible"]
     assert not any(os.path.exists(os.path.join(d, "txn.stable")) for d in (d0, d1))
+
+
+def test_a_look_between_the_token_and_the_publish_is_not_kept_after_it(tmp_path, monkeypatch):
+    """Found under emulation (armhf): the committer wrote the store's new visibility token
+    and was descheduled before the rename that publishes; a reader's refresh of each
+    partition ran in that window, found the transaction unpublished and recorded the new
+    token with that cap. After the publish the token was the same, the files unchanged,
+    so its refreshes kept the stale cap: ``consistent()`` returned a snapshot showing the
+    transaction in a partition looked at before the window and not in the others (and a
+    plain refresh never showed it until something else changed). Here the window is
+    entered every time, by looks from inside the publish, just before its rename."""
+    from pylog import transactions, vfs
+
+    root = tmp_path / "r"
+    with pylog.LogStore(root) as s:
+        s.create_topic("a", partitions=3)
+        for p in range(3):
+            s.topic("a").partition(p)
+        readers = [pylog.Log(root / "a" / f"partition-{p}", readonly=True) for p in range(3)]
+        in_window = []
+        real = vfs.rename
+
+        def rename(src, dst, *args, **kw):
+            if os.path.basename(dst).startswith(".done-"):
+                # the publish: its token is written, the directory not yet renamed
+                for r in readers[1:]:
+                    r.refresh()
+                in_window.append([r.stable_offset for r in readers])
+            return real(src, dst, *args, **kw)
+
+        monkeypatch.setattr(vfs, "rename", rename)
+        with s.transaction() as tx:
+            for p in range(3):
+                tx.append_batch("a", [b"x-%d" % i for i in range(4 + p)], partition=p)
+        assert in_window and in_window[0][1:] == [0, 0]  # the window was entered, unpublished
+        ends = transactions.consistent(root, lambda: [r.refresh() or r.stable_offset for r in readers])
+        assert ends == [4, 5, 6]
+        for r in readers:
+            r.refresh()
+        assert [r.stable_offset for r in readers] == [4, 5, 6]
+        for r in readers:
+            r.close()
+
+
+def test_publishes_are_one_at_a_time(tmp_path, monkeypatch):
+    """Two transactions of disjoint partitions commit in two threads. While the first is
+    inside its publish (its id written, its directory not yet renamed), the second's
+    publish waits: otherwise a reader could read the second's id before and after the
+    first's rename and miss it. Without the lock both renames were under way at once."""
+    import threading
+
+    from pylog import vfs
+
+    root = tmp_path / "r"
+    events = []
+    paused, release = threading.Event(), threading.Event()
+    real = vfs.rename
+
+    def rename(src, dst, *args, **kw):
+        if os.path.basename(dst).startswith(".done-"):
+            events.append(("rename", threading.current_thread().name))
+            if threading.current_thread().name == "first":
+                paused.set()
+                release.wait(30)
+        return real(src, dst, *args, **kw)
+
+    with pylog.LogStore(root) as s:
+        s.create_topic("a", partitions=2)
+
+        def commit(p):
+            with s.transaction() as tx:
+                tx.append_batch("a", [b"v-%d" % p] * 3, partition=p)
+            events.append(("done", threading.current_thread().name))
+
+        monkeypatch.setattr(vfs, "rename", rename)
+        first = threading.Thread(target=commit, args=(0,), name="first")
+        first.start()
+        assert paused.wait(30)
+        second = threading.Thread(target=commit, args=(1,), name="second")
+        second.start()
+        second.join(0.5)  # long enough for its publish to reach the rename, were it free to
+        assert ("rename", "second") not in events
+        release.set()
+        first.join(30)
+        second.join(30)
+    assert [e for e in events if e[0] == "rename"] == [("rename", "first"), ("rename", "second")]
+    for p in (0, 1):
+        with pylog.Log(root / "a" / f"partition-{p}", readonly=True) as lg:
+            assert lg.stable_offset == 3 and bytes(lg.read(2).value) == b"v-%d" % p
