@@ -140,8 +140,10 @@ def check_read_options(options: Mapping[str, str], mode: str | None = None) -> N
         if not opt.where & _READS:
             raise _err(k, "applies to writes only, not to a read")
         if mode is not None and mode not in opt.where:
-            if mode == STREAM:
+            if mode == STREAM and k.startswith("ending"):
                 raise _err(k, "is not valid in a streaming query (a stream has no end; as Kafka's source refuses it)")
+            if mode == STREAM:
+                raise _err(k, "applies to batch reads only (read), not to a streaming read")
             raise _err(k, "applies to streaming reads only (readStream), not to a batch read")
     given = [n for n in _SELECTORS if options.get(n) is not None]
     if len(given) > 1:

@@ -544,7 +544,8 @@ def _read_slice(sl: _Slice) -> Iterator[pa.RecordBatch]:
         if size < sl.end_position:
             if sl.fail_on_data_loss:
                 raise PylogError(f"pylog: {sl.store_path} is shorter than when the query was planned "
-                                 f"({size} < {sl.end_position} bytes): the log was truncated meanwhile")
+                                 f"({size} < {sl.end_position} bytes): the log was truncated meanwhile. Set option "
+                                 "failOnDataLoss=false to skip the records gone")
             return
         mm = mmap.mmap(fd, sl.end_position, access=mmap.ACCESS_READ)
     finally:

@@ -83,7 +83,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = options.get("groupid")
         self.progress = GroupProgress(self.root, str(group)) if group is not None else None
         self.frozen: dict[str, dict[str, int]] | None = None
-        self.last_trigger_ms = 0.0  # when the last batch was let through (minOffsetsPerTrigger)
+        self.last_trigger_ms: float | None = None  # when the last batch was let through (None: none yet)
 
     def _selected(self) -> dict[str, list[int]]:
         """The partitions read now: a pattern's topics are looked up again each time."""
@@ -168,7 +168,8 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.min_per_trigger is None or self.frozen is not None or available == 0:
             return False
         now = time.monotonic() * 1000
-        if available < self.min_per_trigger and now - self.last_trigger_ms < self.max_delay_ms:
+        within_delay = self.last_trigger_ms is not None and now - self.last_trigger_ms < self.max_delay_ms
+        if available < self.min_per_trigger and within_delay:
             return True
         self.last_trigger_ms = now
         return False
