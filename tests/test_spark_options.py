@@ -222,6 +222,27 @@ def test_min_offsets_per_trigger_holds_a_batch_back_until_max_trigger_delay(tmp_
         PylogStreamReader({**opts, "maxtriggerdelay": "soon"})
 
 
+def test_stream_pattern_picks_up_new_topics_and_starts_by_timestamp(tmp_path):
+    """A stream of subscribePattern takes a matching topic created after it started (from
+    its earliest offset; a topic that does not match is not read); a new stream starts per
+    startingOffsetsByTimestamp, partitions not named per startingOffsets."""
+    make_topic(tmp_path, "p1", partitions=2, records=10)
+    make_topic(tmp_path, "q", partitions=1, records=3)
+    r = PylogStreamReader({"path": str(tmp_path), "subscribepattern": "p[0-9]", "startingoffsets": "earliest",
+                           "startingoffsetsbytimestamp": json.dumps({"p1": {"1": T0 + 4}})})
+    start = r.initialOffset()
+    assert start == {"p1": {"0": 0, "1": 4}}
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"p1": {"0": 10, "1": 10}}
+    make_topic(tmp_path, "p2", partitions=1, records=5)
+    make_topic(tmp_path, "px", partitions=1, records=5)
+    end2 = r.latestOffset(end, ReadAllAvailable())
+    assert end2 == {"p1": {"0": 10, "1": 10}, "p2": {"0": 5}}
+    got = sorted((b.column("topic")[0].as_py(), o) for sl in r.partitions(end, end2) for b in r.read(sl)
+                 for o in b.column("offset").to_pylist())
+    assert got == [("p2", o) for o in range(5)]
+
+
 # --------------------------------------------------------------------------------------
 # item 9: a stream's progress in a pylog consumer group
 def _scrape_lag(root: str, group: str) -> dict[int, float]:
