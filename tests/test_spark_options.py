@@ -166,11 +166,17 @@ def test_timestamp_options_on_non_monotonic_timestamps(spark, tmp_path):
     assert read_offsets(startingTimestamp=str(T0 + 91), startingOffsets=json.dumps({"n": {"0": 0}}),
                         startingOffsetsByTimestamp=json.dumps({"n": {"0": T0}})) == [(0, 6), (1, 6)]
     assert read_offsets(startingTimestamp=str(T0 + 96)) == []  # none at or after: at the end
-    with pytest.raises(Exception, match=r"pylog option startingTimestamp: topic 'n' partition 0 has no record at or "
-                                        r"after"):
-        read_offsets(startingTimestamp=str(T0 + 96), startingOffsetsByTimestampStrategy="error")
-    with pytest.raises(Exception, match=r"pylog option startingOffsetsByTimestamp: topic 'n' has no partition 5"):
-        read_offsets(startingOffsetsByTimestamp=json.dumps({"n": {"5": T0}}))
+
+    def plan(**options):  # the reader Spark would get, planned without a query
+        return PylogReader({"path": str(tmp_path), "topic": "n", **{k.lower(): v for k, v in options.items()}}
+                           ).partitions()
+
+    with pytest.raises(spark_options.ConfigError, match=r"pylog option startingTimestamp: topic 'n' partition 0 has "
+                                                        r"no record at or after"):
+        plan(startingTimestamp=str(T0 + 96), startingOffsetsByTimestampStrategy="error")
+    with pytest.raises(spark_options.ConfigError, match=r"pylog option startingOffsetsByTimestamp: topic 'n' has no "
+                                                        r"partition 5"):
+        plan(startingOffsetsByTimestamp=json.dumps({"n": {"5": T0}}))
 
 
 def test_assign_subscribe_pattern_and_max_records_per_partition(spark, tmp_path):
@@ -178,16 +184,19 @@ def test_assign_subscribe_pattern_and_max_records_per_partition(spark, tmp_path)
     make_topic(tmp_path, "ab", partitions=1, records=4)
     make_topic(tmp_path, "b", partitions=1, records=2)
 
-    def parts(**options):
-        return sorted({(t, p) for t, p, _o in offsets(reader(spark, tmp_path, **options).load())})
+    def parts(**options):  # the plan's partitions, from the reader Spark would get (no query)
+        r = PylogReader({"path": str(tmp_path), **{k.lower(): v for k, v in options.items()}})
+        return sorted({(sl.topic, sl.partition) for sl in r.partitions()})
 
-    assert parts(assign=json.dumps({"a": [2, 0], "b": [0]})) == [("a", 0), ("a", 2), ("b", 0)]
+    got = sorted({(t, p) for t, p, _o in offsets(reader(spark, tmp_path, assign=json.dumps({"a": [2, 0], "b": [0]}))
+                                                 .load())})
+    assert got == [("a", 0), ("a", 2), ("b", 0)]
     assert parts(subscribePattern="a.*") == [("a", 0), ("a", 1), ("a", 2), ("ab", 0)]
     assert parts(subscribePattern="b") == [("b", 0)]  # the whole name matches, not a part of it
     assert parts(subscribe="b,ab") == [("ab", 0), ("b", 0)]
-    with pytest.raises(Exception, match=r"pylog option assign: topic 'a' has no partition 7"):
+    with pytest.raises(pylog.UnknownTopicError, match=r"pylog option assign: topic 'a' has no partition 7"):
         parts(assign=json.dumps({"a": [7]}))
-    with pytest.raises(Exception, match=r"pylog option assign: expected JSON"):
+    with pytest.raises(spark_options.ConfigError, match=r"pylog option assign: expected JSON"):
         parts(assign="a")
     df = reader(spark, tmp_path, topic="a", maxRecordsPerPartition="3").load()
     assert df.rdd.getNumPartitions() == 3 * 4  # 10 records a partition: at most 3 per task
