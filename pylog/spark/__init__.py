@@ -35,8 +35,11 @@ C scan of a mapped store file); everything else goes through the public :class:`
 
 The package: :mod:`pylog.spark.options` (option parsing and checking),
 :mod:`pylog.spark.pushdown` (pushed filters turned into a plan),
-:mod:`pylog.spark.layout` (topics on disk), :mod:`pylog.spark.reading` (planning, batch and
-streaming reads), :mod:`pylog.spark.writing` (batch writer and streaming sink), and this
+:mod:`pylog.spark.layout` (topics on disk and the ones a read selects),
+:mod:`pylog.spark.reading` (planning and batch reads), :mod:`pylog.spark.streaming`
+(streaming reads), :mod:`pylog.spark.progress` (a stream's progress in a consumer group,
+option ``groupId``), :mod:`pylog.spark.headers` (the ``headers`` column),
+:mod:`pylog.spark.writing` (batch writer and streaming sink), and this
 module (the data source Spark registers, which hands out those readers and writers).
 """
 from __future__ import annotations
@@ -50,20 +53,19 @@ require("pyarrow", "pylog.spark", "spark")
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
-from pylog.spark.options import _bool_opt, _err, _options_dict  # noqa: E402
+from pylog.spark.options import BATCH, STREAM, _bool_opt, _err, _options_dict, check_read_options  # noqa: E402
 
 # Besides SCHEMA, also importable from here as they were from the one-module pylog.spark: the
 # readers and writers, SINK_ID_FILE, StructType, and the helpers tests and benchmarks call.
 from pylog.spark.reading import (  # noqa: E402, F401
     SCHEMA,
+    SCHEMA_WITH_HEADERS,
     PylogPushdownReader,
     PylogReader,
-    PylogStreamReader,
-    _canonical,
     _read_slice,
     _Slice,
-    _split_limit,
 )
+from pylog.spark.streaming import PylogStreamReader, _canonical, _split_limit  # noqa: E402, F401
 from pylog.spark.writing import SINK_ID_FILE, PylogStreamWriter, PylogWriter  # noqa: E402, F401
 
 __all__ = ["PylogDataSource", "register", "SCHEMA"]
@@ -83,21 +85,28 @@ class PylogDataSource(DataSource):
         return "pylog"
 
     def schema(self) -> str:
-        """The columns of a read (:data:`SCHEMA`)."""
-        return SCHEMA
+        """The columns of a read (:data:`SCHEMA`; :data:`SCHEMA_WITH_HEADERS` with
+        ``includeHeaders=true``). Spark calls it at ``load()`` (for reads only), so an
+        option no read takes is refused here, with one line naming it."""
+        options = _options_dict(self.options)
+        check_read_options(options)
+        return SCHEMA_WITH_HEADERS if _bool_opt(options, "includeheaders", False) else SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader; its offsets are fixed here (the snapshot). With the option
         ``pushFilters=true``, one that takes Spark's pushed filters (which needs
         ``spark.sql.python.filterPushdown.enabled=true`` in Spark)."""
         options = _options_dict(self.options)
+        check_read_options(options, BATCH)
         if _bool_opt(options, "pushfilters", False):
             return PylogPushdownReader(options)
         return PylogReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch reader."""
-        return PylogStreamReader(_options_dict(self.options))
+        options = _options_dict(self.options)
+        check_read_options(options, STREAM)
+        return PylogStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> PylogWriter:
         """A transactional batch writer (``mode("append")`` only)."""

@@ -1,4 +1,5 @@
-"""Reading topics into Spark: partition planning, the batch reader and the micro-batch reader.
+"""Reading topics into Spark: partition planning and the batch reader (the micro-batch
+reader, :mod:`pylog.spark.streaming`, plans its batches with the same functions).
 
 A read plans one input partition (:class:`_Slice`) per segment slice of each topic partition
 (more with ``minPartitions``), with the end offsets fixed at planning time. A task maps the
@@ -22,13 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 import pylog
 from pylog import format as fmt
@@ -37,15 +32,20 @@ from pylog._backend import impl
 from pylog._columns import Columns
 from pylog.arrow import binary_array, int64_buffer, scan_buffer
 from pylog.errors import CorruptRecordError, PylogError
-from pylog.spark.layout import _partition_dir, _partitions_of
+from pylog.spark.headers import HEADERS_DDL, HEADERS_TYPE, headers_array
+from pylog.spark.layout import _partition_dir, _partitions_of, _selected
 from pylog.spark.options import (
     _EARLIEST,
     _LATEST,
+    _assign_opt,
     _bool_opt,
+    _choice_opt,
     _err,
     _int_opt,
     _offsets_spec,
+    _pattern_opt,
     _root_opt,
+    _timestamps_spec,
     _topics_opt,
 )
 from pylog.spark.pushdown import ALL, Pushed, intersect, normalize
@@ -60,6 +60,9 @@ _ARROW_SCHEMA = pa.schema([
     ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
     ("metadata", pa.binary()),
 ])
+#: The columns of a read with ``includeHeaders=true``: :data:`SCHEMA` and Kafka's ``headers``.
+SCHEMA_WITH_HEADERS = f"{SCHEMA}, {HEADERS_DDL}"
+_ARROW_SCHEMA_WITH_HEADERS = _ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 # Rows per Arrow batch a read yields. Spark's cost per batch is high (a 1M-row scan took
 # 2.3 s in 64k-row batches, 1.2 s in 500k-row ones, against 1.2 s for Parquet), so batches
 # are large, bounded by the frame bytes they cover.
@@ -83,10 +86,12 @@ class _Slice(InputPartition):
     end_position: int
     fail_on_data_loss: bool = True
     timestamp_type: int = 0
+    ino: int = 0
+    headers: bool = False
 
     def __init__(self, topic: str, partition: int, store_path: str, start_offset: int, start_position: int,
                  end_offset: int, end_position: int, fail_on_data_loss: bool = True,
-                 timestamp_type: int = 0) -> None:
+                 timestamp_type: int = 0, ino: int = 0, headers: bool = False) -> None:
         self.value = None
         self.topic = topic
         self.partition = partition
@@ -97,6 +102,8 @@ class _Slice(InputPartition):
         self.end_position = end_position
         self.fail_on_data_loss = fail_on_data_loss
         self.timestamp_type = timestamp_type  # Kafka's: 0 CreateTime, 1 LogAppendTime
+        self.ino = ino  # the store file's inode when planned (0: not known); compaction replaces it
+        self.headers = headers  # add the headers column (includeHeaders)
 
 
 _SEGMENT_FILE = re.compile(r"^[0-9]{20}\.(log|index|timeindex)$")
@@ -271,6 +278,14 @@ def _resolve(spec: Any, name: str, bounds: dict[str, dict[int, tuple[int, int]]]
     return out
 
 
+def _selection(options: dict[str, str], root: str, *, strict: bool = True) -> dict[str, list[int]]:
+    """``{topic: [partition, ...]}`` of a read's ``topic``/``topics``/``subscribe``,
+    ``subscribePattern`` or ``assign`` option (see :func:`pylog.spark.layout._selected`)."""
+    pattern, assign = _pattern_opt(options), _assign_opt(options)
+    topics = _topics_opt(options) if pattern is None and assign is None else None
+    return _selected(root, topics, pattern, assign, strict=strict)
+
+
 def _without(spec: Any, name: str, parts: Mapping[str, list[int]], dropped: set[tuple[str, int]]) -> Any:
     """An offsets spec without the partitions in ``dropped``, once its topic and partition
     names are checked against every partition read (``parts``)."""
@@ -280,23 +295,113 @@ def _without(spec: Any, name: str, parts: Mapping[str, list[int]], dropped: set[
     return {t: {p: off for p, off in ps.items() if (t, p) not in dropped} for t, ps in spec.items()}
 
 
-def _by_timestamp(root: str, bounds: dict[str, dict[int, tuple[int, int]]], ts: int) -> dict[str, dict[int, int]]:
-    """Per partition, the first offset with timestamp >= ts (the latest offset if none)."""
+def _by_timestamp(root: str, bounds: dict[str, dict[int, tuple[int, int]]], ts: int | dict[str, dict[int, int]],
+                  name: str = "startingTimestamp", strict: bool = False) -> dict[str, dict[int, int]]:
+    """Per partition (every one for a single ``ts``; those a ``{topic: {partition: ts}}``
+    names, checked against ``bounds``, otherwise), the first offset with timestamp >= its
+    time: the latest offset if there is none, or with ``strict`` an error naming option
+    ``name`` (Kafka's ``startingOffsetsByTimestampStrategy=error``)."""
+    if isinstance(ts, dict):
+        _check_spec(ts, name, bounds)
     out: dict[str, dict[int, int]] = {}
     for t, parts in bounds.items():
         m = out.setdefault(t, {})
         for p, (lo, hi) in parts.items():
+            when = ts if isinstance(ts, int) else ts.get(t, {}).get(p)
+            if when is None:
+                continue
             off = None
             with _reader(root, t, p) as log:
                 if log is not None:
-                    off = log.offset_for_time(ts)
+                    off = log.offset_for_time(when)
+            if off is None and strict:
+                raise _err(name, f"topic {t!r} partition {p} has no record at or after {when} ms "
+                           "(startingOffsetsByTimestampStrategy=error)")
             m[p] = hi if off is None else max(lo, min(off, hi))
     return out
 
 
-def _plan_partition(root: str, topic: str, p: int, start: int, end: int, fail: bool) -> list[_Slice]:
+class _Positions:
+    """Where a read starts (and a batch read ends): the offset and timestamp options of a
+    read, resolved against a snapshot's bounds. Precedence as in Kafka's source: a single
+    timestamp, then per-partition timestamps, then offsets."""
+
+    def __init__(self, options: dict[str, str], stream: bool) -> None:
+        self.start_spec = _offsets_spec(options, "startingoffsets", "latest" if stream else "earliest",
+                                        allow_latest=stream)
+        self.start_ts = _int_opt(options, "startingtimestamp", None, lo=0)
+        self.start_by_ts = _timestamps_spec(options, "startingoffsetsbytimestamp")
+        self.strict = _choice_opt(options, "startingoffsetsbytimestampstrategy", ("latest", "error"),
+                                  "latest") == "error"
+        self.end_spec = _offsets_spec(options, "endingoffsets", "latest", allow_earliest=False)
+        self.end_ts = _int_opt(options, "endingtimestamp", None, lo=0)
+        self.end_by_ts = _timestamps_spec(options, "endingoffsetsbytimestamp")
+
+    def starts(self, root: str, bounds: dict[str, dict[int, tuple[int, int]]], start_spec: Any,
+               start_by_ts: Any, default: int) -> dict[str, dict[int, int]]:
+        """The start offsets of every partition in ``bounds``."""
+        if self.start_ts is not None:
+            return _by_timestamp(root, bounds, self.start_ts, "startingTimestamp", self.strict)
+        out = _resolve(start_spec, "startingOffsets", bounds, default)
+        if start_by_ts:
+            for t, m in _by_timestamp(root, bounds, start_by_ts, "startingOffsetsByTimestamp", self.strict).items():
+                out[t].update(m)
+        return out
+
+    def ends(self, root: str, bounds: dict[str, dict[int, tuple[int, int]]], end_spec: Any,
+             end_by_ts: Any) -> dict[str, dict[int, int]]:
+        """The end offsets (exclusive) of every partition in ``bounds`` (a batch read's)."""
+        if self.end_ts is not None:
+            return _by_timestamp(root, bounds, self.end_ts, "endingTimestamp")
+        out = _resolve(end_spec, "endingOffsets", bounds, _LATEST)
+        if end_by_ts:
+            for t, m in _by_timestamp(root, bounds, end_by_ts, "endingOffsetsByTimestamp").items():
+                out[t].update(m)
+        return out
+
+
+def _locate(s: Any, off: int) -> tuple[int, int]:
+    """(position, offset) of the first record at or after ``off`` in segment ``s``; in a
+    compacted segment whose records all lie before ``off``: (its size, ``off``)."""
+    try:
+        _m, f = s.find(off)
+    except CorruptRecordError:
+        if not s.gaps or _last_offset(s) >= off:
+            raise  # damage, not the end of a compacted segment
+        return int(s.size), off
+    return int(f[0]), int(f[1])
+
+
+def _last_offset(s: Any) -> int:
+    """The offset of the last record of segment ``s`` (-1 if none): a CRC-checked walk."""
+    m = s.maps().store
+    pos, expected, last = fmt.FILE_HEADER_SIZE, s.base_offset, -1
+    while True:
+        rc, frames, end = impl.scan(m.buf, m.length, pos, expected, 4096, 1 << 63, s.gaps)
+        if len(frames):
+            last = int(frames[-1]["offset"])
+            expected = last + 1
+        if rc != impl.OK or not len(frames) or int(end) >= m.length:
+            return last
+        pos = int(end)
+
+
+def _inode(s: Any) -> int:
+    """The inode of segment ``s``'s store file, as the positions found in it are of that
+    file (0 if unknown)."""
+    ino = getattr(s, "ino", None)  # a mapped sealed segment's
+    if ino is None:
+        ino = getattr(s, "_ino", None)  # a read-only log's tail segment (pylog.tail)
+    if ino is None and getattr(s, "store_fd", -1) >= 0:  # a writer's active one
+        ino = os.fstat(s.store_fd).st_ino
+    return int(ino or 0)
+
+
+def _plan_partition(root: str, topic: str, p: int, start: int, end: int, fail: bool,
+                    headers: bool = False) -> list[_Slice]:
     """Segment slices covering [start, end) of one partition (pylog internals: segment
-    objects and their positions)."""
+    objects and their positions). A compacted segment may hold no record of its range, or
+    none at its ends (its records were superseded): that is no loss."""
     if start >= end:
         return []
     with _reader(root, topic, p) as log:
@@ -311,17 +416,13 @@ def _plan_partition(root: str, topic: str, p: int, start: int, end: int, fail: b
         out = []
         for s in segs:
             a, b = max(start, s.base_offset), min(end, s.next_offset)
-            if a >= b:
+            if a >= b or s.size <= fmt.FILE_HEADER_SIZE:  # (compaction emptied it)
                 continue
-            _m, f = s.find(a)
-            a_pos, a_off = int(f[0]), int(f[1])
-            if b < s.next_offset:
-                _m, g = s.find(b)
-                b_pos = int(g[0])
-            else:
-                b_pos = int(s.size)
+            a_pos, a_off = _locate(s, a)
+            b_pos = _locate(s, b)[0] if b < s.next_offset else int(s.size)
             if a_pos < b_pos:
-                out.append(_Slice(topic, p, s.store_path, a_off, a_pos, b, b_pos, fail, kind))
+                ino = _inode(s)  # (a compaction may replace the file once it is sealed)
+                out.append(_Slice(topic, p, s.store_path, a_off, a_pos, b, b_pos, fail, kind, ino, headers))
         return out
 
 
@@ -338,32 +439,44 @@ def _split(root: str, sl: _Slice) -> tuple[_Slice, _Slice] | None:
         seg = next((s for s in segs if s.store_path == sl.store_path), None)
         if seg is None:
             return None
-        _m, f = seg.find(mid)
-        pos, off = int(f[0]), int(f[1])
+        pos, off = _locate(seg, mid)
     if not sl.start_position < pos < sl.end_position:
         return None
     left = _Slice(sl.topic, sl.partition, sl.store_path, sl.start_offset, sl.start_position, off, pos,
-                  sl.fail_on_data_loss, sl.timestamp_type)
+                  sl.fail_on_data_loss, sl.timestamp_type, sl.ino, sl.headers)
     right = _Slice(sl.topic, sl.partition, sl.store_path, off, pos, sl.end_offset, sl.end_position,
-                   sl.fail_on_data_loss, sl.timestamp_type)
+                   sl.fail_on_data_loss, sl.timestamp_type, sl.ino, sl.headers)
     return left, right
 
 
 def _plan(root: str, starts: dict[str, dict[int, int]], ends: dict[str, dict[int, int]],
-          fail: bool, min_partitions: int | None) -> list[_Slice]:
+          fail: bool, min_partitions: int | None, max_records: int | None = None,
+          headers: bool = False) -> list[_Slice]:
     ranges = {t: {p: [(starts[t][p], e)] for p, e in parts.items()} for t, parts in ends.items()}
-    return _plan_ranges(root, ranges, fail, min_partitions)
+    return _plan_ranges(root, ranges, fail, min_partitions, max_records, headers)
 
 
 def _plan_ranges(root: str, ranges: dict[str, dict[int, list[tuple[int, int]]]], fail: bool,
-                 min_partitions: int | None) -> list[_Slice]:
-    """The slices of the offset ranges ``{topic: {partition: [(start, end), ...]}}``, split
-    until there are ``min_partitions`` of them (if they can be)."""
+                 min_partitions: int | None, max_records: int | None = None,
+                 headers: bool = False) -> list[_Slice]:
+    """The slices of the offset ranges ``{topic: {partition: [(start, end), ...]}}``, each
+    split until it spans at most ``max_records`` offsets, then until there are
+    ``min_partitions`` of them (if they can be)."""
     slices: list[_Slice] = []
     for t in sorted(ranges):
         for p in sorted(ranges[t]):
             for a, b in ranges[t][p]:
-                slices.extend(_plan_partition(root, t, p, a, b, fail))
+                slices.extend(_plan_partition(root, t, p, a, b, fail, headers))
+    if max_records:
+        todo, slices = slices, []
+        while todo:
+            sl = todo.pop()
+            halves = _split(root, sl) if sl.end_offset - sl.start_offset > max_records else None
+            if halves is None:
+                slices.append(sl)
+            else:
+                todo.extend(halves)
+        slices.sort(key=lambda x: (x.topic, x.partition, x.start_offset))
     if min_partitions and len(slices) < min_partitions:
         while len(slices) < min_partitions:
             i = max(range(len(slices)), key=lambda k: slices[k].end_offset - slices[k].start_offset, default=None)
@@ -389,7 +502,7 @@ def _constant_string(s: str, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
 
 
-def _batch(cols: Columns, topic: str, partition: int, timestamp_type: int = 0) -> pa.RecordBatch:
+def _batch(cols: Columns, topic: str, partition: int, timestamp_type: int = 0, headers: bool = False) -> pa.RecordBatch:
     """A batch in Spark's schema from the columns pylog.arrow's scan filled (no copy)."""
     n = cols.rows
     assert cols.timestamps is not None and cols.offsets is not None  # the scan asked for both
@@ -405,6 +518,9 @@ def _batch(cols: Columns, topic: str, partition: int, timestamp_type: int = 0) -
         pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, timestamp_type, np.int32))]),
         binary_array(cols, "metadata"),
     ]
+    if headers:
+        arrays.append(headers_array(arrays[-1]))
+        return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA_WITH_HEADERS)
     return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
 
 
@@ -420,11 +536,16 @@ def _read_slice(sl: _Slice) -> Iterator[pa.RecordBatch]:
             raise _data_loss(sl.topic, sl.partition, sl.start_offset, -1) from None
         return
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
+        if sl.ino and st.st_ino != sl.ino:  # the file was replaced since the plan
+            yield from _read_replaced(sl, fd, size)
+            return
         if size < sl.end_position:
             if sl.fail_on_data_loss:
                 raise PylogError(f"pylog: {sl.store_path} is shorter than when the query was planned "
-                                 f"({size} < {sl.end_position} bytes): the log was truncated meanwhile")
+                                 f"({size} < {sl.end_position} bytes): the log was truncated meanwhile. Set option "
+                                 "failOnDataLoss=false to skip the records gone")
             return
         mm = mmap.mmap(fd, sl.end_position, access=mmap.ACCESS_READ)
     finally:
@@ -434,12 +555,46 @@ def _read_slice(sl: _Slice) -> Iterator[pa.RecordBatch]:
     gaps = bool(rc == impl.OK and flags & fmt.HEADER_COMPACTED)
     rc, end, expected = yield from scan_buffer(
         buf, sl.end_position, sl.start_position, sl.start_offset, sl.end_offset, sl.end_offset, gaps,
-        _ARROW_COLUMNS, _BATCH_ROWS, lambda cols: _batch(cols, sl.topic, sl.partition, sl.timestamp_type), _BATCH_BYTES)
+        _ARROW_COLUMNS, _BATCH_ROWS, lambda cols: _batch(cols, sl.topic, sl.partition, sl.timestamp_type, sl.headers),
+        _BATCH_BYTES)
     if rc != impl.OK:
         raise CorruptRecordError(sl.store_path, int(end), expected, _reason(rc))
     if expected < sl.end_offset and not gaps and sl.fail_on_data_loss:
         raise PylogError(f"pylog: {sl.store_path} ended at offset {expected}, expected records up to "
                          f"{sl.end_offset}: the log changed since the query was planned")
+
+
+def _read_replaced(sl: _Slice, fd: int, size: int) -> Iterator[pa.RecordBatch]:
+    """A slice whose segment file was replaced after the plan. Compaction does that (its
+    swap renames a compacted copy over the file): the copy holds the latest record of every
+    key the slice's range held, at other positions, so they are read from the copy (the
+    records it dropped were superseded: no loss). Any other replacement (the topic deleted
+    and made again) is a loss: the planned records are gone."""
+    mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
+    rc, _b, flags = impl.header_check(memoryview(mm)[: fmt.FILE_HEADER_SIZE] if mm else b"", fmt.STORE_MAGIC)
+    if mm is None or rc != impl.OK or not flags & fmt.HEADER_COMPACTED:
+        if sl.fail_on_data_loss:
+            raise PylogError(f"pylog: {sl.store_path} was replaced since the query was planned (not by a compaction): "
+                             f"records {sl.start_offset}..{sl.end_offset - 1} of topic {sl.topic!r} partition "
+                             f"{sl.partition} are gone. Set option failOnDataLoss=false to skip them")
+        return
+    buf = impl.Buffer(mm)
+    pos, expected = fmt.FILE_HEADER_SIZE, int(os.path.basename(sl.store_path)[:20])
+    while pos < size:  # the position of the slice's first record in the copy
+        rc, frames, end = impl.scan(buf, size, pos, expected, 4096, 1 << 63, True)
+        offs = [int(o) for o in frames["offset"]] if len(frames) else []
+        i = next((k for k, o in enumerate(offs) if o >= sl.start_offset), None)
+        if i is not None:
+            pos = int(frames[i].tolist()[0])
+            break
+        if rc != impl.OK or not offs:
+            raise CorruptRecordError(sl.store_path, int(end), expected, _reason(rc))
+        pos, expected = int(end), offs[-1] + 1
+    rc, end, expected = yield from scan_buffer(
+        buf, size, pos, sl.start_offset, sl.end_offset, sl.end_offset, True, _ARROW_COLUMNS, _BATCH_ROWS,
+        lambda cols: _batch(cols, sl.topic, sl.partition, sl.timestamp_type, sl.headers), _BATCH_BYTES)
+    if rc != impl.OK:
+        raise CorruptRecordError(sl.store_path, int(end), expected, _reason(rc))
 
 
 def _reason(rc: int) -> str:
@@ -457,30 +612,27 @@ class PylogReader(DataSourceReader):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.root = _root_opt(options)
-        self.topics = _topics_opt(options)
         self.fail = _bool_opt(options, "failondataloss", True)
         self.min_partitions = _int_opt(options, "minpartitions", None, lo=1)
-        self.start_spec = _offsets_spec(options, "startingoffsets", "earliest", allow_latest=True)
-        self.end_spec = _offsets_spec(options, "endingoffsets", "latest", allow_earliest=False)
-        self.start_ts = _int_opt(options, "startingtimestamp", None, lo=0)
-        self.end_ts = _int_opt(options, "endingtimestamp", None, lo=0)
-        self.parts = {t: _partitions_of(self.root, t) for t in self.topics}  # a missing topic fails here
+        self.max_records = _int_opt(options, "maxrecordsperpartition", None, lo=1)
+        self.headers = _bool_opt(options, "includeheaders", False)
+        self.positions = _Positions(options, stream=False)
+        self.parts = _selection(options, self.root)  # a missing topic fails here
+        self.topics = sorted(self.parts)
         self.pushed = Pushed()
 
-    def _snapshot(self, start_spec: Any, end_spec: Any, ts: int | None, end_ts: int | None) -> None:
+    def _snapshot(self) -> None:
         """Fix ``self.starts`` and ``self.ends`` (absolute offsets per partition), checked.
         Partitions the pushed filters dropped are not opened (nor checked against the
         offset options beyond their names)."""
-        dropped = self.pushed.dropped
-        start_spec = _without(start_spec, "startingOffsets", self.parts, dropped)
-        end_spec = _without(end_spec, "endingOffsets", self.parts, dropped)
+        dropped, pos = self.pushed.dropped, self.positions
         kept = {t: [p for p in ps if (t, p) not in dropped] for t, ps in self.parts.items()}
         bounds = _bounds(self.root, self.topics, kept)  # the partitions pushFilters saw
-        self.starts = (_by_timestamp(self.root, bounds, ts) if ts is not None
-                       else _resolve(start_spec, "startingOffsets", bounds, _EARLIEST))
-        self.ends = _resolve(end_spec, "endingOffsets", bounds, _LATEST)
-        if end_ts is not None:
-            self.ends = _by_timestamp(self.root, bounds, end_ts)
+        self.starts = pos.starts(self.root, bounds, _without(pos.start_spec, "startingOffsets", self.parts, dropped),
+                                 _without(pos.start_by_ts, "startingOffsetsByTimestamp", self.parts, dropped),
+                                 _EARLIEST)
+        self.ends = pos.ends(self.root, bounds, _without(pos.end_spec, "endingOffsets", self.parts, dropped),
+                             _without(pos.end_by_ts, "endingOffsetsByTimestamp", self.parts, dropped))
         for t, parts in self.ends.items():
             for p, e in parts.items():
                 lo, hi = bounds[t][p]
@@ -537,8 +689,9 @@ class PylogReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """One input partition per segment slice of the offsets to read."""
         with _planning():  # the snapshot and the plan from one read-only open of each partition
-            self._snapshot(self.start_spec, self.end_spec, self.start_ts, self.end_ts)
-            return list(_plan_ranges(self.root, self._ranges(), self.fail, self.min_partitions))
+            self._snapshot()
+            return list(_plan_ranges(self.root, self._ranges(), self.fail, self.min_partitions, self.max_records,
+                                     self.headers))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The records of one slice, as Arrow record batches."""
@@ -553,127 +706,3 @@ class PylogPushdownReader(PylogReader):
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         """Keep what the plan applies exactly; return the rest for Spark to evaluate."""
         return self.pushed.push(list(filters), self.parts)
-
-
-# ----------------------------------------------------------------------------------------
-# streaming read
-def _canonical(offsets: Mapping[str, Mapping[Any, int]]) -> dict[str, dict[str, int]]:
-    """{topic: {partition: next_offset}} with string keys in sorted order (Spark compares
-    offsets as JSON text, so the key order must never change)."""
-    return {t: {str(p): int(offsets[t][p]) for p in sorted(offsets[t], key=int)} for t in sorted(offsets)}
-
-
-def _split_limit(backlog: dict[tuple[str, str], int], limit: int) -> dict[tuple[str, str], int]:
-    """Share ``limit`` records among partitions in proportion to their backlog."""
-    total = sum(backlog.values())
-    if total <= limit:
-        return dict(backlog)
-    take = {k: (v * limit) // total for k, v in backlog.items()}
-    left = limit - sum(take.values())
-    for k in sorted(backlog, key=lambda k: (-(backlog[k] - take[k]), k)):
-        if left <= 0:
-            break
-        if take[k] < backlog[k]:
-            take[k] += 1
-            left -= 1
-    return take
-
-
-class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader. Offsets: ``{topic: {partition: next_offset}}``."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        self.root = _root_opt(options)
-        self.topics = _topics_opt(options)
-        self.fail = _bool_opt(options, "failondataloss", True)
-        self.max_per_trigger = _int_opt(options, "maxoffsetspertrigger", None, lo=1)
-        self.min_partitions = _int_opt(options, "minpartitions", None, lo=1)
-        self.start_spec = _offsets_spec(options, "startingoffsets", "latest")
-        self.start_ts = _int_opt(options, "startingtimestamp", None, lo=0)
-        for t in self.topics:
-            _partitions_of(self.root, t)  # fail at once on a missing topic
-        self.frozen: dict[str, dict[str, int]] | None = None
-
-    def initialOffset(self) -> dict[str, Any]:
-        bounds = _bounds(self.root, self.topics)
-        if self.start_ts is not None:
-            start = _by_timestamp(self.root, bounds, self.start_ts)
-        else:
-            start = _resolve(self.start_spec, "startingOffsets", bounds, _EARLIEST)
-        return _canonical(start)
-
-    def _latest(self) -> dict[str, dict[str, int]]:
-        bounds = _bounds(self.root, self.topics)
-        return _canonical({t: {p: hi for p, (_lo, hi) in parts.items()} for t, parts in bounds.items()})
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self.frozen = self._latest()
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        if self.max_per_trigger is not None:
-            return ReadMaxRows(self.max_per_trigger)
-        return ReadAllAvailable()
-
-    def reportLatestOffset(self) -> dict[str, Any] | None:
-        return self._latest()
-
-    def _earliest(self, topic: str, p: str) -> int:
-        """Where a partition first seen now starts: its earliest offset."""
-        with _reader(self.root, topic, int(p)) as log:
-            return 0 if log is None else log.start_offset
-
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        with _planning():
-            return self._latest_offset(start, limit)
-
-    def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        latest = self.frozen if self.frozen is not None else self._latest()
-        begin: dict[tuple[str, str], int] = {}  # (topic, partition as in Spark's JSON offsets)
-        backlog: dict[tuple[str, str], int] = {}
-        for t, parts in latest.items():
-            for p, hi in parts.items():
-                s = start.get(t, {}).get(p)
-                if s is None:
-                    s = min(self._earliest(t, p), int(hi))  # a new partition
-                begin[(t, p)] = int(s)
-                backlog[(t, p)] = max(0, int(hi) - int(s))
-        if isinstance(limit, ReadMaxRows):
-            take = _split_limit(backlog, int(limit.max_rows))
-        else:
-            take = backlog
-        end: dict[str, dict[str, int]] = {}
-        for (t, p), s in begin.items():
-            end.setdefault(t, {})[p] = s + take[(t, p)]
-        for t, parts in start.items():  # never move backwards, never drop a partition
-            for p, s in parts.items():
-                e = end.setdefault(t, {})
-                e[p] = max(int(e.get(p, s)), int(s))
-        return _canonical(end)
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        with _planning():
-            return self._partitions(start, end)
-
-    def _partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[_Slice]:
-        starts: dict[str, dict[int, int]] = {}
-        ends: dict[str, dict[int, int]] = {}
-        for t, parts in end.items():
-            for p, e in parts.items():
-                s = start.get(t, {}).get(p)
-                if s is None:  # a partition first seen in this batch: from its earliest offset
-                    s = min(self._earliest(t, p), int(e))
-                if int(e) > int(s):
-                    starts.setdefault(t, {})[int(p)] = int(s)
-                    ends.setdefault(t, {})[int(p)] = int(e)
-        if not ends:
-            return []
-        return _plan(self.root, starts, ends, self.fail, self.min_partitions)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read_slice(partition)  # type: ignore[arg-type]
-
-    def commit(self, end: dict[str, Any]) -> None:
-        pass  # Spark's checkpoint is the source of truth; nothing to do
-
-    def stop(self) -> None:
-        pass
