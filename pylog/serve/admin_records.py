@@ -90,11 +90,11 @@ class LogStarts:
 
     def start(self, topic: str, i: int, log: Log) -> int:
         """The log start offset of ``topic``/``i`` whose writer or reader is ``log``."""
-        start = log.start_offset
         try:
-            floor = self._loaded(topic, i, log)
+            floor = self._loaded(topic, i, log)  # first: it may move the Log's own start
         except (OSError, PylogError):
-            return start
+            floor = 0
+        start = log.start_offset
         return start if floor <= start else min(floor, log.next_offset)
 
     def advance(self, topic: str, i: int, log: Log, offset: int) -> None:
