@@ -195,7 +195,6 @@ def test_an_old_brokers_log_start_file_is_honoured_and_moved_into_the_mark(tmp_p
     broker still serves it, and moves it into the partition's mark, which the library reads."""
     import confluent_kafka as ck
     from confluent_kafka.admin import AdminClient, OffsetSpec
-
     from serve_util import BrokerProcess
 
     root = str(tmp_path / "root")
