@@ -11,6 +11,7 @@ from confluent_kafka.admin import (  # noqa: E402
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
     ResourceType,
 )
@@ -86,3 +87,20 @@ def test_compact_delete_topics_get_retention_and_compaction(tmp_path):
     done = store.compact()
     assert ("cd", 0) in done and ("c", 0) in done
     store.close()
+
+
+def test_create_partitions_with_an_assignment_to_this_broker(broker):
+    """librdkafka 0081 (do_test_CreatePartitions): growing a topic with an explicit replica
+    assignment that names this broker (node 0) alone was INVALID_REPLICA_ASSIGNMENT ("manual
+    replica assignment is not supported"), although CreateTopics accepts the same."""
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.create_topics([NewTopic("grow", 2, 1)])["grow"].result(20)
+    a.create_partitions([NewPartitions("grow", 4, replica_assignment=[[0], [0]])])["grow"].result(20)
+    md = a.list_topics("grow", timeout=20).topics["grow"]
+    assert sorted(md.partitions) == [0, 1, 2, 3] and all(p.replicas == [0] for p in md.partitions.values())
+    for assignment in ([[1]], [[0], [0]]):  # another broker; two assignments for one new partition
+        with pytest.raises(ck.KafkaException) as e:
+            a.create_partitions([NewPartitions("grow", 5, replica_assignment=assignment)])["grow"].result(20)
+        assert e.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    a.create_partitions([NewPartitions("grow", 5)])["grow"].result(20)
+    assert len(a.list_topics("grow", timeout=20).topics["grow"].partitions) == 5
