@@ -140,7 +140,7 @@ def declared_tests(src: Path) -> list[tuple[str, str | None]]:
     table = table[:table.index("{NULL}")]
     table = re.sub(r"\s+", " ", re.sub(r"(?m)^\s*#.*$", "", table))  # (#if WITH_SOCKEM ...)
     out: list[tuple[str, str | None]] = []
-    for m in re.finditer(r"_TEST\( ?(\w+) ?,(.*?)\) ?,(?= ?_TEST\(| ?$)", table + " "):
+    for m in re.finditer(r"_TEST\( ?(\w+) ?,(.*?)\) ?,(?= ?_TEST\(|\s*$)", table + " "):
         name, rest = m.group(1), m.group(2)
         why = next((r for f, r in _FLAG_REASONS.items() if re.search(rf"\b{f}\b", rest)), None)
         ver = re.search(r"TEST_BRKVER\( ?(\d+), ?(\d+)", rest)
@@ -158,7 +158,7 @@ _ROW = re.compile(r"^\|\s*(\w+)\s*\|\s*(\w+)\s*\|\s*([\d.]+)s\s*\|\s*(.*)$")
 
 
 _BANNER = re.compile(r"=+ Test (\w+) (PASSED|FAILED|SKIPPED) =+")
-_FAILED_AT = re.compile(r'### Test "(\w+?)[^"]*" failed at ([^:]+:\d+):\S*? at [^:]*: (.*)')
+_FAILED_AT = re.compile(r'### Test "([^" (]+)[^"]*" failed at ([^:]+:\d+):(\S*?) at ')
 _SKIPPING = re.compile(r"\[(\w+)\s*/[^\]]*\] (?:WARNING: )?SKIPPING TEST: (.*)")
 
 
@@ -172,7 +172,7 @@ def summary_rows(output: str) -> dict[str, tuple[str, str]]:
     for line in text.splitlines():
         m = _FAILED_AT.search(line)
         if m:
-            why.setdefault(m.group(1), f"{m.group(2)}: {m.group(3).strip()}")
+            why.setdefault(m.group(1), f"{m.group(2)}: {m.group(3)}")
         m2 = _SKIPPING.search(line)
         if m2:
             why.setdefault(m2.group(1).strip(), m2.group(2).strip())
