@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import LONG
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
