@@ -219,3 +219,24 @@ def test_an_old_brokers_log_start_file_is_honoured_and_moved_into_the_mark(tmp_p
     log = pylog.Log(os.path.join(root, "old", "partition-0"), readonly=True)
     assert log.start_offset == 60 and next(iter(log)).offset == 60
     log.close()
+
+
+def test_the_spark_sources_plan_starts_at_the_mark(tmp_path):
+    """The Spark source's planning (no JVM: its offset bounds and the slices of a partition)
+    starts at the mark; a range from below it is data loss unless failOnDataLoss=false."""
+    pytest.importorskip("pyspark")
+    from pylog.spark import reading
+
+    root = str(tmp_path / "root")
+    store = pylog.LogStore(root)
+    store.create_topic("t", partitions=1, segment_bytes=4096)
+    log = store.topic("t").partition(0)
+    for i in range(200):
+        log.append(b"v%03d" % i + b"." * 50)
+    log.delete_records(150)
+    store.close()
+    assert reading._bounds(root, ["t"]) == {"t": {0: (150, 200)}}
+    with pytest.raises(pylog.errors.PylogError, match="offset 0 .* starts at 150"):
+        reading._plan_partition(root, "t", 0, 0, 200, True)
+    slices = reading._plan_partition(root, "t", 0, 0, 200, False)
+    assert slices[0].start_offset == 150 and sum(s.end_offset - s.start_offset for s in slices) == 50
