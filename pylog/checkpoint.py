@@ -18,6 +18,11 @@ moved on) whose size happens to match again is not trusted.
 the offset a ``truncate()`` drops from, written durably before it changes any file and
 removed when it is done. Its presence at open means a truncate was interrupted: the
 opening writer finishes it.
+
+``log-start-offset`` (28 bytes, the same layout with magic ``b"PYLOGLSO"``): the log start
+offset :meth:`pylog.Log.delete_records` set; no offset below it is served. Written durably
+(replaced atomically, fsynced) before the call returns; a missing or damaged file means none
+(the first segment's base offset is the start).
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ _CRC = struct.Struct("<I")
 CKP_MAGIC = b"PYLOGCKP"
 CLN_MAGIC = b"PYLOGCLN"
 TRP_MAGIC = b"PYLOGTRP"
+LSO_MAGIC = b"PYLOGLSO"
 _NO_TS = -(1 << 63)
 
 
@@ -105,6 +111,20 @@ def clear_truncate_point(dirpath: str) -> None:
     except FileNotFoundError:
         return
     fileutil.fsync_dir(dirpath)
+
+
+def write_log_start(dirpath: str, offset: int) -> None:
+    """Make ``offset`` the log start offset of the log in ``dirpath``, durably."""
+    body = _seal(_CKP.pack(LSO_MAGIC, _CKP_VERSION, 0, 0, offset))
+    fileutil.atomic_write(os.path.join(dirpath, fmt.LOG_START_FILE), body)
+
+
+def read_log_start(dirpath: str) -> int:
+    """The log start offset :meth:`pylog.Log.delete_records` set; 0 when there is none (or
+    the file is damaged: it is replaced atomically, so only a hand-made one can be)."""
+    data = _read(os.path.join(dirpath, fmt.LOG_START_FILE))
+    fields = _open(data, _CKP, LSO_MAGIC, _CKP_VERSION) if data is not None else None
+    return int(fields[4]) if fields else 0
 
 
 def write_clean(dirpath: str, state: CleanState) -> None:

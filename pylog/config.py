@@ -12,7 +12,7 @@ from pylog.errors import ConfigError, InvalidTimestampError
 
 FsyncPolicy = Literal["always", "interval", "never"]
 FSYNC_POLICIES = ("always", "interval", "never")
-CLEANUP_POLICIES = ("delete", "compact")
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 #: ``LogConfig.timestamps``: how a log keeps the timestamps appends give (docs/format.md).
 TIMESTAMP_MODES = ("monotonic", "as-given", "append-time")
 
@@ -73,7 +73,9 @@ class LogConfig:
         docs/benchmarks.md). Readers in
         other processes never map past the last whole record, so the trim cannot fault them.
     cleanup_policy
-        ``"delete"`` (retention) or ``"compact"`` (keep the latest record per key).
+        ``"delete"`` (retention), ``"compact"`` (keep the latest record per key) or
+        ``"compact,delete"`` (both, as Kafka's ``cleanup.policy=compact,delete``: compacted,
+        and retention deletes old segments).
     delete_retention_ms
         Compacted logs: how long a tombstone (a record whose value is None) is kept after
         its timestamp before compaction may remove it (Kafka's ``delete.retention.ms``).

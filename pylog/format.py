@@ -76,6 +76,8 @@ CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 DURABLE_FILE = "durable-point"
 #: an interrupted truncate's target offset (written before it changes a file)
 TRUNCATE_FILE = "truncate-point"
+#: the log start offset ``Log.delete_records`` set: offsets below it are never served (docs/format.md)
+LOG_START_FILE = "log-start-offset"
 #: what recovery cut or found at open, kept until the operator clears it (docs/format.md)
 REPORT_FILE = "recovery-report.json"
 #: the directory ``Log.truncate_at_damage`` saves what it cuts to: ``cut-at-<offset>``

@@ -233,6 +233,19 @@ class LogLoading(LogState):
             finally:
                 self._lock_fd = -1
 
+    def _load_start_mark(self) -> None:
+        """Read the log start offset :meth:`delete_records` set (``log-start-offset``), at
+        most the log's end: a writer whose crash lost records past a mark (it is set only
+        below durable records, so only a file copied in can be) lowers the file to its end; a
+        read-only log may read a mark newer than the records it has walked."""
+        mark = checkpoint.read_log_start(self.path)
+        end = self._active.next_offset
+        if mark > end:
+            if not self.readonly:
+                checkpoint.write_log_start(self.path, end)
+            mark = end
+        self._start_mark = mark
+
     def _list_bases(self, names: list[str] | None = None) -> list[int]:
         """The base offsets of the store files in the directory (or in ``names``), sorted.
 
@@ -578,6 +591,7 @@ class LogLoading(LogState):
             self._sealed = sealed
             self._sealed_bases = [s.base_offset for s in sealed]
             self._active = tail  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
+            self._load_start_mark()  # after the walk: a mark never passes the records walked
             # The marker is read after this walk (by _refresh): a reader that saw records
             # of an apply in flight also sees its marker (written before them, removed
             # only after the transaction's directory is retired, which changes the token).

@@ -153,6 +153,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
         self._cap: int | None = None  # the last stable offset while a transaction applies
         self._unit_first: int | None = None  # the first offset of the append_batch being framed
         self._cut_hint: dict[int, int] = {}  # truncate_at_damage: offset -> where to cut
+        self._start_mark = 0  # delete_records' log start offset (read once the segments are)
         if readonly:
             if not os.path.isdir(self.path):
                 raise FileNotFoundError(errno.ENOENT, "no such log directory", self.path)
@@ -188,6 +189,7 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
             self._flush_n = self.config.flush_messages or (1 << 62)
             self._flush_t = self.config.flush_ms or (1 << 62)
             self._load(bases)
+            self._load_start_mark()
             self._update_writable()
             if not readonly:
                 self._finish_truncate()  # a log-level operation that was under way first
@@ -236,10 +238,13 @@ class Log(LogLoading, LogAppending, LogReading, LogRetention):
 
     @property
     def start_offset(self) -> int:
-        """Lowest offset still in the log (inclusive)."""
+        """Lowest offset still in the log (inclusive): the first segment's base offset, or
+        past it the log start offset :meth:`delete_records` set."""
         self._check_open()
         sealed = self._sealed
-        return sealed[0].base_offset if sealed else self._active.base_offset
+        base = sealed[0].base_offset if sealed else self._active.base_offset
+        mark = self._start_mark
+        return mark if mark > base else base
 
     @property
     def next_offset(self) -> int:

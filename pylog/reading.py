@@ -112,6 +112,8 @@ class LogReading(LogState):
         """
         if type(offset) is not int:
             offset = _check_offset(offset)
+        if offset < self._start_mark and not self._closed:  # below delete_records' start
+            raise self._out_of_range(offset)
         if self._cap is not None and offset >= self._cap and not self._closed:
             if self.readonly:
                 self.refresh()
@@ -192,6 +194,8 @@ class LogReading(LogState):
         self._check_open()
         if self.readonly and (offset >= self.stable_offset or self._active.replaced()):  # type: ignore[attr-defined]
             self.refresh()  # past the end, or a truncate elsewhere: the records known here may be gone
+        if offset < self._start_mark:  # below delete_records' start
+            raise self._out_of_range(offset)
         end = self._cap  # records at or after the last stable offset are not returned
         if end is not None and offset >= end:
             if offset > self.next_offset:
@@ -342,8 +346,11 @@ class LogReading(LogState):
 
     def offset_for_time(self, timestamp_ms: int) -> int | None:
         """The first offset whose timestamp is >= ``timestamp_ms``, or None if there is none
-        (below the last stable offset)."""
+        (below the last stable offset), at or after ``start_offset``."""
         off = self._offset_for_time(timestamp_ms)
+        mark = self._start_mark
+        if off is not None and off < mark:  # found below delete_records' start: look from it
+            off = self._offset_for_time(timestamp_ms, mark)
         if off is not None and self._cap is not None and off >= self._cap:
             return None
         return off
@@ -366,7 +373,10 @@ class LogReading(LogState):
                 top = m
         return top
 
-    def _offset_for_time(self, timestamp_ms: int) -> int | None:
+    def _offset_for_time(self, timestamp_ms: int, start: int = 0) -> int | None:
+        """:meth:`offset_for_time` over the offsets from ``start`` on (the records of the
+        segment holding ``start`` that lie at or after it are walked; the segments after
+        it are searched as usual)."""
         if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
             raise ArgumentTypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
         ts = int(timestamp_ms)
@@ -376,6 +386,17 @@ class LogReading(LogState):
                 self._drain_locked()
             segs: list[Any] = [*self._sealed, self._active]
             active_max = self._active.app.max_timestamp
+        if start:
+            while len(segs) > 1 and segs[0].next_offset <= start:
+                del segs[0]
+            if segs[0].base_offset < start:  # the records of its part from `start` on
+                stop = segs[0].next_offset if len(segs) > 1 else self.stable_offset
+                for r in self.scan(max(start, self.start_offset), max(stop, start)):
+                    if r.timestamp >= ts:
+                        return int(r.offset)
+                segs = segs[1:]
+                if not segs:
+                    return None
         def newest(i: int) -> int | None:
             # largest timestamp of segment i, or of the first non-empty one after it (compaction
             # can empty a segment)

@@ -238,6 +238,41 @@ class LogRetention(LogState):
                 count += 1
             return self._drop_oldest(count)
 
+    def delete_records(self, before: int) -> int:
+        """Move the log start offset up to ``before`` (Kafka's DeleteRecords): no offset below
+        it is served again, by this Log, a read-only Log of the partition in any process
+        (from its next refresh), a Consumer, ``pylog consume``, read_arrow or the Spark
+        source; returns the new ``start_offset``.
+
+        The records below ``before`` are made durable and then the mark is written durably
+        (``log-start-offset``, docs/format.md) before the call returns; then the sealed
+        segments wholly below it are deleted (:meth:`remove_before`; retention deletes those
+        left by a failure later). ``before`` at or below ``start_offset`` changes nothing; past
+        the last stable offset it is :class:`~pylog.errors.OffsetOutOfRangeError`.
+        """
+        before = _check_offset(before, "before")
+        with self._lock:
+            active = self._check_writable()
+            start, end = self.start_offset, self.stable_offset
+            if before > end:
+                raise OffsetOutOfRangeError(before, start, end,
+                                            f"delete_records(before={before}) is past the log's end "
+                                            f"(it holds [{start}, {end}))")
+            if before <= start:
+                return start
+            # the records below the mark are durable before it is: a crash never leaves a
+            # mark past the log's end (the open would lower it: see _load_start_mark)
+            self._write_out(active)
+            try:
+                active.sync()
+                checkpoint.write_log_start(self.path, before)
+            except OSError as e:
+                self._fence(e)
+                raise
+            self._start_mark = before
+            self.remove_before(before)
+            return self.start_offset
+
     def remove_expired(self, max_age_ms: int) -> int:
         """Delete sealed segments whose largest timestamp is older than ``max_age_ms``, oldest
         first up to the first one that is not (never the active segment), as Kafka does;
@@ -266,6 +301,8 @@ class LogRetention(LogState):
             raise ReadOnlyLogError(f"log {self.path} was opened read-only")
         cfg = self.config
         removed = 0
+        if self._start_mark:  # what delete_records left (a failure part way): never served
+            removed += self.remove_before(self._start_mark)
         if cfg.retention_ms is not None:
             removed += self.remove_expired(cfg.retention_ms)
         if cfg.retention_bytes is not None:

@@ -443,10 +443,10 @@ class LogStore:
 
     def _partitions_under(self, topic: str | None, policy: str) -> Iterator[tuple[tuple[str, int], Log]]:
         """``((topic, partition), Log)`` of every partition of ``topic`` (default: every
-        topic) whose ``cleanup_policy`` is ``policy``."""
+        topic) whose ``cleanup_policy`` is or includes ``policy``."""
         for name in [topic] if topic is not None else self.topics():
             t = self.topic(name)
-            if t.config.cleanup_policy == policy:
+            if policy in t.config.cleanup_policy.split(","):
                 for i in range(t.partitions):
                     yield (name, i), t.partition(i)
 

@@ -3,15 +3,14 @@ offsets that DeleteRecords moves.
 
 **Log start offsets.** Kafka's DeleteRecords moves a partition's log start offset to any
 offset up to its high watermark; segments wholly below it are deleted, and the records left
-below it in the first kept segment are never served again. pylog's log starts at its first
-segment's base offset, so the broker keeps the offset DeleteRecords set per partition in
-``TOPIC/~log-start/partition-N`` (the offset in ASCII, replaced atomically and fsynced
-before the request is answered) and serves ``max(log.start_offset, that offset)`` as the
-partition's log start: ListOffsets EARLIEST answers it, a Fetch below it is
-OFFSET_OUT_OF_RANGE, Produce and Fetch report it as ``log_start_offset``. Sealed segments
-wholly below it are deleted (:meth:`pylog.Log.remove_before`). pylog's own readers (the
-library, the CLI, Spark) read the partition's files and still see the records of the first
-kept segment that lie below it (docs/serve.md).
+below it in the first kept segment are never served again. The broker asks the partition's
+Log for it (:meth:`pylog.Log.delete_records`: a durable ``log-start-offset`` mark in the
+partition directory, fsynced before the request is answered), so every reader of the data
+root honours it as the broker does: ListOffsets EARLIEST answers it, a Fetch below it is
+OFFSET_OUT_OF_RANGE, Produce and Fetch report it as ``log_start_offset``, and pylog's own
+readers (the library, the CLI, Spark) start there too. Brokers before it kept the offset in
+``TOPIC/~log-start/partition-N`` (the offset in ASCII): such a file is still honoured, and
+moved into the partition's own mark the first time the broker opens the partition to write.
 
 **OffsetForLeaderEpoch.** One broker leads every partition at leader epoch 0 (what Metadata
 reports), so epoch 0 ends at the log end offset, as Kafka answers for a partition whose
@@ -53,11 +52,12 @@ HIGH_WATERMARK = -1
 
 
 class LogStarts:
-    """The log start offset DeleteRecords set, per partition (see the module docstring)."""
+    """The log start offsets of the partitions (see the module docstring): the Log's own,
+    and the offsets older brokers kept under ``TOPIC/~log-start``."""
 
     def __init__(self, store: LogStore) -> None:
         self.store = store  # (the partitions' files are found through their Logs)
-        self._set: dict[tuple[str, int], int] = {}  # loaded: the offset set, 0 for none
+        self._legacy: dict[tuple[str, int], int] = {}  # loaded: the old file's offset, 0 for none
         self._lock = threading.Lock()
 
     @staticmethod
@@ -67,47 +67,53 @@ class LogStarts:
         return os.path.join(os.path.dirname(log.path), START_DIR, os.path.basename(log.path))
 
     def _loaded(self, topic: str, i: int, log: Log) -> int:
-        got = self._set.get((topic, i))
-        if got is not None:
+        """The old broker's offset of ``topic``/``i`` (0: none), moved into the Log's mark
+        when ``log`` is the writer."""
+        got = self._legacy.get((topic, i))
+        if got is not None and (got == 0 or log.readonly):
             return got
-        data = fileutil.read_if_exists(self._path(log))
-        try:
-            value = int(data.decode()) if data else 0
-        except ValueError:  # cannot happen (atomic replace); served from the log's start
-            _log.warning("%s: not an offset: %r", self._path(log), data)
-            value = 0
-        # setdefault: an advance() that stored its offset since the file was read wins
-        return self._set.setdefault((topic, i), value)
+        with self._lock:
+            if got is None:
+                data = fileutil.read_if_exists(self._path(log))
+                try:
+                    got = int(data.decode()) if data else 0
+                except ValueError:  # cannot happen (atomic replace); served from the log's start
+                    _log.warning("%s: not an offset: %r", self._path(log), data)
+                    got = 0
+            if got and not log.readonly:
+                log.delete_records(min(got, log.stable_offset))
+                os.unlink(self._path(log))
+                fileutil.fsync_dir(os.path.dirname(self._path(log)))
+                got = 0
+            self._legacy[(topic, i)] = got
+            return got
 
     def start(self, topic: str, i: int, log: Log) -> int:
-        """The log start offset of ``topic``/``i`` whose writer or reader is ``log``: its
-        first offset, or past it the offset DeleteRecords set (at most its end)."""
-        start = log.start_offset
+        """The log start offset of ``topic``/``i`` whose writer or reader is ``log``."""
         try:
-            floor = self._loaded(topic, i, log)
+            floor = self._loaded(topic, i, log)  # first: it may move the Log's own start
         except (OSError, PylogError):
-            return start
+            floor = 0
+        start = log.start_offset
         return start if floor <= start else min(floor, log.next_offset)
 
     def advance(self, topic: str, i: int, log: Log, offset: int) -> None:
-        """Make ``offset`` the log start of ``topic``/``i`` (whose Log is ``log``), durably
-        (fsynced) before it is served; an offset at or below the present one changes nothing."""
-        with self._lock:
-            if offset <= self._loaded(topic, i, log):
-                return
-            path = self._path(log)
-            d = os.path.dirname(path)
-            if not os.path.isdir(d):
-                os.makedirs(d, exist_ok=True)
-                fileutil.fsync_dir(os.path.dirname(d))
-            fileutil.atomic_write(path, str(offset).encode())
-            self._set[(topic, i)] = offset
+        """Make ``offset`` the log start of ``topic``/``i`` (whose writer is ``log``), durably
+        before it is served; an offset at or below the present one changes nothing. Deleting
+        the segments below it is best effort (the mark is what is served)."""
+        self._loaded(topic, i, log)
+        try:
+            log.delete_records(offset)
+        except (OSError, PylogError) as e:
+            if log.start_offset < offset:  # the mark itself failed
+                raise
+            _log.warning("partition %s-%d: deleting segments below %d: %s", topic, i, offset, e)
 
     def forget_topic(self, topic: str) -> None:
         """Drop what is loaded of ``topic`` (deleted: a topic made again starts afresh)."""
         with self._lock:
-            for key in [k for k in self._set if k[0] == topic]:
-                del self._set[key]
+            for key in [k for k in self._legacy if k[0] == topic]:
+                del self._legacy[key]
 
 
 def delete_records(broker: Broker, req: Any, version: int) -> dict[str, Any]:
@@ -133,11 +139,6 @@ def delete_records(broker: Broker, req: Any, version: int) -> dict[str, Any]:
                 else:
                     broker.starts.advance(t.name, p.partition_index, log, offset)
                     r["low_watermark"] = broker.starts.start(t.name, p.partition_index, log)
-                    try:  # the space: whole segments below it (best effort, as Kafka's is later)
-                        log.remove_before(r["low_watermark"])
-                    except (OSError, PylogError) as e:
-                        _log.warning("partition %s-%d: deleting segments below %d: %s", *key,
-                                     r["low_watermark"], e)
             except (OSError, PylogError) as e:
                 _log.warning("DeleteRecords of %s-%d: %s", *key, e)
                 r["error_code"] = E.kafka_storage_error

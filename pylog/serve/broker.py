@@ -469,7 +469,7 @@ class Broker:
             return e.code, -1, -1
         if d.transactional:  # transactions over the protocol come with InitProducerId (next step)
             return E.invalid_txn_state, -1, -1
-        if log.config.cleanup_policy == "compact":  # RecordErrors: answered per record, nothing appended
+        if "compact" in log.config.cleanup_policy.split(","):  # RecordErrors: answered per record, nothing appended
             check_keyed(d, f"{name}-{i}")
         try:
             # before anything is appended to the partition, its producer state is checked

@@ -115,7 +115,7 @@ class Cleaner:
         for name in broker.store.topics():
             try:
                 t = broker.topic(name)
-                if t.config.cleanup_policy != "compact":
+                if "compact" not in t.config.cleanup_policy.split(","):
                     continue
                 for i in range(t.partitions):
                     key = (name, i)

@@ -71,9 +71,9 @@ def _none_at_max(v: str) -> int | None:
 
 def _cleanup(v: str) -> str:
     parts = sorted({p.strip() for p in v.split(",") if p.strip()})
-    if parts not in (["delete"], ["compact"]):
-        raise ConfigError(f"cleanup.policy={v!r}: pylog has 'delete' or 'compact', not both (nor none)")
-    return parts[0]
+    if parts not in (["delete"], ["compact"], ["compact", "delete"]):
+        raise ConfigError(f"cleanup.policy={v!r}: pylog has 'delete', 'compact' or both (not none)")
+    return ",".join(parts)
 
 
 #: Kafka topic config name -> function from its string value to LogConfig changes.

@@ -217,7 +217,8 @@ def delete_topics(broker: Broker, req: Any, version: int) -> dict[str, Any]:
 
 
 def create_partitions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """CreatePartitions: grow a topic to ``count`` partitions."""
+    """CreatePartitions: grow a topic to ``count`` partitions (an explicit assignment must
+    put each new partition on this broker, node 0, alone)."""
     out = []
     for t in req.topics:
         r: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
@@ -226,9 +227,14 @@ def create_partitions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
             if t.count <= topic.partitions:
                 r["error_code"] = E.invalid_partitions
                 r["error_message"] = f"topic {t.name!r} has {topic.partitions} partitions; {t.count} is not more"
-            elif t.assignments:
+            elif t.assignments and len(t.assignments) != t.count - topic.partitions:
                 r["error_code"] = E.invalid_replica_assignment
-                r["error_message"] = "manual replica assignment is not supported"
+                r["error_message"] = (f"{len(t.assignments)} replica assignments for "
+                                      f"{t.count - topic.partitions} new partitions")
+            elif t.assignments and any(list(a.broker_ids) != [0] for a in t.assignments):
+                r["error_code"] = E.invalid_replica_assignment
+                bad = next(list(a.broker_ids) for a in t.assignments if list(a.broker_ids) != [0])
+                r["error_message"] = f"a new partition assigned to brokers {bad}: this cluster is broker 0 alone"
             elif not req.validate_only:
                 broker.store.add_partitions(t.name, t.count - topic.partitions)
         except (UnknownTopicError, InvalidNameError) as e:
