@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("kio")
 pytest.importorskip("prometheus_client")
 from kio.schema.errors import ErrorCode as E  # noqa: E402
-from serve_util import BrokerProcess, api_versions_ok, call, fetch  # noqa: E402
+from serve_util import BrokerProcess, api_versions_ok, call, fetch, frame  # noqa: E402
 
 import pylog  # noqa: E402
 from pylog import vfs  # noqa: E402
@@ -436,3 +436,62 @@ def test_create_topic_files_are_checked_names(tmp_path):
         store.create_topic("u", files={"extra.json": b"{}"})
         with open(os.path.join(store.root, "u", "extra.json"), "rb") as f:
             assert f.read() == b"{}"
+
+
+# -- 6. the copies a Fetch response makes count in the response pool -----------------------------------
+def test_a_hostile_consumer_of_many_partitions_holds_what_the_pool_counts(fast_disk):
+    """Four connections each fetch 128 partitions (55 KB each, every one under the
+    encoder's zero-copy size: the whole response is copied into its frame) with a large
+    max_bytes, and never read. Each response's frame is written in slices: what the
+    transport copies of it is one slice at most, and counted in the response pool (the
+    frame itself too); before, the transport copied the whole unsent frame, uncounted."""
+    import gc
+
+    from pylog.serve.server import WRITE_SLICE, Server
+
+    root = str(fast_disk / "root")
+    with pylog.LogStore(root) as store:
+        t = store.create_topic("wide", partitions=128, segment_bytes=1 << 20)
+        for p in range(128):
+            t.append_batch([bytes([p]) * 1000] * 55, partition=p)
+    request = frame(1, 12, {"max_wait": 0, "min_bytes": 0, "max_bytes": 0x7FFFFFFF, "isolation_level": 0,
+                            "topics": [{"topic": "wide", "partitions": [
+                                {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                                for p in range(128)]}]})
+
+    async def main() -> tuple[list[int], int]:
+        srv = Server(root, port=0, cleanup_interval=None, cleaner_backoff=None)
+        await srv.start()
+        loop = asyncio.get_running_loop()
+        socks: list[socket.socket] = []
+        try:
+            def attack() -> None:
+                for _ in range(4):
+                    s = socket.socket()
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 14)  # (before connect)
+                    s.settimeout(20)
+                    s.connect(("127.0.0.1", srv.port))
+                    s.sendall(request)
+                    socks.append(s)
+            await loop.run_in_executor(None, attack)
+            def transports() -> list[asyncio.WriteTransport]:  # the broker's side of the connections
+                return [o for o in gc.get_objects() if isinstance(o, asyncio.WriteTransport)
+                        and getattr(o, "_server", None) is not None and not o.is_closing()]
+            buffered: list[int] = []
+            for _ in range(50):  # until the four responses are built and stuck in their writes
+                await asyncio.sleep(0.2)
+                buffered = [tr.get_write_buffer_size() for tr in transports()]
+                if len(buffered) == 4 and all(buffered) and srv._responses.used >= 4 * 7_000_000:
+                    break
+            await asyncio.sleep(0.3)
+            return [tr.get_write_buffer_size() for tr in transports()], srv._responses.used
+        finally:
+            for s in socks:
+                s.close()
+            await srv.stop()
+
+    buffered, used = asyncio.run(main())
+    assert len(buffered) == 4 and all(buffered), buffered  # every response stuck in its write
+    assert used >= 4 * 7_000_000, used  # four responses of 128 x 55 KB: counted
+    assert max(buffered) <= WRITE_SLICE + (64 << 10), buffered  # a slice at most, never the frame
+    assert used >= 4 * 7_000_000 + sum(buffered)  # and the copies are counted on top of the frames

@@ -66,6 +66,12 @@ class Pool:
         self.used += used - taken
         self._grant()
 
+    def grow(self, n: int) -> int:
+        """Take ``n`` more bytes at once, over the capacity if need be (what a holder
+        already answered must copy to be written); returns ``n``. The waiters wait longer."""
+        self.used += n
+        return n
+
     def _grant(self) -> None:
         while self._waiting and self.used + self._waiting[0][1] <= self.capacity:
             most, least, fut = self._waiting.popleft()

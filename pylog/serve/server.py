@@ -566,6 +566,8 @@ class Server:
                     if out is False:
                         break
                     if isinstance(out, list):  # a large response's buffers
+                        if hold[0]:  # a Fetch's: the transport's copy of a slice counts too
+                            hold[0] += self._responses.grow(WRITE_SLICE)
                         await self._write_large(writer, out)
                     elif out is not None:
                         writer.write(out)
