@@ -14,7 +14,11 @@ import asyncio
 import collections
 import contextvars
 
-__all__ = ["Pool", "RESPONSE_HOLD"]
+__all__ = ["Pool", "RESPONSE_HOLD", "WRITE_SLICE"]
+
+#: A large response is written in slices of this many bytes (the server's ``_write_large``):
+#: the most a connection's transport copies of it at once (per connection, beside the pool).
+WRITE_SLICE = 1 << 20
 
 #: Per connection: ``[bytes]`` of Fetch response the current request took from the
 #: response pool (set by the server for each connection, read and added to by the broker).
@@ -65,12 +69,6 @@ class Pool:
         without waiting."""
         self.used += used - taken
         self._grant()
-
-    def grow(self, n: int) -> int:
-        """Take ``n`` more bytes at once, over the capacity if need be (what a holder
-        already answered must copy to be written); returns ``n``. The waiters wait longer."""
-        self.used += n
-        return n
 
     def _grant(self) -> None:
         while self._waiting and self.used + self._waiting[0][1] <= self.capacity:
