@@ -266,7 +266,10 @@ def test_a_slow_loris_on_the_metrics_port_takes_neither_descriptors_nor_the_loop
     """200 connections to the metrics port, each sending half a request and then nothing:
     the broker holds at most MAX_CONNECTIONS of them (descriptors and threads), answers
     Kafka clients meanwhile, and serves a scrape once they go."""
-    from pylog.serve.metrics_http import MAX_CONNECTIONS
+    try:
+        from pylog.serve.metrics_http import MAX_CONNECTIONS
+    except ImportError:  # (the bound this test holds any endpoint to)
+        MAX_CONNECTIONS = 4
 
     b = BrokerProcess(str(tmp_path / "root"), "--metrics-port", "0")
     try:
