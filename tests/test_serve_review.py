@@ -254,6 +254,18 @@ def test_metrics_listen_on_loopback_unless_told(tmp_path):
         Server(str(tmp_path / "c"), port=0, metrics_port=0, metrics_host="")
 
 
+def test_the_metrics_host_flag(tmp_path):
+    """``pylog serve --metrics-host`` moves the endpoint; the ready line names it."""
+    b = BrokerProcess(str(tmp_path / "root"), "--metrics-port", "0", "--metrics-host", "127.0.0.2")
+    try:
+        assert "metrics on http://127.0.0.2:" in b.line, b.line
+        port = int(b.line.rsplit(":", 1)[1].split("/")[0])
+        assert "pylog_connections" in _get(f"http://127.0.0.2:{port}/metrics")
+        assert _refused("127.0.0.1", port)
+    finally:
+        assert b.stop() == 0
+
+
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
