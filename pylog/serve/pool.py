@@ -14,11 +14,7 @@ import asyncio
 import collections
 import contextvars
 
-__all__ = ["Pool", "RESPONSE_HOLD", "WRITE_SLICE"]
-
-#: A large response is written in slices of this many bytes (the server's ``_write_large``):
-#: the most a connection's transport copies of it at once (per connection, beside the pool).
-WRITE_SLICE = 1 << 20
+__all__ = ["Pool", "RESPONSE_HOLD"]
 
 #: Per connection: ``[bytes]`` of Fetch response the current request took from the
 #: response pool (set by the server for each connection, read and added to by the broker).

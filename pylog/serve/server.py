@@ -43,7 +43,7 @@ from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
 from pylog.serve.fetch_sessions import SLOTS, FetchSessions
-from pylog.serve.pool import RESPONSE_HOLD, WRITE_SLICE, Pool
+from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
 
 __all__ = ["Server", "serve"]
@@ -51,6 +51,8 @@ __all__ = ["Server", "serve"]
 log = logging.getLogger("pylog.serve")
 _SIZE = struct.Struct(">i")
 UNSUPPORTED_VERSION = 35
+#: Bytes per write of a large response (see Server._write_large).
+WRITE_SLICE = 1 << 20
 #: Frames up to this size are read without the shared pool (heartbeats, metadata, fetch
 #: requests, small produces keep flowing while large frames wait for the pool).
 SMALL_FRAME = 1 << 16
