@@ -489,9 +489,9 @@ def test_a_hostile_consumer_of_many_partitions_holds_what_the_pool_counts(fast_d
                     s.sendall(request)
                     socks.append(s)
             await loop.run_in_executor(None, attack)
-            def transports() -> list[asyncio.WriteTransport]:  # the broker's side of the connections
+            def transports() -> list[asyncio.WriteTransport]:  # this broker's side of the connections
                 return [o for o in gc.get_objects() if isinstance(o, asyncio.WriteTransport)
-                        and getattr(o, "_server", None) is not None and not o.is_closing()]
+                        and not o.is_closing() and (o.get_extra_info("sockname") or (0, 0))[1] == srv.port]
             buffered: list[int] = []
             for _ in range(50):  # until the four responses are built and stuck in their writes
                 await asyncio.sleep(0.2)
