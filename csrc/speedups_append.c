@@ -340,6 +340,10 @@ static PyObject *framer_append(PyObject *o, PyObject *value) {
  * fast path is taken only while vfs still holds those (a test's or a fault injector's
  * replacement sees every write and fdatasync), see set_durable_vfs */
 static PyObject *vfs_module = NULL, *vfs_pwrite = NULL, *vfs_fdatasync = NULL;
+/* while pylog.vfs times its syncs (vfs.observe_syncs): its timed fdatasync, which the fast path
+ * also takes for its own (it wraps the default), and the callable the fast path then hands the
+ * seconds of each of its fdatasyncs; NULL when not timed. See set_sync_observer. */
+static PyObject *vfs_timed_fdatasync = NULL, *sync_observer = NULL;
 /* attribute names, interned once */
 static PyObject *s_pwrite, *s_fdatasync, *s_durable_failed, *s_store_fd, *s_index_written,
     *s_written, *s_written_next, *s_index_fd, *s_timeindex_fd;
@@ -371,7 +375,25 @@ static int vfs_native(void) {
     if (f != vfs_pwrite) return 0;
     f = PyDict_GetItemWithError(vfs_dict, s_fdatasync);
     if (f == NULL) return PyErr_Occurred() ? -1 : 0;
-    return f == vfs_fdatasync;
+    return f == vfs_fdatasync || (vfs_timed_fdatasync != NULL && f == vfs_timed_fdatasync);
+}
+
+/* Hand the seconds of one of the fast path's fdatasyncs (a failed one too) to sync_observer,
+ * if set; its exception, if any, is reported as unraisable (the append's outcome does not
+ * depend on it). Any exception already set is kept. The GIL is held. */
+static void observe_sync(double seconds) {
+    if (sync_observer == NULL) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *obs = sync_observer;
+    Py_INCREF(obs);
+    PyObject *arg = PyFloat_FromDouble(seconds);
+    PyObject *r = arg ? PyObject_CallFunctionObjArgs(obs, arg, NULL) : NULL;
+    Py_XDECREF(arg);
+    if (r == NULL) PyErr_WriteUnraisable(obs);
+    else Py_DECREF(r);
+    Py_DECREF(obs);
+    PyErr_Restore(type, value, tb);
 }
 
 /* *out = int(o.name); 0, or -1 with an exception. */
@@ -632,14 +654,42 @@ static PyObject *framer_append_durable(PyObject *o, PyObject *const *args, Py_ss
         }
     }
     Py_END_ALLOW_THREADS
+    double synced = seconds_since(&t0);
     if (err) {
+        observe_sync(synced);
         errno = err;
         PyErr_SetFromErrno(PyExc_OSError);
         return durable_failed(self, g, log, 0);
     }
-    int fd = pylog_gc_step_down(g, 1, (long long)goal, group, seconds_since(&t0));
+    int fd = pylog_gc_step_down(g, 1, (long long)goal, group, synced);
     if (fd >= 0) close(fd); /* the log closed during the fdatasync */
+    observe_sync(synced); /* after the step-down: the group does not wait for the observer */
     return PyLong_FromLongLong((long long)off);
+}
+
+PyDoc_STRVAR(set_sync_observer_doc,
+"set_sync_observer(timed_fdatasync, observer)\n\n"
+"While pylog.vfs times its syncs: ``timed_fdatasync`` is its timed wrapper of the default\n"
+"fdatasync, which Framer.append_durable accepts as the default (it keeps its C path), and\n"
+"``observer(seconds)`` is called after each fdatasync that path makes itself. Both None:\n"
+"not timed.");
+
+static PyObject *set_sync_observer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_sync_observer(timed_fdatasync, observer) takes 2 arguments");
+        return NULL;
+    }
+    if ((args[0] == Py_None) != (args[1] == Py_None) || (args[1] != Py_None && !PyCallable_Check(args[1]))) {
+        PyErr_SetString(PyExc_TypeError, "set_sync_observer: both None, or a function and a callable");
+        return NULL;
+    }
+    PyObject *old[2] = {vfs_timed_fdatasync, sync_observer};
+    vfs_timed_fdatasync = args[0] == Py_None ? NULL : Py_NewRef(args[0]);
+    sync_observer = args[1] == Py_None ? NULL : Py_NewRef(args[1]);
+    Py_XDECREF(old[0]);
+    Py_XDECREF(old[1]);
+    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(set_durable_vfs_doc,
@@ -1022,6 +1072,7 @@ static PyMethodDef append_methods[] = {
     {"bytes_only", bytes_only, METH_O, bytes_only_doc},
     {"set_test_clock", set_test_clock, METH_O, set_test_clock_doc},
     {"set_durable_vfs", (PyCFunction)(void (*)(void))set_durable_vfs, METH_FASTCALL, set_durable_vfs_doc},
+    {"set_sync_observer", (PyCFunction)(void (*)(void))set_sync_observer, METH_FASTCALL, set_sync_observer_doc},
     {NULL, NULL, 0, NULL},
 };
 

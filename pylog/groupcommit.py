@@ -31,6 +31,9 @@ GC_DURABLE, GC_LEAD, GC_FENCED = 0, 1, 2
 append_durable = getattr(getattr(speedups, "Framer", None), "append_durable", None)
 if append_durable is not None:
     speedups.set_durable_vfs(vfs, vfs.pwrite, vfs.fdatasync)
+    # timed syncs (the broker's fsync metric): the C path stays, and reports its fdatasyncs
+    if hasattr(speedups, "set_sync_observer"):
+        vfs.on_timed_syncs(speedups.set_sync_observer)
 
 
 class _PyGroupCommit:

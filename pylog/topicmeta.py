@@ -1,9 +1,11 @@
 """A topic's description on disk: the name rule, ``topic.json`` (partition count, config,
 topic id) read and written, the stamp that tells a handle it changed, and the record count
-:meth:`~pylog.Topic.describe` reports. :mod:`pylog.topics` builds LogStore and Topic on it.
+:meth:`~pylog.Topic.describe` reports, the store's metadata lock (:class:`_FileLock`).
+:mod:`pylog.topics` builds LogStore and Topic on it.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import mmap
 import os
@@ -179,3 +181,20 @@ def _stamp(topic_dir: str) -> tuple[int, int, int] | None:
     except FileNotFoundError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+class _FileLock:
+    """An exclusive flock on a file, held for a ``with`` block (blocking)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = -1
+
+    def __enter__(self) -> _FileLock:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+        self.fd = -1

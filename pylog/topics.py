@@ -31,14 +31,13 @@ the next batch to the next one (``append_batch``, Kafka's "sticky" partitioner).
 """
 from __future__ import annotations
 
-import fcntl
 import itertools
 import os
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -67,6 +66,7 @@ from pylog.topicmeta import (  # noqa: F401  (re-exported)
     TOPIC_FILE,
     _check_partitions,
     _count_records,
+    _FileLock,
     _partition_dir,
     _read_topic_file,
     _read_topic_meta,
@@ -221,11 +221,13 @@ class LogStore:
 
     # -- topics ------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: LogConfig | None = None,
-                     **log_config: Any) -> Topic:
+                     files: Mapping[str, bytes] | None = None, **log_config: Any) -> Topic:
         """Create topic ``name`` with ``partitions`` partitions; returns it.
 
         ``config`` and keyword options (:class:`~pylog.LogConfig` fields) configure every
         partition; they are persisted with the topic and validated on every reopen.
+        ``files`` (file name -> bytes, e.g. a broker's configs) are written durably into the
+        topic's directory before the topic appears: it appears with them, or not at all.
 
         Raises InvalidNameError (nothing is touched), TopicExistsError, ConfigError.
         """
@@ -247,6 +249,8 @@ class LogStore:
                 for i in range(partitions):
                     Log(_partition_dir(tmp, i), config=cfg).close()
                 _write_topic_file(tmp, partitions, cfg, uuid.uuid4().hex)
+                for fname, data in (files or {}).items():
+                    fileutil.atomic_write(os.path.join(tmp, check_name(fname, "file")), data, sync=True)
                 fileutil.fsync_dir(tmp)
                 vfs.rename(tmp, final)
                 fileutil.fsync_dir(self.root)
@@ -492,23 +496,6 @@ class LogStore:
 
     def __repr__(self) -> str:
         return f"<pylog.LogStore {self.root!r}{' closed' if self._closed else ''}>"
-
-
-class _FileLock:
-    """An exclusive flock on a file, held for a ``with`` block (blocking)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd = -1
-
-    def __enter__(self) -> _FileLock:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
-        self.fd = -1
 
 
 class Topic:

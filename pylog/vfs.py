@@ -54,6 +54,40 @@ _observers: tuple[Callable[[float], None], ...] = ()
 _wrapped: dict[str, Any] = {}
 
 
+#: Told (timed fdatasync, :func:`_notify`) when timing starts over the default fdatasync,
+#: (None, None) when it stops or the op timed is not the default: how a C durable append
+#: (``pylog.groupcommit``) keeps its own path while timed, reporting its fdatasyncs itself.
+_sync_hooks: list[Callable[[Any, Any], None]] = []
+
+
+def _notify(seconds: float) -> None:
+    """Hand ``seconds`` (one fsync's or fdatasync's) to every observer."""
+    for observer in _observers:
+        observer(seconds)
+
+
+def _timed_state() -> tuple[Any, Any]:
+    op = globals()["fdatasync"]
+    if _observers and getattr(op, "__wrapped_op__", None) is _DEFAULTS["fdatasync"]:
+        return op, _notify
+    return None, None
+
+
+def _tell_hooks() -> None:
+    state = _timed_state()
+    for hook in _sync_hooks:
+        hook(*state)
+
+
+def on_timed_syncs(hook: Callable[[Any, Any], None]) -> None:
+    """Call ``hook(timed_fdatasync, notify)`` now and whenever :func:`observe_syncs` starts
+    or stops timing: while the syncs are timed over the default fdatasync, its timed
+    wrapper (which the hook's owner may treat as the default: the op it wraps is) and the
+    callable to hand the seconds of each fdatasync it makes itself; else ``(None, None)``."""
+    _sync_hooks.append(hook)
+    hook(*_timed_state())
+
+
 def _timed(name: str, op: Any) -> Any:
     perf = time.perf_counter
 
@@ -62,9 +96,7 @@ def _timed(name: str, op: Any) -> Any:
         try:
             op(fd)
         finally:
-            dt = perf() - t
-            for observer in _observers:
-                observer(dt)
+            _notify(perf() - t)
     timed.__name__ = name
     timed.__wrapped_op__ = op  # type: ignore[attr-defined]
     return timed
@@ -74,15 +106,18 @@ def observe_syncs(observer: Callable[[float], None]) -> None:
     """Call ``observer(seconds)`` after every :func:`fsync` and :func:`fdatasync` of the
     process (a failed one too) until :func:`unobserve_syncs`: the neutral seam through
     which a layer above (the broker's metrics) times them. While any observer is set the
-    two are timed wrappers, so the C durable append (``Framer.append_durable``) takes its
-    Python path, which calls them."""
+    two are timed wrappers; the C durable append (``Framer.append_durable``) keeps its C
+    path and reports its own fdatasyncs (:func:`on_timed_syncs`)."""
     global _observers
     g = globals()
-    if not _observers:
+    first = not _observers
+    if first:
         for name in ("fsync", "fdatasync"):
             _wrapped[name] = g[name]
             g[name] = _timed(name, g[name])
     _observers = (*_observers, observer)
+    if first:
+        _tell_hooks()
 
 
 def unobserve_syncs(observer: Callable[[float], None]) -> None:
@@ -100,6 +135,7 @@ def unobserve_syncs(observer: Callable[[float], None]) -> None:
             if getattr(g[name], "__wrapped_op__", None) is op:
                 g[name] = op
         _wrapped.clear()
+        _tell_hooks()
 
 
 def makedirs(path: str) -> None:

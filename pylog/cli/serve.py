@@ -64,7 +64,9 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--config", "config_file", default=None, metavar="FILE",
               help="Broker configs in Kafka's server.properties form; flags given override them.")
 @click.option("--metrics-port", default=None, type=click.IntRange(0, 65535), metavar="PORT",
-              help="Serve Prometheus metrics over HTTP on the broker's host at this port (0: any free one).")
+              help="Serve Prometheus metrics over HTTP at this port (0: any free one), on --metrics-host.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
+              help="Address the metrics endpoint listens on; it has no authentication (docs/serve.md, Security).")
 @click.pass_context
 def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tls_cert: str | None,
           tls_key: str | None, users: str | None, data_mode: str, failed_auth_delay_ms: int,
@@ -128,5 +130,6 @@ def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tl
 
 
 def _ready(s: Any) -> None:
-    metrics = f", metrics on http://{s.host}:{s.metrics_port}/metrics" if s.metrics is not None else ""
+    mhost = f"[{s.metrics_host}]" if ":" in s.metrics_host else s.metrics_host
+    metrics = f", metrics on http://{mhost}:{s.metrics_port}/metrics" if s.metrics is not None else ""
     click.echo(f"pylog serve: listening on {s.host}:{s.port}{metrics}")

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog.config import LogConfig
-from pylog.errors import ConfigError, InvalidNameError, PylogError, UnknownTopicError
+from pylog.errors import ConfigError
 from pylog.serve import configs, timestamps
+from pylog.serve.error_codes import ADMIN_ERRORS, answer
 
 if TYPE_CHECKING:
     from pylog.serve.broker import Broker
@@ -73,8 +74,8 @@ def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
         if res.resource_type == TOPIC_RESOURCE:
             try:
                 r["configs"] = _topic_entries(broker, res.resource_name, wanted)
-            except (UnknownTopicError, InvalidNameError) as e:
-                r["error_code"], r["error_message"] = E.unknown_topic_or_partition, str(e)
+            except ADMIN_ERRORS as e:
+                answer(r, e)
         elif res.resource_type == BROKER_RESOURCE:
             if res.resource_name not in ("", "0"):
                 r["error_code"] = E.invalid_request
@@ -140,14 +141,8 @@ def _alter(broker: Broker, req: Any, incremental: bool) -> dict[str, Any]:
                     else:
                         raise ConfigError(f"{c.name}: config operation {op} is unknown")
                 _apply(broker, name, explicit, req.validate_only)
-        except (UnknownTopicError, InvalidNameError) as e:
-            r["error_code"], r["error_message"] = E.unknown_topic_or_partition, str(e)
-        except ConfigError as e:
-            r["error_code"], r["error_message"] = E.invalid_config, str(e)
-        except PylogError as e:
-            r["error_code"], r["error_message"] = E.invalid_request, str(e)
-        except OSError as e:
-            r["error_code"], r["error_message"] = E.kafka_storage_error, str(e)
+        except ADMIN_ERRORS as e:
+            answer(r, e)
         out.append(r)
     return {"responses": out}
 

@@ -51,7 +51,7 @@ from pylog.serve.cleaner import Cleaner
 from pylog.serve.fencing import TRANSIENT_ERRNOS, Fence, Gate, errno_of
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.producers import Producers, batch_producer, records_digest
-from pylog.serve.reads import read_batches, wanted
+from pylog.serve.reads import RECORDS_KEY, batch_records, read_batches, wanted
 from pylog.serve.records import (
     BatchError,
     Budget,
@@ -670,6 +670,7 @@ class Broker:
                         if data:
                             data = compress_batches(data, *self.settings.codec(topic))
                             r["records"] = data
+                            r[RECORDS_KEY] = batch_records(data)  # here, not on the loop (metrics)
                             total += len(data)
                             budget -= len(data)
                 except (LogClosedError, OSError, PylogError) as e:

@@ -330,11 +330,17 @@ class Settings:
             return codec, None
         return codec, int(self.value(topic, f"compression.{kind}.level"))
 
+    @staticmethod
+    def files(explicit: Mapping[str, str]) -> dict[str, bytes]:
+        """The file a new topic with ``explicit`` configs is created with (file name ->
+        bytes, for ``LogStore.create_topic(files=...)``): the topic and its configs appear
+        in one step, never one without the other."""
+        return {KAFKA_FILE: json.dumps({"version": 1, "set": dict(sorted(explicit.items()))}, indent=1).encode()}
+
     def save(self, topic: str, explicit: Mapping[str, str]) -> None:
-        """Write ``topic``'s explicitly set configs (atomically, durably)."""
-        body = json.dumps({"version": 1, "set": dict(sorted(explicit.items()))}, indent=1).encode()
+        """Write an existing ``topic``'s explicitly set configs (atomically, durably)."""
         with self._lock:
-            fileutil.atomic_write(os.path.join(self.root, topic, KAFKA_FILE), body)
+            fileutil.atomic_write(os.path.join(self.root, topic, KAFKA_FILE), self.files(explicit)[KAFKA_FILE])
             self._cache[topic] = dict(explicit)
 
     def forget(self, topic: str) -> None:

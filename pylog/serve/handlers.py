@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as E
 
-from pylog.errors import ConfigError, InvalidNameError, PylogError, TopicExistsError, UnknownTopicError
+from pylog.errors import InvalidNameError, PylogError, UnknownTopicError
 from pylog.serve import admin_cluster, admin_configs, admin_records, configs, timestamps
+from pylog.serve.error_codes import ADMIN_ERRORS, answer
 from pylog.serve.protocol import SERVED
 
 if TYPE_CHECKING:
@@ -177,24 +178,17 @@ def create_topics(broker: Broker, req: Any, version: int) -> dict[str, Any]:
             else:
                 cfg, explicit = admin_configs.new_topic_config(broker, {c.name: c.value for c in t.configs})
                 if not req.validate_only:
-                    broker.store.create_topic(t.name, partitions=n, config=cfg)
-                    broker.settings.save(t.name, explicit)
+                    # its configs in its directory before it appears (a crash leaves both or neither)
+                    broker.store.create_topic(t.name, partitions=n, config=cfg, files=broker.settings.files(explicit))
+                    broker.settings.forget(t.name)
                 r["num_partitions"], r["replication_factor"] = n, 1
                 src = {k: admin_configs.DYNAMIC_TOPIC_CONFIG for k in explicit}
                 r["configs"] = [{"name": k, "value": v, "read_only": False, "is_sensitive": False,
                                  "config_source": src.get(k, admin_configs.DEFAULT_CONFIG)}
                                 for k, v in {**configs.defaults(), **configs.from_log_config(cfg), **{
                                     k: v for k, v in explicit.items() if k in configs.STORED}}.items()]
-        except TopicExistsError as e:
-            r["error_code"], r["error_message"] = E.topic_already_exists, str(e)
-        except InvalidNameError as e:
-            r["error_code"], r["error_message"] = E.invalid_topic_exception, str(e)
-        except ConfigError as e:
-            r["error_code"], r["error_message"] = E.invalid_config, str(e)
-        except PylogError as e:
-            r["error_code"], r["error_message"] = E.invalid_request, str(e)
-        except OSError as e:  # a full or failing disk, EMFILE, EACCES: that topic only
-            r["error_code"], r["error_message"] = E.kafka_storage_error, str(e)
+        except ADMIN_ERRORS as e:
+            answer(r, e, {InvalidNameError: E.invalid_topic_exception})
         if r["error_code"]:
             r["num_partitions"] = r["replication_factor"] = -1
         out.append(r)
@@ -208,10 +202,8 @@ def delete_topics(broker: Broker, req: Any, version: int) -> dict[str, Any]:
         r: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
         try:
             broker.delete_topic(name)
-        except (UnknownTopicError, InvalidNameError) as e:
-            r["error_code"], r["error_message"] = E.unknown_topic_or_partition, str(e)
-        except PylogError as e:
-            r["error_code"], r["error_message"] = E.invalid_request, str(e)
+        except ADMIN_ERRORS as e:
+            answer(r, e)
         out.append(r)
     return {"responses": out}
 
@@ -237,10 +229,8 @@ def create_partitions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
                 r["error_message"] = f"a new partition assigned to brokers {bad}: this cluster is broker 0 alone"
             elif not req.validate_only:
                 broker.store.add_partitions(t.name, t.count - topic.partitions)
-        except (UnknownTopicError, InvalidNameError) as e:
-            r["error_code"], r["error_message"] = E.unknown_topic_or_partition, str(e)
-        except PylogError as e:
-            r["error_code"], r["error_message"] = E.invalid_partitions, str(e)
+        except ADMIN_ERRORS as e:
+            answer(r, e, {PylogError: E.invalid_partitions})
         out.append(r)
     return {"results": out}
 

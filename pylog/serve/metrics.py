@@ -2,8 +2,8 @@
 
 Each :class:`~pylog.serve.server.Server` with a metrics port has its own
 :class:`Metrics`: its own ``CollectorRegistry`` (several brokers in one process do not
-share or clash), served by ``prometheus_client``'s HTTP server on the broker's host, stopped
-with the broker. docs/serve.md, "Metrics", lists every metric.
+share or clash), served by a bounded HTTP server (:mod:`.metrics_http`) on loopback unless
+the broker is given another ``metrics_host``, stopped with the broker. docs/serve.md, "Metrics", lists every metric.
 
 The cost on the produce and fetch path is kept low: the event loop, the only thread that
 counts requests and bytes, adds plain integers into dicts (no lock, no metric object per
@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import bisect
 import os
-import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from pylog import vfs
 from pylog.consumer import decode_offset
 from pylog.errors import PylogError
+from pylog.serve.metrics_http import MetricsServer
 from pylog.serve.protocol import SERVED
+from pylog.serve.reads import RECORDS_KEY, batch_records
 from pylog.topics import CONSUMERS_DIR
 
 if TYPE_CHECKING:
@@ -41,23 +42,6 @@ __all__ = ["Metrics", "LATENCY_BUCKETS", "FSYNC_BUCKETS"]
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: fsync latency buckets, seconds.
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-#: a RecordBatch v2 header's batchLength (bytes 8-11) and record count (57-60 of its 61)
-_LENGTH_COUNT = struct.Struct(">8xi45xi")
-_HEADER = 61
-
-
-def batch_records(data: Any) -> int:
-    """The records in a run of RecordBatch v2 (the counts in their headers)."""
-    size = len(data)
-    n = 0
-    pos = 0
-    unpack = _LENGTH_COUNT.unpack_from
-    while pos + _HEADER <= size:
-        length, count = unpack(data, pos)
-        n += count
-        pos += 12 + length
-    return n
-
 
 class _Latency:
     """A histogram filled on the event loop only: no lock (see the module docstring)."""
@@ -86,8 +70,7 @@ class Metrics:
                                buckets=FSYNC_BUCKETS, registry=self.registry)
         self.registry.register(_Collector(self))
         self._observe = self.fsync.observe
-        self._httpd: Any = None
-        self._thread: Any = None
+        self._httpd: MetricsServer | None = None
         self.port: int | None = None
 
     # -- on the event loop ------------------------------------------------------------------
@@ -131,7 +114,9 @@ class Metrics:
                     c[1] += batch_records(p.records)
 
     def fetched(self, data: dict[str, Any]) -> None:
-        """Count the record batches of a Fetch response: their bytes and records."""
+        """Count the record batches of a Fetch response: their bytes, and their records as
+        the fetch thread counted them (:data:`.reads.RECORDS_KEY`): the loop adds one
+        integer per partition answered, it never walks the batches."""
         for t in data.get("responses", ()):
             c = None
             for p in t["partitions"]:
@@ -140,14 +125,15 @@ class Metrics:
                     if c is None:
                         c = self._topic(t["topic"])
                     c[2] += len(rec)
-                    c[3] += batch_records(rec)
+                    c[3] += p.get(RECORDS_KEY, 0)
 
     # -- the endpoint -----------------------------------------------------------------------
     def start(self, host: str, port: int) -> int:
-        """Serve the registry over HTTP at ``host:port`` (0: a free port); returns the port.
-        fsync latency is observed from now on."""
-        self._httpd, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        self.port = int(self._httpd.server_address[1])
+        """Serve the registry over HTTP at ``host:port`` (0: a free port), bounded
+        (:mod:`.metrics_http`); returns the port. fsync latency is observed from now on."""
+        self._httpd = MetricsServer(host, port, self.registry)
+        self._httpd.start()
+        self.port = self._httpd.port
         vfs.observe_syncs(self._observe)
         return self.port
 
@@ -155,10 +141,8 @@ class Metrics:
         """Stop observing fsyncs and serving (waits for the server's thread)."""
         vfs.unobserve_syncs(self._observe)
         if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._thread.join(10)
-            self._httpd = self._thread = None
+            self._httpd.stop()
+            self._httpd = None
 
 
 def _api_name(key: int) -> str:

@@ -153,8 +153,9 @@ class _Frame:
 
 def encode_response(req: Request, payload: Any) -> bytes | list[Any]:
     """The response frame (size, header, payload) of ``payload`` (a kio entity): bytes, or
-    for a payload holding large byte fields (a Fetch's records), the frame's buffers in
-    order (the large ones not copied), for the caller to write one after another."""
+    for a payload holding large byte fields (a Fetch's records) or a large frame of small
+    ones, the frame's buffers in order (not copied again), for the caller to write one
+    after another."""
     cls = type(payload)
     header_cls = cls.__header_schema__
     buf = _Frame()
@@ -163,7 +164,9 @@ def encode_response(req: Request, payload: Any) -> bytes | list[Any]:
     first = buf.parts[0] if buf.parts else buf.small
     _SIZE.pack_into(first, 0, buf.size)
     if not buf.parts:
-        return bytes(buf.small)
+        # a large frame of small fields (a Fetch of many partitions, each under BIG_WRITE):
+        # its one buffer as is, not copied again, written in slices as the others
+        return bytes(buf.small) if buf.size < BIG_WRITE else [buf.small]
     return [*buf.parts, buf.small] if buf.small else buf.parts
 
 

@@ -233,9 +233,11 @@ class Server:
     fetch_session_slots
         Incremental fetch sessions kept at once (Kafka's
         ``max.incremental.fetch.session.cache.slots``; :mod:`.fetch_sessions`).
-    metrics_port
-        Serve Prometheus metrics over HTTP on ``host`` at this port (0: a free one, see
-        :attr:`metrics_port` after :meth:`start`; None: none), :mod:`.metrics`.
+    metrics_port, metrics_host
+        Serve Prometheus metrics over HTTP on ``metrics_host`` (loopback unless given) at
+        this port (0: a free one, see :attr:`metrics_port` after :meth:`start`; None: none),
+        :mod:`.metrics`. The endpoint has no authentication: anyone who can connect reads
+        topic and group names (docs/serve.md, "Security").
     """
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 9092,
@@ -251,7 +253,8 @@ class Server:
                  auto_create_rate: float = 100.0, cleaner_backoff: float | None = 15.0,
                  num_partitions: int = 1, topic_defaults: dict[str, str] | None = None,
                  broker_configs: dict[str, tuple[str, int, int]] | None = None,
-                 fetch_session_slots: int = SLOTS, metrics_port: int | None = None) -> None:
+                 fetch_session_slots: int = SLOTS, metrics_port: int | None = None,
+                 metrics_host: str = "127.0.0.1") -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
@@ -267,7 +270,10 @@ class Server:
             raise InvalidArgumentError(f"metrics_port must be a port number (0-65535), not {metrics_port!r}")
         if metrics_port is not None and importlib.util.find_spec("prometheus_client") is None:
             raise MissingExtraError("pylog serve --metrics-port", "prometheus_client", "serve")
+        if not isinstance(metrics_host, str) or not metrics_host:
+            raise InvalidArgumentError(f"metrics_host must be a host name or address, not {metrics_host!r}")
         self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
         self.metrics: Any = None  # a .metrics.Metrics while it serves them
         if queued_max_request_bytes < max_request_bytes:
             raise InvalidArgumentError(f"queued_max_request_bytes ({queued_max_request_bytes}) must be at least "
@@ -365,7 +371,7 @@ class Server:
 
             metrics = Metrics(self)
             try:
-                self.metrics_port = metrics.start(self.host, self.metrics_port)
+                self.metrics_port = metrics.start(self.metrics_host, self.metrics_port)
             except BaseException:
                 await self.stop()
                 raise
