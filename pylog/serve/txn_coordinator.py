@@ -34,6 +34,7 @@ never staged into a newer one.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
 import json
 import os
@@ -78,6 +79,7 @@ EMPTY, ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT, COMPLETE_ABORT = (
     "Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "CompleteAbort")
 _KEEP = 5  # batches remembered per partition for retries, as Kafka's producer state
 _TXN_BIT = 0x10  # the transactional bit of a RecordBatch's attributes
+_NO_TIME = datetime.datetime.fromtimestamp(-0.001, datetime.timezone.utc)  # written as -1
 
 
 def is_transactional(records: Any) -> bool:
@@ -555,14 +557,16 @@ class TxnCoordinator:
             st = self._txns.get(tid)
             if st is None:
                 out.append({"error_code": E.transactional_id_not_found, "transactional_id": tid,
-                            "transaction_state": "", "producer_id": -1, "producer_epoch": -1, "topics": []})
+                            "transaction_state": "", "transaction_start_time": _NO_TIME, "producer_id": -1,
+                            "producer_epoch": -1, "topics": []})
                 continue
             by_topic: dict[str, list[int]] = {}
             for t, p in sorted(st.partitions):
                 by_topic.setdefault(t, []).append(p)
             out.append({"error_code": 0, "transactional_id": tid, "transaction_state": st.state,
                         "transaction_timeout": st.timeout_ms,
-                        "transaction_start_time": int(st.started * 1000) if st.state == ONGOING else -1,
+                        "transaction_start_time": datetime.datetime.fromtimestamp(st.started, datetime.timezone.utc)
+                        if st.state == ONGOING else _NO_TIME,
                         "producer_id": st.pid, "producer_epoch": st.epoch,
                         "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
         return {"transaction_states": out}
