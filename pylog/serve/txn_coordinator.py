@@ -490,7 +490,9 @@ class TxnCoordinator:
         """Stage one partition's transactional batches (an append thread): (error, base
         offset: -1, the records have none until the commit, log start offset)."""
         prod = batch_producer(records)
-        if prod is None or prod[3] < 0:
+        if prod is None:  # no producer id: no transaction can hold it
+            return E.invalid_txn_state, -1, -1
+        if prod[3] < 0:
             return E.invalid_record, -1, -1
         pid, epoch, first, count = prod
         st = self._by_pid.get(pid)
