@@ -26,6 +26,7 @@ pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from conftest import LONG, ROOT, py_env  # noqa: E402
+from history import History, check, read_log  # noqa: E402
 from serve_util import BrokerProcess, batch, call, connect, frame, wait_for  # noqa: E402
 
 import pylog  # noqa: E402
@@ -385,9 +386,18 @@ def test_transaction_timeout_aborts(broker):
 # ---------------------------------------------------------------------------------------
 # consume-transform-produce with kills
 _ETL = textwrap.dedent("""
-    import faulthandler, signal, sys, time
+    import faulthandler, json, os, signal, sys, time
     import confluent_kafka as ck
     faulthandler.register(signal.SIGUSR1)  # (the test asks for the stacks of a stuck run)
+    events = open(sys.argv[3], "a")  # the history (tests/history.py), one JSON line an event
+    me = "etl-%d" % os.getpid()
+
+    def record(type, **fields):
+        events.write(json.dumps({"type": type, **fields}) + "\\n")
+        events.flush()
+
+    record("producer", producer=me, client="confluent-kafka", idempotent=True)
+    count = 0
     boot, n = sys.argv[1], int(sys.argv[2])
     c = ck.Consumer({"bootstrap.servers": boot, "group.id": "etl", "auto.offset.reset": "earliest",
                      "enable.auto.commit": False, "isolation.level": "read_committed",
@@ -415,14 +425,21 @@ _ETL = textwrap.dedent("""
                 print("committed failed:", e.args[0], file=sys.stderr, flush=True)
             print("idle at", c.assignment(), c.position(c.assignment()), file=sys.stderr, flush=True)
             continue
+        count += 1
+        txn = "%s-%d" % (me, count)
         try:
             p.begin_transaction()
+            record("txn_begin", producer=me, txn=txn)
             for m in msgs:
-                p.produce("out", m.value(), partition=m.offset() % 2)
+                value = m.value() + b"|" + txn.encode()  # unique: the checker attributes each record
+                record("send", producer=me, topic="out", partition=m.offset() % 2, value=value.decode(), txn=txn)
+                p.produce("out", value, partition=m.offset() % 2)
             p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+            record("txn_commit_start", producer=me, txn=txn)
             while True:
                 try:
                     p.commit_transaction(60)
+                    record("txn_commit", producer=me, txn=txn)
                     break
                 except ck.KafkaException as e:
                     print("commit failed:", e.args[0], file=sys.stderr, flush=True)
@@ -436,6 +453,7 @@ _ETL = textwrap.dedent("""
             while True:
                 try:
                     p.abort_transaction(60)
+                    record("txn_abort", producer=me, txn=txn)
                     rewind()
                     break
                 except ck.KafkaException as e2:
@@ -456,8 +474,10 @@ def _etl_run(root: str, kills: int, seed: int, n: int) -> None:
     procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
     errors = open(root + ".etl-stderr", "w+")  # (a file: librdkafka's logs would fill a pipe)
 
+    history = root + ".history"
+
     def start() -> subprocess.Popen:  # type: ignore[type-arg]
-        proc = subprocess.Popen([sys.executable, "-c", _ETL, b.bootstrap, str(n)], cwd=ROOT, env=py_env(),
+        proc = subprocess.Popen([sys.executable, "-c", _ETL, b.bootstrap, str(n), history], cwd=ROOT, env=py_env(),
                                 stderr=errors, stdout=subprocess.DEVNULL)
         procs.append(proc)
         return proc
@@ -489,8 +509,26 @@ def _etl_run(root: str, kills: int, seed: int, n: int) -> None:
             raise AssertionError("\n".join([x for x in errors.read().splitlines() if not x.startswith("%")][-60:]))
         rows = _read(b, "out", 2, expect=n, timeout=30)
         # every input exactly once, nothing of an aborted transaction
-        assert _values(rows) == sorted(b"rec-%d" % i for i in range(n))
-        assert _library(root, "out") == sorted(b"rec-%d" % i for i in range(n))
+        inputs = sorted(b"rec-%d" % i for i in range(n))
+        assert sorted(v.split(b"|")[0] for v in _values(rows)) == inputs
+        assert sorted(v.split(b"|")[0] for v in _library(root, "out")) == inputs
+        # the history checker: no aborted read, no transaction seen in part, no read before
+        # its commit (the final reader's polls come after every commit)
+        h = History()
+        with open(history) as f:
+            for line in f:
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue  # a line torn by a SIGKILL
+                h.record(ev.pop("type"), **ev)
+        h.assign("reader", "reader", [("out", 0), ("out", 1)])
+        for part, off, value in rows:
+            h.poll("reader", "reader", "out", part, off, value.decode())
+        report = check(h.events, read_log(root, "out"))
+        assert report.violations() == [], report.summary()
+        assert report.stats["polls"] == n
+        assert sum(ev["type"] == "txn_commit" for ev in h.events) >= n // 10  # (it saw the transactions)
         c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "etl"})
         assert c.committed([ck.TopicPartition("in", 0)], timeout=10)[0].offset == n
         c.close()
