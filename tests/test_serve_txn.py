@@ -284,7 +284,8 @@ def test_broker_killed_mid_transaction(tmp_path):
     b = BrokerProcess(root)
     try:
         _topics(b, r=2)
-        p = _producer(b, "t-kill", **{"message.timeout.ms": 20000})
+        # (metadata.recovery.strategy=none: see _ETL)
+        p = _producer(b, "t-kill", **{"message.timeout.ms": 20000, "metadata.recovery.strategy": "none"})
         p.begin_transaction()
         for i in range(5):
             p.produce("r", b"lost-%d" % i, partition=i % 2)
