@@ -168,13 +168,16 @@ class Stager:
         self.contributor = contributor or uuid.uuid4().hex
         self._logs: dict[tuple[str, int], Log] = {}
 
-    def log_for(self, topic: str, partition: int, max_record_bytes: int | None = None) -> Log:
+    def log_for(self, topic: str, partition: int, max_record_bytes: int | None = None,
+                timestamps: str | None = None) -> Log:
         """The staging :class:`~pylog.Log` of ``topic``/``partition`` (made on first use;
         ``max_record_bytes`` should be the target topic's, so a record the partition would
-        refuse is refused now, before any commit). Append to it directly for bulk staging."""
-        return self._log(topic, partition, max_record_bytes)
+        refuse is refused now, before any commit; ``timestamps``: the staging Log's mode,
+        ``"as-given"`` to stage timestamps in any order, the apply orders them as the
+        target partition's mode says). Append to it directly for bulk staging."""
+        return self._log(topic, partition, max_record_bytes, timestamps)
 
-    def _log(self, topic: str, partition: int, max_record_bytes: int | None) -> Log:
+    def _log(self, topic: str, partition: int, max_record_bytes: int | None, timestamps: str | None = None) -> Log:
         key = (topic, partition)
         log = self._logs.get(key)
         if log is None:
@@ -183,6 +186,8 @@ class Stager:
             opts: dict[str, Any] = {"fsync": "never", "flush_ms": None}
             if max_record_bytes is not None:
                 opts["max_record_bytes"] = max_record_bytes
+            if timestamps is not None:
+                opts["timestamps"] = timestamps
             # Never recreate the directory of a transaction discarded meanwhile: an external
             # one's contributors hold its "external" file shared while they make a staging
             # Log, and discard() holds it exclusively while it deletes.

@@ -27,6 +27,19 @@ Anomaly classes (the keys of :attr:`Report.anomalies`):
     a consumer polling an offset at or below the one it polled before in the same partition,
     within one assignment (no assign, revoke or seek between).
 
+Transactions (a transactional producer records :meth:`History.txn_begin`, sends with
+``txn=``, then :meth:`History.txn_commit_start` and :meth:`History.txn_commit` or
+:meth:`History.txn_abort`):
+
+``aborted_read``
+    a value of an aborted transaction polled by a consumer, or held by the final log.
+``partial_commit``
+    a transaction seen in part: some of its values in the final log and others not (a torn
+    transaction), or a committed one missing values it sent.
+``read_before_commit``
+    a value of a transaction polled before its producer asked for the commit (the poll is
+    recorded before :meth:`History.txn_commit_start`): an uncommitted read.
+
 Positions are (topic, partition, offset); values are text. A history is a list of dicts, one per
 event, in the order they were recorded; :meth:`History.dump` and :func:`load` keep it as JSON
 lines, so a failed run can be checked again from its file.
@@ -43,7 +56,7 @@ from typing import Any
 
 #: every anomaly class :func:`check` reports, in report order
 CLASSES = ("lost_write", "duplicate", "duplicate_tolerated", "inconsistent_offset", "poll_skip",
-           "nonmonotonic_poll")
+           "nonmonotonic_poll", "aborted_read", "partial_commit", "read_before_commit")
 #: the classes that break a promise of the broker (``duplicate_tolerated`` does not)
 VIOLATIONS = tuple(c for c in CLASSES if c != "duplicate_tolerated")
 
@@ -74,9 +87,26 @@ class History:
         """A producer starts: its name (the ``p<n>`` of its values), client and idempotence."""
         self.record("producer", producer=producer, client=client, idempotent=idempotent)
 
-    def send(self, producer: str, topic: str, partition: int, value: str) -> None:
-        """``producer`` hands ``value`` to its client for ``partition`` of ``topic``."""
-        self.record("send", producer=producer, topic=topic, partition=partition, value=value)
+    def send(self, producer: str, topic: str, partition: int, value: str, txn: str | None = None) -> None:
+        """``producer`` hands ``value`` to its client for ``partition`` of ``topic`` (in
+        transaction ``txn``, a name unique in the history, when given)."""
+        self.record("send", producer=producer, topic=topic, partition=partition, value=value, txn=txn)
+
+    def txn_begin(self, producer: str, txn: str) -> None:
+        """``producer`` begins transaction ``txn``."""
+        self.record("txn_begin", producer=producer, txn=txn)
+
+    def txn_commit_start(self, producer: str, txn: str) -> None:
+        """``producer`` is about to ask for the commit of ``txn`` (recorded before the call)."""
+        self.record("txn_commit_start", producer=producer, txn=txn)
+
+    def txn_commit(self, producer: str, txn: str) -> None:
+        """The commit of ``txn`` succeeded."""
+        self.record("txn_commit", producer=producer, txn=txn)
+
+    def txn_abort(self, producer: str, txn: str) -> None:
+        """``txn`` was aborted (its abort succeeded, or the broker aborted it)."""
+        self.record("txn_abort", producer=producer, txn=txn)
 
     def ack(self, producer: str, topic: str, partition: int, offset: int, value: str) -> None:
         """The broker acknowledged ``value`` at ``offset``."""
@@ -213,6 +243,7 @@ def check(events: list[Event], final: FinalLog) -> Report:
     _duplicates(rep, log_where, sender, idempotent)
     _inconsistent(rep, events, log_at)
     _polls(rep, events, final)
+    _transactions(rep, events, log_where)
 
     acked = {ev["value"] for ev in events if ev["type"] == "ack"}
     polled = {ev["value"] for ev in events if ev["type"] == "poll"}
@@ -316,6 +347,49 @@ def _polls(rep: Report, events: list[Event], final: FinalLog) -> None:
                             f"{ev['consumer']} polled offset {off} {why}; offsets "
                             f"{_ranges(skipped)} were never polled by group {ev['group']!r}")
             last[key] = off
+
+
+def _transactions(rep: Report, events: list[Event], log_where: dict[str, list[Position]]) -> None:
+    """Aborted reads, transactions seen in part, reads before the commit."""
+    values: dict[str, list[str]] = defaultdict(list)  # txn -> its values
+    of: dict[str, str] = {}  # value -> its txn
+    outcome: dict[str, str] = {}
+    commit_start: dict[str, int] = {}
+    for ev in events:
+        kind = ev["type"]
+        if kind == "send" and ev.get("txn"):
+            values[ev["txn"]].append(ev["value"])
+            of[ev["value"]] = ev["txn"]
+        elif kind == "txn_commit":
+            outcome[ev["txn"]] = "committed"
+        elif kind == "txn_abort":
+            outcome.setdefault(ev["txn"], "aborted")  # (a commit that succeeded stands)
+        elif kind == "txn_commit_start":
+            commit_start.setdefault(ev["txn"], ev["i"])
+    reported: set[str] = set()
+    for ev in events:
+        if ev["type"] != "poll" or ev["value"] not in of:
+            continue
+        txn = of[ev["value"]]
+        where = _pos((ev["topic"], ev["partition"], ev["offset"]))
+        if outcome.get(txn) == "aborted":
+            if ev["value"] not in reported:
+                reported.add(ev["value"])
+                rep.add("aborted_read", ev["value"],
+                        f"of aborted transaction {txn}, polled by {ev['consumer']} at {where}")
+        elif ev["i"] < commit_start.get(txn, 1 << 62):
+            rep.add("read_before_commit", ev["value"],
+                    f"of transaction {txn}, polled by {ev['consumer']} at {where} before its commit was asked for")
+    for txn, vals in values.items():
+        present = [v for v in vals if v in log_where]
+        if outcome.get(txn) == "aborted":
+            for v in present:
+                if v not in reported:
+                    rep.add("aborted_read", v, f"of aborted transaction {txn}, in the final log")
+        if present and len(present) < len(vals) or outcome.get(txn) == "committed" and len(present) < len(vals):
+            missing = sorted(set(vals) - set(present))
+            rep.add("partial_commit", txn, f"{outcome.get(txn, 'undecided')}; {len(present)} of its {len(vals)} "
+                                           f"values in the final log, missing {missing[:5]}")
 
 
 def _ranges(offs: list[int]) -> str:

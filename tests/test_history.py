@@ -205,6 +205,72 @@ def test_nonmonotonic_poll_the_same_offset_twice():
     assert "c1 polled offset 3 after 3" in rep.anomalies["nonmonotonic_poll"][0].detail
 
 
+# -- transactions ---------------------------------------------------------------------------
+def _txns() -> tuple[History, dict]:  # type: ignore[type-arg]
+    """Transactional producer p3: x1 (2 values, committed, in the log), x2 (aborted, not in
+    the log); consumer c2 reads x1 after its commit."""
+    h = History()
+    h.producer("p3", "confluent-kafka", True)
+    final: dict = {(T, 0): [(0, "p3-0"), (1, "p3-1")]}  # type: ignore[type-arg]
+    h.txn_begin("p3", "x1")
+    h.send("p3", T, 0, "p3-0", txn="x1")
+    h.send("p3", T, 0, "p3-1", txn="x1")
+    h.txn_commit_start("p3", "x1")
+    h.txn_commit("p3", "x1")
+    h.txn_begin("p3", "x2")
+    h.send("p3", T, 0, "p3-2", txn="x2")
+    h.txn_abort("p3", "x2")
+    h.assign("c2", "g2", [(T, 0)])
+    h.poll("c2", "g2", T, 0, 0, "p3-0")
+    h.poll("c2", "g2", T, 0, 1, "p3-1")
+    return h, final
+
+
+def test_clean_transactions_report_nothing():
+    h, final = _txns()
+    assert _found(h, final) == {}
+
+
+def test_aborted_read_polled_or_in_the_log():
+    h, final = _txns()
+    final[(T, 0)].append((2, "p3-2"))
+    h.poll("c2", "g2", T, 0, 2, "p3-2")
+    rep = check(h.events, final)
+    assert rep.counts()["aborted_read"] == 1 and "aborted transaction x2" in str(rep.anomalies["aborted_read"][0])
+    assert _found(h, final) == {"aborted_read": 1}
+    h2, final2 = _txns()
+    final2[(T, 0)].append((2, "p3-2"))  # in the log, polled by nobody
+    assert _found(h2, final2) == {"aborted_read": 1}
+
+
+def test_partial_commit_a_transaction_seen_in_part():
+    h, final = _txns()
+    final[(T, 0)].pop()  # p3-1 of the committed x1 is missing
+    found = _found(h, final)
+    assert found["partial_commit"] == 1 and "1 of its 2 values" in str(check(h.events, final).anomalies[
+        "partial_commit"][0])
+    # an undecided transaction (its producer died) half in the log is torn too
+    h2, final2 = _txns()
+    h2.txn_begin("p3", "x3")
+    h2.send("p3", T, 0, "p3-3", txn="x3")
+    h2.send("p3", T, 0, "p3-4", txn="x3")
+    final2[(T, 0)].append((2, "p3-3"))
+    assert _found(h2, final2) == {"partial_commit": 1}
+
+
+def test_read_before_commit():
+    h = History()
+    h.producer("p3", "confluent-kafka", True)
+    final: dict = {(T, 0): [(0, "p3-0")]}  # type: ignore[type-arg]
+    h.txn_begin("p3", "x1")
+    h.send("p3", T, 0, "p3-0", txn="x1")
+    h.assign("c2", "g2", [(T, 0)])
+    h.poll("c2", "g2", T, 0, 0, "p3-0")  # before the producer asked for the commit
+    h.txn_commit_start("p3", "x1")
+    h.txn_commit("p3", "x1")
+    assert _found(h, final) == {"read_before_commit": 1}
+
+
 def test_each_class_has_a_test_and_violations_exclude_tolerated_duplicates():
     assert set(VIOLATIONS) == set(CLASSES) - {"duplicate_tolerated"}
     src = open(__file__).read()
@@ -224,3 +290,4 @@ def test_dump_load_and_read_log_through_the_library(tmp_path):
     store.close()
     assert read_log(str(tmp_path / "root"), T) == final
     assert check(h.events, read_log(str(tmp_path / "root"), T)).found() == set()
+

@@ -28,7 +28,7 @@ import pytest
 pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
-from serve_util import BrokerProcess, batch, call, connect, frame, produce, recv_exact  # noqa: E402
+from serve_util import BrokerProcess, batch, call, connect, create_topic, frame, produce, recv_exact  # noqa: E402
 
 import pylog  # noqa: E402
 from pylog.errors import ConfigError, InvalidArgumentError  # noqa: E402
@@ -107,7 +107,7 @@ USERS = {  # name: add_user's rights
     "admin": {},
     "bob": {"read": ["public"], "write": ["public"], "groups": ["bob-*"]},
     "carol": {"read": ["*"], "groups": ["carol-app"], "delete_groups": ["carol-app"], "transactional_ids": ["carol-*"]},
-    "writer": {"read": [], "write": ["public"], "groups": []},
+    "writer": {"read": [], "write": ["public"], "groups": [], "transactional_ids": ["writer-tx"]},
 }
 
 
@@ -208,6 +208,51 @@ def test_transactional_ids_have_rights(acl_broker):
         assert r.error_code == 0 and r.producer_id >= 0  # idempotent producers need no id
     with login(acl_broker, "admin") as s:
         assert find(s, ["any-tx"]) == {"any-tx": 0}
+
+
+def test_transaction_apis_need_the_ids_right(acl_broker):
+    """AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn need WRITE on the
+    transactional id (53), AddPartitionsToTxn WRITE on each topic (29, the others not
+    attempted: 55), the offsets APIs READ on the group (30); ListTransactions shows the ids
+    the user may use."""
+    with login(acl_broker, "admin") as s:
+        create_topic(s, "txn-acl")
+        r = call(s, frame(22, 4, {"transactional_id": "admin-tx", "transaction_timeout": 60000, "producer_id": -1,
+                                  "producer_epoch": -1}), 22, 4)
+        assert r.error_code == 0
+    def add(s, tid: str, pid: int, epoch: int, topic: str) -> list[int]:  # type: ignore[no-untyped-def]
+        r = call(s, frame(24, 3, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+                                  "v3_and_below_producer_epoch": epoch,
+                                  "v3_and_below_topics": [{"name": topic, "partitions": [0]}]}), 24, 3)
+        return [x.partition_error_code for t in r.results_by_topic_v3_and_below for x in t.results_by_partition]
+
+    def init(s, tid: str) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+        r = call(s, frame(22, 4, {"transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1,
+                                  "producer_epoch": -1}), 22, 4)
+        assert r.error_code == 0
+        return r.producer_id, r.producer_epoch
+
+    with login(acl_broker, "writer") as s:  # writes "public" only
+        pid, epoch = init(s, "writer-tx")
+        assert add(s, "writer-tx", pid, epoch, "txn-acl") == [29]
+        assert add(s, "writer-tx", pid, epoch, "public") == [0]
+    with login(acl_broker, "carol") as s:  # carol-* ids, the group carol-app
+        pid, epoch = init(s, "carol-tx")
+        assert add(s, "admin-tx", pid, epoch, "txn-acl") == [53]
+        assert add(s, "carol-tx", pid, epoch, "txn-acl") == [0]
+        offsets = {"transactional_id": "carol-tx", "producer_id": pid, "producer_epoch": epoch}
+        assert call(s, frame(25, 3, {**offsets, "group_id": "bob-app"}), 25, 3).error_code == 30
+        assert call(s, frame(25, 3, {**offsets, "group_id": "carol-app"}), 25, 3).error_code == 0
+        r = call(s, frame(28, 3, {**offsets, "group_id": "bob-app", "generation_id": -1, "member_id": "",
+                                  "group_instance_id": None, "topics": [{"name": "txn-acl", "partitions": [
+                                      {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                                       "committed_metadata": None}]}]}), 28, 3)
+        assert r.topics[0].partitions[0].error_code == 30
+        assert call(s, frame(26, 3, {**offsets, "transactional_id": "admin-tx", "committed": False}),
+                    26, 3).error_code == 53
+        assert call(s, frame(26, 3, {**offsets, "committed": False}), 26, 3).error_code == 0
+        r = call(s, frame(66, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1}), 66, 1)
+        assert [t.transactional_id for t in r.transaction_states] == ["carol-tx"]
 
 
 def test_delete_groups_needs_the_delete_right(acl_broker):

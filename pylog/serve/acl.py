@@ -6,8 +6,8 @@ The rights are the users file's (:class:`.security.Users`); Kafka's operations m
 them as its authorizer maps them to ACLs:
 
 ============================  ==========================================================
-topic READ                    Fetch, ListOffsets, OffsetCommit (with group READ),
-                              DescribeProducers
+topic READ                    Fetch, ListOffsets, OffsetCommit and TxnOffsetCommit (with
+                              group READ), DescribeProducers
 topic WRITE                   Produce; CreateTopics, DeleteTopics, CreatePartitions,
                               DeleteRecords, Metadata's auto-creation, AlterConfigs,
                               IncrementalAlterConfigs
@@ -19,8 +19,10 @@ group READ (``groups``)       JoinGroup, SyncGroup, Heartbeat, LeaveGroup, Offse
 group DESCRIBE (READ or       FindCoordinator, DescribeGroups, ListGroups (the others are
 DELETE)                       left out)
 group DELETE                  DeleteGroups
-transactional id WRITE        InitProducerId with the id, FindCoordinator of the id
-(``transactional_ids``)
+transactional id WRITE        InitProducerId with the id, FindCoordinator of the id,
+(``transactional_ids``)       AddPartitionsToTxn (and topic WRITE), AddOffsetsToTxn and
+                              TxnOffsetCommit (and group READ), EndTxn,
+                              DescribeTransactions, ListTransactions (the others are left out)
 cluster (see                  DescribeCluster's authorized operations; DescribeLogDirs
 :mod:`.admin_cluster`)        lists the topics the user may DESCRIBE
 ============================  ==========================================================
@@ -33,6 +35,7 @@ see instead, as Kafka does.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import Any
 
 from kio.schema.errors import ErrorCode as E
@@ -54,6 +57,7 @@ _TOPICS: dict[int, tuple[str, str, str, str, str, str, str]] = {
     21: ("topics", "name", "topics", "name", "partitions", "partition_index", "write"),  # DeleteRecords
     23: ("topics", "topic", "topics", "topic", "partitions", "partition", "describe"),  # OffsetForLeaderEpoch
     61: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),  # DescribeProducers
+    28: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),  # TxnOffsetCommit
 }
 #: Group APIs naming one group: key -> what the refusal holds besides its error code.
 _ONE_GROUP: dict[int, dict[str, Any]] = {
@@ -66,6 +70,7 @@ GROUP_DENIED = E.group_authorization_failed
 TXN_DENIED = E.transactional_id_authorization_failed
 TOPIC_DENIED = E.topic_authorization_failed
 TOPIC_RESOURCE = 2
+_NO_TIME = datetime.datetime.fromtimestamp(-0.001, datetime.timezone.utc)  # a start time of -1
 #: A row of the removed parts of a request: (the response's list field, the row).
 Denied = list[tuple[str, dict[str, Any]]]
 
@@ -198,6 +203,32 @@ def _filter_configs(users: Users, user: str, body: Any, alter: bool = False) -> 
     return body, denied
 
 
+def _refuse_txn(users: Users, user: str, key: int, body: Any) -> dict[str, Any] | None:
+    """The answer refusing a transaction API request as a whole, or None: the transactional
+    id needs WRITE (53); AddOffsetsToTxn and TxnOffsetCommit group READ (30); every topic
+    of AddPartitionsToTxn WRITE (29; the others OPERATION_NOT_ATTEMPTED, as Kafka answers)."""
+    tid = body.v3_and_below_transactional_id if key == 24 else body.transactional_id
+    code = 0
+    if not users.may_transact(user, tid):
+        code = TXN_DENIED
+    elif key in (25, 28) and not users.may_group(user, body.group_id, "read"):
+        code = GROUP_DENIED
+    if key == 24:
+        topics = body.v3_and_below_topics
+        if not code and all(users.may(user, t.name, True) for t in topics):
+            return None
+        return {"results_by_topic_v3_and_below": [{"name": t.name, "results_by_partition": [
+            {"partition_index": p, "partition_error_code": code or (
+                E.operation_not_attempted if users.may(user, t.name, True) else TOPIC_DENIED)}
+            for p in t.partitions]} for t in topics]}
+    if not code:
+        return None
+    if key == 28:
+        return {"topics": [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                                          for p in t.partitions]} for t in body.topics]}
+    return {"error_code": code}
+
+
 def filter_request(users: Users, user: str | None, key: int, body: Any, version: int
                    ) -> tuple[Any, Denied, dict[str, Any] | None]:
     """(the request without what ``user`` may not touch, the answers for what was removed
@@ -206,6 +237,17 @@ def filter_request(users: Users, user: str | None, key: int, body: Any, version:
         return body, [], None
     if key == 22 and body.transactional_id is not None and not users.may_transact(user, body.transactional_id):
         return body, [], {"error_code": TXN_DENIED, "producer_id": -1, "producer_epoch": -1}
+    if key in (24, 25, 26, 28):  # the transaction APIs
+        refused = _refuse_txn(users, user, key, body)
+        if refused is not None:
+            return body, [], refused
+    if key == 65:  # DescribeTransactions: the ids the user may not use are answered 53
+        keep = [t for t in body.transactional_ids if users.may_transact(user, t)]
+        denied = [("transaction_states", {"error_code": TXN_DENIED, "transactional_id": t, "transaction_state": "",
+                                          "producer_id": -1, "producer_epoch": -1, "topics": [],
+                                          "transaction_start_time": _NO_TIME})
+                  for t in body.transactional_ids if not users.may_transact(user, t)]
+        return dataclasses.replace(body, transactional_ids=tuple(keep)), denied, None
     if key == 47 and not users.may_group(user, body.group_id, "delete"):  # OffsetDelete: group DELETE
         return body, [], {"error_code": GROUP_DENIED, "topics": []}
     if key in (8, 9, 10, 11, 12, 13, 14, 15, 42):
@@ -271,6 +313,9 @@ def filter_response(users: Users, user: str | None, key: int, data: dict[str, An
             grp["topics"] = kept
     elif key == 16:
         data["groups"] = [g for g in data.get("groups", []) if users.may_group(user, g["group_id"], "describe")]
+    elif key == 66:  # ListTransactions: the ids the user may use
+        data["transaction_states"] = [t for t in data.get("transaction_states", [])
+                                      if users.may_transact(user, t["transactional_id"])]
     elif key == 60:  # DescribeCluster: the operations asked for are the user's
         if data.get("cluster_authorized_operations", NOT_ASKED) != NOT_ASKED:
             data["cluster_authorized_operations"] = cluster_operations(users, user)

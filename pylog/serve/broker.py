@@ -61,6 +61,7 @@ from pylog.serve.records import (
     decode_records,
 )
 from pylog.serve.timestamps import log_append_time
+from pylog.serve.txn_coordinator import is_transactional
 from pylog.topics import LogStore, Topic
 
 __all__ = ["Broker", "SERVE_LOCK"]
@@ -159,6 +160,7 @@ class Broker:
         self._last_ts: dict[tuple[str, int], int] = {}
         self._appended: asyncio.Event | None = None
         self.producers = Producers(self.store)  # idempotent producers' state (producers.py)
+        self.txns: Any = None  # the transaction coordinator (txn_coordinator.py), set by the server
         self.starts = LogStarts(self.store)  # log start offsets DeleteRecords set (admin_records.py)
         self._gates: dict[tuple[str, int], Gate] = {}
         self.fence_backoff = fence_backoff
@@ -467,7 +469,7 @@ class Broker:
             d = decode_records(records, budget or Budget(self.max_decompressed_bytes))
         except BatchError as e:
             return e.code, -1, -1
-        if d.transactional:  # transactions over the protocol come with InitProducerId (next step)
+        if d.transactional:  # (with no transaction coordinator, or not the batch's first)
             return E.invalid_txn_state, -1, -1
         if "compact" in log.config.cleanup_policy.split(","):  # RecordErrors: answered per record, nothing appended
             check_keyed(d, f"{name}-{i}")
@@ -562,6 +564,8 @@ class Broker:
     def _append_checked(self, name: str, i: int, records: Any, budget: Budget | None = None) -> tuple[int, int, int]:
         """:meth:`_append`, inside the idempotent producer check (:mod:`.producers`): a
         retried batch is answered with its first append's base offset, not appended again."""
+        if self.txns is not None and is_transactional(records):  # staged, not appended
+            return self.txns.produce(name, i, records, budget)  # type: ignore[no-any-return]
         prod = batch_producer(records)
         if prod is None:
             return self._append(name, i, records, budget)

@@ -145,8 +145,9 @@ class Producers:
     # -- InitProducerId ---------------------------------------------------------------------
     def init_producer_id(self, req: Any, version: int) -> dict[str, Any]:
         """InitProducerId: a new producer id (epoch 0), or the same id with the epoch bumped
-        when the producer names its current id and epoch (KIP-360). Transactional ids are
-        refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): transactions are not served."""
+        when the producer names its current id and epoch (KIP-360). With a transactional id it is
+        the transaction coordinator's (:mod:`.txn_coordinator`); without one (a broker used
+        without it) that is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
         fail = {"producer_id": -1, "producer_epoch": -1}
         if req.transactional_id is not None:
             return {**fail, "error_code": E.transactional_id_authorization_failed}
@@ -156,20 +157,24 @@ class Producers:
             if epoch >= 32766:
                 return {**fail, "error_code": E.invalid_producer_epoch}
             return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch + 1}
+        try:
+            nxt = self.new_id()
+        except OSError:
+            return {**fail, "error_code": E.kafka_storage_error}
+        return {"error_code": 0, "producer_id": nxt, "producer_epoch": 0}
+
+    def new_id(self) -> int:
+        """A producer id never handed out before (also across restarts: the next one is
+        written durably first). OSError when the ids file cannot be read or written."""
         with self._lock:
             try:
                 with open(self._ids_path, "rb") as f:
                     nxt = int(f.read(32).decode() or "0")
             except (FileNotFoundError, ValueError):
                 nxt = 0
-            except OSError:
-                return {**fail, "error_code": E.kafka_storage_error}
             nxt = max(nxt, 1000)
-            try:
-                fileutil.atomic_write(self._ids_path, str(nxt + 1).encode())
-            except OSError:
-                return {**fail, "error_code": E.kafka_storage_error}
-        return {"error_code": 0, "producer_id": nxt, "producer_epoch": 0}
+            fileutil.atomic_write(self._ids_path, str(nxt + 1).encode())
+        return nxt
 
     # -- state per partition ----------------------------------------------------------------
     def _path(self, topic: str, i: int, suffix: str = STATE_SUFFIX) -> str:

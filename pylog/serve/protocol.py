@@ -54,6 +54,10 @@ SERVED: dict[int, tuple[str, int, int]] = {
     61: ("DescribeProducers", 0, 0),  # DescribeProducers (:mod:`.admin_records`)
     60: ("DescribeCluster", 0, 2),  # DescribeCluster (:mod:`.admin_cluster`)
     35: ("DescribeLogDirs", 1, 4),  # DescribeLogDirs (:mod:`.admin_cluster`)
+    # transactions (:mod:`.txn_coordinator`); v4+ of AddPartitionsToTxn are broker to broker,
+    # EndTxn v5 and TxnOffsetCommit v4+ transaction version 2 (KIP-890 part 2): not served
+    24: ("AddPartitionsToTxn", 0, 3), 25: ("AddOffsetsToTxn", 0, 3), 26: ("EndTxn", 0, 4),
+    28: ("TxnOffsetCommit", 0, 3), 65: ("DescribeTransactions", 0, 0), 66: ("ListTransactions", 0, 1),
 }
 
 #: API keys of a next step (none now). They are not

@@ -45,6 +45,7 @@ from pylog.serve.coordinator import PEER, GroupCoordinator
 from pylog.serve.fetch_sessions import SLOTS, FetchSessions
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
+from pylog.serve.txn_coordinator import TxnCoordinator
 
 __all__ = ["Server", "serve"]
 
@@ -378,6 +379,8 @@ class Server:
             self.metrics = metrics
         self.coordinator = GroupCoordinator(self.broker)
         self.coordinator.start()
+        self.broker.txns = TxnCoordinator(self.broker, self.coordinator)  # (txn_coordinator.py)
+        self.broker.txns.start()
         if self.cleanup_interval is not None:
             self._cleaner = asyncio.create_task(self._cleanup_loop(self.cleanup_interval))
         if self.cleaner_backoff is not None:  # compaction when due (cleaner.py), between those runs
@@ -468,6 +471,8 @@ class Server:
             self.broker.notify()
         if self.coordinator is not None:  # answers the joins and syncs that wait
             await self.coordinator.close()
+        if self.broker is not None and self.broker.txns is not None:
+            await self.broker.txns.close()
         for task in (self._cleaner, self._compactor):
             if task is not None:
                 task.cancel()
@@ -677,8 +682,6 @@ class Server:
                     self.metrics.fetched(data)
             elif key in GROUP_KEYS and self.coordinator is not None:
                 data = await self.coordinator.handle(key, body, req.api_version, req.client_id)
-            elif key == 22:  # writes the next producer id: in an admin thread
-                data = await broker.admin(broker.producers.init_producer_id, body, req.api_version)
             elif key == 3 and users is not None:  # auto-creation needs the write permission
                 data = await broker.admin(handlers.metadata, broker, body, req.api_version,
                                           lambda name: users.may(user, name, True))

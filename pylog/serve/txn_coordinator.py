@@ -1,0 +1,637 @@
+"""Kafka transactions over the wire: the transaction coordinator of ``pylog serve``.
+
+A Kafka transaction is a pylog :class:`~pylog.Transaction` (docs/serve.md,
+"Transactions"): the records a transactional producer sends are *staged* (a staging Log
+per partition under ``ROOT/~txn/``), not appended to the partition; EndTxn(commit) commits
+the pylog transaction, which appends them to every partition at once behind the
+partitions' stable markers; EndTxn(abort) discards the staging. No reader (Kafka
+read_committed or read_uncommitted, the library, ``pylog consume``, Spark) ever sees a
+record of an open or aborted transaction, because it never reaches a partition: Fetch has
+no aborted transactions to list and no control records to skip.
+
+The coordinator's state per transactional id (producer id, epoch, state, partitions,
+timeout, the offsets TxnOffsetCommit gave) is kept in ``ROOT/.serve.txns/ID.json`` (ID:
+a SHA-256 of the transactional id), written atomically and fsynced at each change of
+state. The EndTxn(commit) of transaction number N of an id writes state PrepareCommit
+(with its offsets) first, then commits the pylog transaction with sink
+``kafka-txn:<transactional id>`` set to N (the pylog decision holds it: it is committed
+exactly when :func:`pylog.transactions.last_batch_id` says N), then writes the group
+offsets and state CompleteCommit. At start, a PrepareCommit whose pylog transaction
+committed is completed (its offsets written again); any other transaction in flight (an
+Ongoing one, whose staging the store's open discarded) is aborted and its epoch marked
+*lost*: the producer's next request at that epoch is answered UNKNOWN_PRODUCER_ID (an
+abortable error: the client aborts, bumps its epoch with InitProducerId and carries on).
+``transaction.timeout.ms`` expiring aborts a transaction the same way.
+
+Fencing: InitProducerId bumps the epoch (aborting an open transaction); requests of an
+older epoch are answered PRODUCER_FENCED (Produce: INVALID_PRODUCER_EPOCH).
+KIP-890's defence: a transactional Produce to a partition AddPartitionsToTxn did not add
+to the open transaction is refused (INVALID_TXN_STATE), and the sequence numbers of each
+partition continue across the transactions of an epoch, so a late retry of an earlier
+transaction's batch is a duplicate (answered, not staged) or out of order (refused),
+never staged into a newer one.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import json
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from kio.schema.errors import ErrorCode as E
+
+from pylog import fileutil
+from pylog.consumer import encode_offset
+from pylog.errors import (
+    InvalidNameError,
+    InvalidTimestampError,
+    PylogError,
+    RecordTooLargeError,
+    TransactionError,
+    UnknownTopicError,
+)
+from pylog.log import PackedBytes
+from pylog.serve.producers import batch_producer
+from pylog.serve.records import _HEADER, HEADER_SIZE, BatchError, Budget, check_keyed, decode_records
+from pylog.topics import CONSUMERS_DIR, check_name
+from pylog.transactions import Transaction, discard, last_batch_id
+
+if TYPE_CHECKING:
+    from pylog.serve.broker import Broker
+    from pylog.serve.coordinator import GroupCoordinator
+
+__all__ = ["TxnCoordinator", "STATE_DIR", "SINK_PREFIX", "is_transactional", "init_producer_id",
+           "add_partitions_to_txn", "add_offsets_to_txn", "end_txn", "txn_offset_commit",
+           "describe_transactions", "list_transactions"]
+
+#: The directory under the root holding each transactional id's state.
+STATE_DIR = ".serve.txns"
+#: The prefix of the pylog sink recording the number of a committed Kafka transaction.
+SINK_PREFIX = "kafka-txn:"
+#: Kafka's transaction.max.timeout.ms default: a longer transaction.timeout.ms is refused.
+MAX_TIMEOUT_MS = 900_000
+EMPTY, ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT, COMPLETE_ABORT = (
+    "Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "CompleteAbort")
+_KEEP = 5  # batches remembered per partition for retries, as Kafka's producer state
+_TXN_BIT = 0x10  # the transactional bit of a RecordBatch's attributes
+_NO_TIME = datetime.datetime.fromtimestamp(-0.001, datetime.timezone.utc)  # written as -1
+
+
+def is_transactional(records: Any) -> bool:
+    """Whether the first RecordBatch of a Produce's partition data is transactional."""
+    if records is None:
+        return False
+    mv = memoryview(records).cast("B")
+    if len(mv) < HEADER_SIZE:
+        return False
+    return bool(_HEADER.unpack_from(mv, 0)[5] & _TXN_BIT)
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+class _Txn:
+    """One transactional id: its producer, epoch, state and open pylog transaction."""
+
+    def __init__(self, tid: str, pid: int, epoch: int, timeout_ms: int) -> None:
+        self.tid = tid
+        self.pid = pid
+        self.epoch = epoch
+        self.timeout_ms = timeout_ms
+        self.state = EMPTY
+        self.partitions: set[tuple[str, int]] = set()
+        self.groups: set[str] = set()
+        # (group, topic, partition) -> (offset, leader epoch, metadata)
+        self.offsets: dict[tuple[str, str, int], tuple[int, int, str]] = {}
+        self.txn: Transaction | None = None
+        self.seq = 0  # transactions committed (the sink's value)
+        self.started = 0.0  # time.time() of the transaction's start
+        self.lost = False  # aborted by the broker (restart, timeout): the epoch must be bumped
+        self.lock = threading.RLock()
+        # (topic, partition) -> the last batches' (first, last) sequences, this epoch
+        self.seqs: dict[tuple[str, int], list[tuple[int, int]]] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"transactional_id": self.tid, "producer_id": self.pid, "producer_epoch": self.epoch,
+                "timeout_ms": self.timeout_ms, "state": self.state, "seq": self.seq, "lost": self.lost,
+                "started": self.started, "partitions": sorted(self.partitions), "groups": sorted(self.groups),
+                "pylog_txn": self.txn.id if self.txn is not None else None,
+                "offsets": [[g, t, p, *v] for (g, t, p), v in sorted(self.offsets.items())]}
+
+
+class TxnCoordinator:
+    """The transaction coordinator of one broker (see the module docstring)."""
+
+    def __init__(self, broker: Broker, groups: GroupCoordinator | None = None) -> None:
+        self.broker = broker
+        self.groups = groups
+        self.root = broker.store.root
+        self.dir = os.path.join(self.root, STATE_DIR)
+        self._txns: dict[str, _Txn] = {}
+        self._by_pid: dict[int, _Txn] = {}
+        self._lock = threading.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._load()
+
+    # -- durable state --------------------------------------------------------------------
+    def _path(self, tid: str) -> str:
+        return os.path.join(self.dir, hashlib.sha256(tid.encode()).hexdigest() + ".json")
+
+    def _save(self, st: _Txn) -> None:
+        if not os.path.isdir(self.dir):
+            os.makedirs(self.dir, exist_ok=True)
+            fileutil.fsync_dir(self.root)
+        fileutil.atomic_write(self._path(st.tid), json.dumps(st.to_json(), sort_keys=True).encode())
+
+    def _load(self) -> None:
+        try:
+            names = sorted(os.listdir(self.dir))
+        except FileNotFoundError:
+            return
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            try:
+                with open(os.path.join(self.dir, name), "rb") as f:
+                    d = json.loads(f.read())
+                st = _Txn(str(d["transactional_id"]), int(d["producer_id"]), int(d["producer_epoch"]),
+                          int(d["timeout_ms"]))
+                st.state, st.seq, st.lost = str(d["state"]), int(d["seq"]), bool(d.get("lost"))
+                st.partitions = {(str(t), int(p)) for t, p in d.get("partitions", [])}
+                st.offsets = {(str(g), str(t), int(p)): (int(o), int(e), str(m))
+                              for g, t, p, o, e, m in d.get("offsets", [])}
+                pylog_txn = d.get("pylog_txn")
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # a damaged state file: that id starts afresh
+            if st.state == PREPARE_COMMIT and (last_batch_id(self.root, SINK_PREFIX + st.tid) or 0) >= st.seq:
+                self._write_offsets(st)  # it committed: its offsets again (idempotent)
+                self._complete(st, COMPLETE_COMMIT)
+            elif st.state in (ONGOING, PREPARE_COMMIT):
+                if st.state == PREPARE_COMMIT:
+                    st.seq -= 1  # that number never committed
+                if pylog_txn:
+                    try:
+                        discard(self.root, pylog_txn)
+                    except (OSError, PylogError):
+                        pass
+                st.lost = True
+                self._complete(st, COMPLETE_ABORT)
+            self._txns[st.tid] = st
+            self._by_pid[st.pid] = st
+
+    def _complete(self, st: _Txn, state: str) -> None:
+        st.state = state
+        st.partitions.clear()
+        st.groups.clear()
+        st.offsets.clear()
+        st.txn = None
+        self._save(st)
+
+    # -- the loop side ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start expiring transactions past their ``transaction.timeout.ms`` (on the loop)."""
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._expire_forever())
+
+    async def close(self) -> None:
+        """Stop the expiry."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+
+    async def _expire_forever(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            now = time.time()
+            late = [st for st in list(self._txns.values())
+                    if st.state == ONGOING and now - st.started > st.timeout_ms / 1000]
+            for st in late:
+                await self.broker.admin(self._expire, st)
+
+    def _expire(self, st: _Txn) -> None:
+        with st.lock:
+            if st.state == ONGOING and time.time() - st.started > st.timeout_ms / 1000:
+                self._abort(st)
+                st.lost = True
+                self._save(st)
+
+    # -- InitProducerId -----------------------------------------------------------------------
+    def init_producer_id(self, req: Any) -> dict[str, Any]:
+        """InitProducerId with a transactional id: a new producer id, or the id's epoch
+        bumped (an open transaction of the id is aborted: the previous instance is fenced)."""
+        fail = {"producer_id": -1, "producer_epoch": -1}
+        tid = req.transactional_id
+        timeout = _ms(req.transaction_timeout)
+        if not 0 < timeout <= MAX_TIMEOUT_MS:
+            return {**fail, "error_code": E.invalid_transaction_timeout}
+        pid_given = getattr(req, "producer_id", -1)
+        epoch_given = getattr(req, "producer_epoch", -1)
+        with self._lock:
+            st = self._txns.get(tid)
+            if st is None:
+                try:
+                    st = _Txn(tid, self.broker.producers.new_id(), 0, timeout)
+                    self._save(st)
+                except OSError:
+                    return {**fail, "error_code": E.kafka_storage_error}
+                self._txns[tid] = st
+                self._by_pid[st.pid] = st
+                return {"error_code": 0, "producer_id": st.pid, "producer_epoch": 0}
+        with st.lock:
+            if pid_given >= 0 and (pid_given, epoch_given) != (st.pid, st.epoch):
+                # KIP-360: only the current producer may bump its own epoch
+                return {**fail, "error_code": E.producer_fenced}
+            try:
+                if st.state == ONGOING:
+                    self._abort(st)
+                old = st.pid
+                if st.epoch >= 32766:  # epochs are int16: a new id
+                    st.pid, st.epoch = self.broker.producers.new_id(), 0
+                else:
+                    st.epoch += 1
+                st.timeout_ms = timeout
+                st.lost = False
+                st.seqs.clear()
+                st.state = EMPTY
+                self._save(st)
+            except OSError:
+                return {**fail, "error_code": E.kafka_storage_error}
+            with self._lock:
+                self._by_pid.pop(old, None)
+                self._by_pid[st.pid] = st
+            return {"error_code": 0, "producer_id": st.pid, "producer_epoch": st.epoch}
+
+    # -- checks -----------------------------------------------------------------------------
+    def _check(self, tid: str, pid: int, epoch: int) -> tuple[_Txn | None, int]:
+        """(state, 0) when ``pid``/``epoch`` is the id's current producer, else (None, code)."""
+        st = self._txns.get(tid)
+        if st is None or st.pid != pid:
+            return None, E.invalid_producer_id_mapping
+        if epoch < st.epoch:
+            return None, E.producer_fenced
+        if epoch > st.epoch:
+            return None, E.invalid_producer_epoch
+        if st.lost:
+            return None, E.unknown_producer_id
+        return st, 0
+
+    def _begin(self, st: _Txn) -> None:
+        """Open a transaction (Empty or completed) for the id; its state is written later."""
+        if st.state != ONGOING:
+            st.state = ONGOING
+            st.started = time.time()
+            st.partitions.clear()
+            st.groups.clear()
+            st.offsets.clear()
+            st.txn = self.broker.store.transaction()
+
+    # -- AddPartitionsToTxn, AddOffsetsToTxn --------------------------------------------------
+    def add_partitions(self, req: Any) -> dict[str, Any]:
+        """AddPartitionsToTxn (v0-3): the partitions the open transaction may write."""
+        topics = req.v3_and_below_topics
+        wanted = [(t.name, p) for t in topics for p in t.partitions]
+        codes: dict[tuple[str, int], int] = {}
+        st, err = self._check(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                              req.v3_and_below_producer_epoch)
+        if st is not None:
+            with st.lock:
+                if st.state not in (EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT):
+                    err = E.concurrent_transactions
+                else:
+                    for key in wanted:
+                        codes[key] = self._partition_error(*key)
+                    if any(codes.values()):  # Kafka: the others are not attempted
+                        codes = {k: c or E.operation_not_attempted for k, c in codes.items()}
+                    else:
+                        try:
+                            self._begin(st)
+                            new = set(wanted) - st.partitions
+                            st.partitions |= set(wanted)
+                            if new:
+                                self._save(st)
+                        except (OSError, PylogError):
+                            codes = dict.fromkeys(wanted, E.kafka_storage_error)
+        return {"results_by_topic_v3_and_below": [
+            {"name": t.name, "results_by_partition": [
+                {"partition_index": p, "partition_error_code": codes.get((t.name, p), err)} for p in t.partitions]}
+            for t in topics]}
+
+    def _partition_error(self, topic: str, p: int) -> int:
+        try:
+            t = self.broker.topic(topic)
+        except (UnknownTopicError, InvalidNameError):
+            return E.unknown_topic_or_partition
+        return 0 if 0 <= p < t.partitions else E.unknown_topic_or_partition
+
+    def add_offsets(self, req: Any) -> dict[str, Any]:
+        """AddOffsetsToTxn: the group whose offsets the transaction commits."""
+        try:
+            check_name(req.group_id, "group")
+        except InvalidNameError:
+            return {"error_code": E.invalid_group_id}
+        st, err = self._check(req.transactional_id, req.producer_id, req.producer_epoch)
+        if st is None:
+            return {"error_code": err}
+        with st.lock:
+            try:
+                self._begin(st)
+                if req.group_id not in st.groups:
+                    st.groups.add(req.group_id)
+                    self._save(st)
+            except (OSError, PylogError):
+                return {"error_code": E.kafka_storage_error}
+        return {"error_code": 0}
+
+    # -- TxnOffsetCommit -----------------------------------------------------------------------
+    def _member_error(self, req: Any) -> int:
+        """The group coordinator's check of the member (KIP-447, v3: a dict lookup, safe off
+        the loop), 0 when the request names none or the group is not live."""
+        member = getattr(req, "member_id", "")
+        generation = getattr(req, "generation_id", -1)
+        g = self.groups.groups.get(req.group_id) if self.groups is not None else None
+        if self.groups is None or g is None or not g.members or (not member and generation < 0):
+            return 0
+        _g, err = self.groups._check_member(req.group_id, member, generation)
+        return int(err)
+
+    def txn_offset_commit(self, req: Any) -> dict[str, Any]:
+        """TxnOffsetCommit: offsets that the group gets when the transaction commits."""
+        st, err = self._check(req.transactional_id, req.producer_id, req.producer_epoch)
+        err = err or self._member_error(req)
+        codes: dict[tuple[str, int], int] = {}
+        if st is not None and not err:
+            with st.lock:
+                if st.state != ONGOING or req.group_id not in st.groups:
+                    err = E.invalid_txn_state  # (AddOffsetsToTxn first)
+                else:
+                    for t in req.topics:
+                        for p in t.partitions:
+                            code = self._partition_error(t.name, p.partition_index)
+                            meta = p.committed_metadata or ""
+                            if not code and p.committed_offset < 0:
+                                code = E.invalid_request
+                            if not code and len(meta) > 4096:
+                                code = E.offset_metadata_too_large
+                            if not code:
+                                st.offsets[(req.group_id, t.name, p.partition_index)] = (
+                                    p.committed_offset, getattr(p, "committed_leader_epoch", -1), meta)
+                            codes[(t.name, p.partition_index)] = code
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": codes.get((t.name, p.partition_index), err)}
+            for p in t.partitions]} for t in req.topics]}
+
+    def _write_offsets(self, st: _Txn) -> None:
+        now = time.time_ns() // 1_000_000
+        for (group, topic, p), (off, epoch, meta) in sorted(st.offsets.items()):
+            try:
+                path = os.path.join(self.broker.topic(topic).path, CONSUMERS_DIR, group, f"partition-{p}.offset")
+            except (UnknownTopicError, InvalidNameError):
+                continue  # deleted since
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fileutil.atomic_write(path, encode_offset(off, now, meta, epoch))
+
+    # -- EndTxn -------------------------------------------------------------------------------
+    def end_txn(self, req: Any) -> dict[str, Any]:
+        """EndTxn: commit (every staged record appended at once, the offsets written) or
+        abort (the staging discarded). A retry of the one that completed is answered 0."""
+        tid, commit = req.transactional_id, bool(req.committed)
+        st = self._txns.get(tid)
+        if st is not None and st.lost and commit is False and st.pid == req.producer_id \
+                and st.epoch == req.producer_epoch:
+            with st.lock:  # aborted by the broker already: the abort the client asks for
+                st.lost = False
+                try:
+                    self._complete(st, COMPLETE_ABORT)
+                except OSError:
+                    return {"error_code": E.kafka_storage_error}
+                return {"error_code": 0}
+        st, err = self._check(tid, req.producer_id, req.producer_epoch)
+        if st is None:
+            return {"error_code": err}
+        with st.lock:
+            if st.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
+                return {"error_code": 0}  # a retry
+            if st.state != ONGOING:
+                return {"error_code": E.invalid_txn_state}
+            try:
+                if not commit:
+                    self._abort(st)
+                    self._save(st)
+                    return {"error_code": 0}
+                code = self._commit(st)
+                if not code and self._loop is not None:  # wake the fetches waiting for data
+                    self._loop.call_soon_threadsafe(self.broker.notify)
+                return {"error_code": code}
+            except OSError:
+                return {"error_code": E.kafka_storage_error}
+
+    def _abort(self, st: _Txn) -> None:
+        if st.txn is not None:
+            try:
+                st.txn.abort()
+            except PylogError:
+                pass
+        st.state = COMPLETE_ABORT
+        st.partitions.clear()
+        st.groups.clear()
+        st.offsets.clear()
+        st.txn = None
+
+    def _commit(self, st: _Txn) -> int:
+        tx = st.txn
+        assert tx is not None
+        st.seq += 1
+        st.state = PREPARE_COMMIT
+        self._save(st)  # with the offsets: a restart completes them if the pylog commit stands
+        broker = self.broker
+        keys = sorted(st.partitions)
+        gates = [broker._gate(k) for k in keys]
+        entered = []
+        try:
+            # no idempotent batch between its intent and its records meanwhile
+            for g in gates:
+                g.enter(exclusive=True)
+                entered.append(g)
+            tx.set_sink(SINK_PREFIX + st.tid, st.seq)
+            try:
+                tx.commit()
+            except (TransactionError, PylogError, OSError):
+                if tx.state != "committed":  # before the commit point: nothing shows
+                    st.seq -= 1
+                    self._abort(st)
+                    st.lost = True
+                    self._save(st)
+                    return E.unknown_producer_id  # abortable: the client aborts and retries
+            for key in keys:  # what the broker acknowledged now includes the records
+                log = broker.ready(*key)
+                if log is not None:
+                    broker._acked[key] = max(broker._acked.get(key, 0), log.next_offset)
+                broker._last_ts.pop(key, None)
+        finally:
+            for g in reversed(entered):
+                g.leave(exclusive=True)
+        self._write_offsets(st)
+        self._complete(st, COMPLETE_COMMIT)
+        return 0
+
+    # -- Produce ------------------------------------------------------------------------------
+    def produce(self, name: str, i: int, records: Any, budget: Budget | None) -> tuple[int, int, int]:
+        """Stage one partition's transactional batches (an append thread): (error, base
+        offset: -1, the records have none until the commit, log start offset)."""
+        prod = batch_producer(records)
+        if prod is None:  # no producer id: no transaction can hold it
+            return E.invalid_txn_state, -1, -1
+        if prod[3] < 0:
+            return E.invalid_record, -1, -1
+        pid, epoch, first, count = prod
+        st = self._by_pid.get(pid)
+        if st is None:
+            return E.unknown_producer_id, -1, -1
+        with st.lock:
+            if epoch < st.epoch:
+                return E.invalid_producer_epoch, -1, -1
+            if epoch > st.epoch:
+                return E.invalid_producer_epoch, -1, -1
+            if st.lost:
+                return E.unknown_producer_id, -1, -1
+            key = (name, i)
+            if st.state != ONGOING or key not in st.partitions or st.txn is None:
+                return E.invalid_txn_state, -1, -1  # KIP-890: never into a transaction it was not added to
+            log, err = self.broker._writable(name, i)
+            if log is None:
+                return err, -1, -1
+            start = self.broker.starts.start(name, i, log)
+            last = (first + count - 1) & 0x7FFFFFFF
+            batches = st.seqs.get(key)
+            if batches:
+                if (first, last) in batches:
+                    return 0, -1, start  # a retry: staged already
+                if first != (batches[-1][1] + 1) & 0x7FFFFFFF:
+                    return E.out_of_order_sequence_number, -1, -1
+            try:
+                d = decode_records(records, budget or Budget(self.broker.max_decompressed_bytes))
+            except BatchError as e:
+                return e.code, -1, -1
+            if log.config.cleanup_policy == "compact":
+                check_keyed(d, f"{name}-{i}")  # RecordErrors: answered per record
+            now = int(time.time() * 1000)
+            ts = d.timestamps
+            if d.log_append_time or log.config.timestamps == "append-time":
+                ts[:] = now
+            else:
+                ts[ts < 0] = now
+                try:
+                    log.config.check_time_bounds(int(ts.min()), int(ts.max()), now)
+                except InvalidTimestampError:
+                    return E.invalid_timestamp, -1, -1
+            try:
+                slog = st.txn._stager.log_for(name, i, log.config.max_record_bytes, timestamps="as-given")
+                slog.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys),
+                                  timestamps=np.ascontiguousarray(ts, dtype=np.int64),
+                                  metadata=PackedBytes(*d.headers))
+                if log.config.fsync == "always":
+                    slog.flush()
+            except RecordTooLargeError:
+                return E.message_too_large, -1, -1
+            except (PylogError, OSError):
+                return E.kafka_storage_error, -1, -1
+            batches = st.seqs.setdefault(key, [])
+            batches.append((first, last))
+            del batches[:-_KEEP]
+            return 0, -1, start
+
+    # -- DescribeTransactions, ListTransactions ----------------------------------------------
+    def describe(self, req: Any) -> dict[str, Any]:
+        """DescribeTransactions: each id's state, producer and partitions."""
+        out = []
+        for tid in req.transactional_ids:
+            st = self._txns.get(tid)
+            if st is None:
+                out.append({"error_code": E.transactional_id_not_found, "transactional_id": tid,
+                            "transaction_state": "", "transaction_start_time": _NO_TIME, "producer_id": -1,
+                            "producer_epoch": -1, "topics": []})
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for t, p in sorted(st.partitions):
+                by_topic.setdefault(t, []).append(p)
+            out.append({"error_code": 0, "transactional_id": tid, "transaction_state": st.state,
+                        "transaction_timeout": st.timeout_ms,
+                        "transaction_start_time": datetime.datetime.fromtimestamp(st.started, datetime.timezone.utc)
+                        if st.state == ONGOING else _NO_TIME,
+                        "producer_id": st.pid, "producer_epoch": st.epoch,
+                        "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+        return {"transaction_states": out}
+
+    def list(self, req: Any) -> dict[str, Any]:
+        """ListTransactions: the ids, filtered by state, producer id and (v1) duration."""
+        known = {EMPTY, ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT, COMPLETE_ABORT, "PrepareAbort", "Dead",
+                 "PrepareEpochFence"}
+        states = set(req.state_filters)
+        pids = set(req.producer_id_filters)
+        longer = getattr(req, "duration_filter", -1)
+        now = time.time()
+        out = []
+        for st in list(self._txns.values()):
+            if states and st.state not in states or pids and st.pid not in pids:
+                continue
+            if longer >= 0 and not (st.state == ONGOING and (now - st.started) * 1000 >= longer):
+                continue
+            out.append({"transactional_id": st.tid, "producer_id": st.pid, "transaction_state": st.state})
+        return {"error_code": 0, "unknown_state_filters": sorted(states - known), "transaction_states": out}
+
+
+# ----------------------------------------------------------------------------------------
+# the handlers (:data:`pylog.serve.handlers.HANDLERS`): in the broker's admin threads
+def _txns(broker: Broker) -> TxnCoordinator:
+    txns = broker.txns
+    if txns is None:
+        raise RuntimeError("the broker has no transaction coordinator")
+    return txns  # type: ignore[no-any-return]
+
+
+def init_producer_id(broker: Broker, req: Any, version: int) -> dict[str, Any]:
+    """InitProducerId: with a transactional id the coordinator's, else the idempotent one."""
+    if req.transactional_id is None or broker.txns is None:
+        return broker.producers.init_producer_id(req, version)
+    return _txns(broker).init_producer_id(req)
+
+
+def add_partitions_to_txn(broker: Broker, req: Any, version: int) -> dict[str, Any]:
+    """AddPartitionsToTxn (v0-3)."""
+    return _txns(broker).add_partitions(req)
+
+
+def add_offsets_to_txn(broker: Broker, req: Any, version: int) -> dict[str, Any]:
+    """AddOffsetsToTxn."""
+    return _txns(broker).add_offsets(req)
+
+
+def end_txn(broker: Broker, req: Any, version: int) -> dict[str, Any]:
+    """EndTxn."""
+    return _txns(broker).end_txn(req)
+
+
+def txn_offset_commit(broker: Broker, req: Any, version: int) -> dict[str, Any]:
+    """TxnOffsetCommit."""
+    return _txns(broker).txn_offset_commit(req)
+
+
+def describe_transactions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
+    """DescribeTransactions."""
+    return _txns(broker).describe(req)
+
+
+def list_transactions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
+    """ListTransactions."""
+    return _txns(broker).list(req)
