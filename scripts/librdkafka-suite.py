@@ -130,8 +130,6 @@ KNOWN_FAILURES: dict[str, str] = {
                                          "INVALID_REQUEST",
     "0081_admin/UserScramCredentials": "Describe/AlterUserScramCredentials are not served: SCRAM users come "
                                        "from the --users file",
-    "0129_fetch_aborted_msgs": "transactional producers (InitProducerId with a transactional.id) are not "
-                               "served: TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
 }
 
 _FLAG_REASONS = {
@@ -156,11 +154,28 @@ def declared_tests(src: Path) -> list[tuple[str, str | None]]:
         ver = re.search(r"TEST_BRKVER\( ?(\d+), ?(\d+)", rest)
         if why is None and ver and (int(ver.group(1)), int(ver.group(2))) > (4, 0):
             why = f"needs Kafka {ver.group(1)}.{ver.group(2)} (share groups, KIP-932); the suite runs as 4.0.0"
-        if why is None and ".scenario" in rest:
-            sc = re.search(r'\.scenario ?= ?"(\w+)"', rest)
-            why = f"scenario {sc.group(1) if sc else '?'}: needs a broker with auto.create.topics.enable=false"
+        sc = re.search(r'\.scenario ?= ?"([\w,]+)"', rest)
+        if why is None and sc and "default" not in sc.group(1).split(","):
+            if "noautocreate" in sc.group(1).split(","):
+                SCENARIOS[name] = "noautocreate"  # run with -s noautocreate on a second broker
+            else:
+                why = f"scenario {sc.group(1)}: a broker set up as librdkafka's CI sets it for that scenario"
+        if why is None and name in NEEDS_REPLICAS:
+            why = NEEDS_REPLICAS[name]
         out.append((name, why))
     return out
+
+
+_RF3 = ("creates its topics with replication factor 3 (librdkafka's CI runs a cluster of three brokers): "
+        "one broker refuses it with INVALID_REPLICATION_FACTOR, as Kafka's would")
+#: Tests that ask for three replicas: they need a cluster (checked by a run: each fails at its
+#: first CreateTopics).
+NEEDS_REPLICAS = {"0103_transactions": _RF3, "0107_topic_recreate": _RF3, "0111_delay_create_topics": _RF3}
+
+
+#: Tests of librdkafka's ``noautocreate`` scenario (found by :func:`declared_tests`): run with
+#: ``-s noautocreate`` against a second broker with auto.create.topics.enable=false.
+SCENARIOS: dict[str, str] = {}
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -251,9 +266,9 @@ def sub_tests(number: str) -> list[str]:
 
 
 def run_one(number: str, names: list[str], conf: Path, timeout: float, bootstrap: str,
-            sub: str | None = None) -> dict[str, tuple[str, str]]:
+            sub: str | None = None, scenario: str = "default") -> dict[str, tuple[str, str]]:
     """One test runner for the tests numbered ``number`` (with ``sub``: only that sub-test,
-    reported as ``NAME/SUB``): {name: (state, message)}."""
+    reported as ``NAME/SUB``) in librdkafka's test ``scenario``: {name: (state, message)}."""
     libs = os.pathsep.join(str(src_dir() / d) for d in ("src", "src-cpp"))
     env = {**os.environ, "TEST_KAFKA_VERSION": "4.0.0", "RDKAFKA_TEST_CONF": str(conf),
            "LD_LIBRARY_PATH": libs + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""),
@@ -264,11 +279,13 @@ def run_one(number: str, names: list[str], conf: Path, timeout: float, bootstrap
         env["SUBTESTS"] = sub + ":"  # (the name is FUNCTION:LINE: one function, not its longer namesakes)
         names = [f"{n}/{sub.removeprefix('do_test_')}" for n in names]
     tests = src_dir() / "tests"
-    logf = work_dir() / "logs" / (f"{number}-{sub}.log" if sub else f"{number}.log")
+    stem = number + (f"-{sub}" if sub else "") + ("" if scenario == "default" else f"-{scenario}")
+    logf = work_dir() / "logs" / f"{stem}.log"
     t0 = time.monotonic()
     try:
         # stdbuf: the summary is printed to stdout at exit, lost if the runner then aborts
-        p = subprocess.run(["stdbuf", "-oL", "./test-runner", "-Q", "-L", "-E", number], cwd=tests, env=env,
+        p = subprocess.run(["stdbuf", "-oL", "./test-runner", "-Q", "-L", "-E", "-s", scenario, number],
+                           cwd=tests, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                            start_new_session=True)
         out = p.stdout.decode(errors="replace")
@@ -351,25 +368,39 @@ def run(only: list[str], check: bool = False) -> int:
     bconf = run_dir / "server.properties"
     bconf.write_text("num.partitions=4\nauto.create.topics.enable=true\n")
     broker = Broker(run_dir / "root", bconf)
+    noauto: Broker | None = None
+    confs: dict[str, tuple[Path, str]] = {}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the broker on the way out
     try:
         conf = run_dir / "test.conf"
         conf.write_text(f"metadata.broker.list={broker.bootstrap}\ntest.topic.random=true\n"
                         "test.timeout.multiplier=2\n")
-        groups: dict[str, list[str]] = {}
+        groups: dict[tuple[str, str], list[str]] = {}  # (number, scenario): names
         for name, why in declared:
             if why is None and (not only or name[:4] in only):
-                groups.setdefault(name[:4], []).append(name)
-        tasks: list[tuple[str, list[str], str | None]] = [(n, names, None) for n, names in groups.items()]
-        tasks += [(n, names, sub) for n, names in groups.items() for sub in sub_tests(n)]
+                groups.setdefault((name[:4], SCENARIOS.get(name, "default")), []).append(name)
+        tasks: list[tuple[str, list[str], str | None, str]] = [
+            (n, names, None, sc) for (n, sc), names in groups.items()]
+        tasks += [(n, names, sub, sc) for (n, sc), names in groups.items() for sub in sub_tests(n)]
+        if any(t[3] == "noautocreate" for t in tasks):
+            (run_dir / "noauto").mkdir()
+            nconf = run_dir / "noauto" / "server.properties"
+            nconf.write_text("num.partitions=4\nauto.create.topics.enable=false\n")
+            noauto = Broker(run_dir / "noauto" / "root", nconf)
+            confs = {"noautocreate": (run_dir / "noauto" / "test.conf", noauto.bootstrap)}
+            confs["noautocreate"][0].write_text(conf.read_text().replace(broker.bootstrap, noauto.bootstrap))
+        confs["default"] = (conf, broker.bootstrap)
         got: dict[str, tuple[str, str]] = {}
         with ThreadPoolExecutor(jobs) as ex:
-            for res in ex.map(lambda t: run_one(t[0], t[1], conf, timeout, broker.bootstrap, t[2]), tasks):
+            for res in ex.map(lambda t: run_one(t[0], t[1], confs[t[3]][0], timeout, confs[t[3]][1], t[2],
+                                                scenario=t[3]), tasks):
                 got.update(res)
-        if not broker.alive():
+        if not broker.alive() or (noauto is not None and not noauto.alive()):
             print("rdk-suite: pylog serve died during the run (see broker.log)", flush=True)
     finally:
         broker.stop()
+        if noauto is not None:
+            noauto.stop()
     (work / "raw.json").write_text(json.dumps(got, indent=1))
     return report(declared, got, only, check)
 
