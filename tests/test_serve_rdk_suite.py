@@ -44,16 +44,28 @@ struct test tests[] = {
 #endif
     _TEST(0052_msg_timestamps, 0, TEST_BRKVER(0, 10, 0, 0)),
     _TEST(0107_topic_recreate, 0, TEST_BRKVER_TOPIC_ADMINAPI, .scenario = "noautocreate"),
+    _TEST(0045_subscribe_update_topic_remove, 0, .scenario = "noautocreate"),
+    _TEST(0103_transactions, 0, TEST_BRKVER(0, 11, 0, 0), .scenario = "default,ak23"),
+    _TEST(0104_fetch_from_follower_mock, TEST_F_LOCAL, .scenario = "ak23"),
+    _TEST(0199_made_up, 0, .scenario = "ak23"),
     _TEST(0170_share_consumer_subscription, 0, TEST_BRKVER(4, 2, 0, 0)),
     _TEST(8000_idle, TEST_F_MANUAL),
     {NULL}};
 """)
     got = dict(suite.declared_tests(tmp_path))
     assert list(got) == ["0004_conf", "0011_produce_batch", "0049_consume_conn_close", "0052_msg_timestamps",
-                         "0107_topic_recreate", "0170_share_consumer_subscription", "8000_idle"]
+                         "0107_topic_recreate", "0045_subscribe_update_topic_remove", "0103_transactions",
+                         "0104_fetch_from_follower_mock", "0199_made_up", "0170_share_consumer_subscription",
+                         "8000_idle"]
     assert got["0011_produce_batch"] is None and got["0052_msg_timestamps"] is None
     assert got["0004_conf"].startswith("local") and "sockem" in got["0049_consume_conn_close"]
-    assert "noautocreate" in got["0107_topic_recreate"] and "Kafka 4.2" in got["0170_share_consumer_subscription"]
+    assert "replication factor 3" in got["0107_topic_recreate"]
+    assert "Kafka 4.2" in got["0170_share_consumer_subscription"]
+    # the noautocreate scenario runs (against a second broker, with -s); "default,ak23" is the default one
+    assert got["0045_subscribe_update_topic_remove"] is None
+    assert suite.SCENARIOS["0045_subscribe_update_topic_remove"] == "noautocreate"
+    assert "replication factor 3" in got["0103_transactions"] and "0103_transactions" not in suite.SCENARIOS
+    assert got["0104_fetch_from_follower_mock"].startswith("local") and "scenario ak23" in got["0199_made_up"]
     assert got["8000_idle"].startswith("manual")
 
 
