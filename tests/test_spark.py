@@ -521,3 +521,21 @@ def test_timestamp_type_is_kafkas_for_an_append_time_topic(spark, tmp_path):
     got = {r["timestampType"] for r in read(spark, root, "appended").collect()}
     assert got == {1}
     assert [(r["timestampType"], r["timestamp"].year) for r in read(spark, root, "given").collect()] == [(0, 1970)]
+
+
+def test_a_write_into_an_as_given_topic_keeps_timestamps_as_given(spark, tmp_path):
+    """A topic with ``timestamps="as-given"`` (Kafka's CreateTime) keeps what the rows say:
+    no error for a timestamp below the partition's latest, no clamp, no reordering (the
+    writer used to raise or clamp them as for a topic whose timestamps never decrease)."""
+    root = tmp_path / "root"
+    with pylog.LogStore(str(root)) as store:
+        store.create_topic("given", partitions=1, config=pylog.LogConfig(timestamps="as-given"))
+        store.topic("given").partition(0).append(b"first", timestamp=1_700_000_000_900)
+    df = spark.createDataFrame([("a", 1_700_000_000_500), ("b", 1_700_000_000_100), ("c", 1_700_000_001_000)],
+                               "value string, ts long").coalesce(1) \
+        .withColumn("timestamp", F.timestamp_millis("ts")).drop("ts")
+    df.write.format("pylog").mode("append").option("path", str(root)).option("topic", "given").save()
+    c = log_contents(root, "given")["partition-0"]
+    assert [(v, ts) for _o, ts, _k, v, _m in c] == [
+        (b"first", 1_700_000_000_900), (b"a", 1_700_000_000_500), (b"b", 1_700_000_000_100),
+        (b"c", 1_700_000_001_000)]

@@ -110,8 +110,9 @@ class _StagingWriter:
     transaction (a :class:`pylog.transactions.Stager` per task attempt)."""
 
     def __init__(self, root: str, txn: str, topic: str, n_partitions: int, late: str,
-                 max_record_bytes: int | None, topic_id: str | None = None) -> None:
+                 max_record_bytes: int | None, topic_id: str | None = None, as_given: bool = False) -> None:
         self.root = root
+        self.as_given = as_given  # the topic keeps timestamps as given: no order, no clamp
         self.txn = txn
         self.topic = topic
         self.topic_id = topic_id
@@ -168,8 +169,9 @@ class _StagingWriter:
                     taken = table.take(pa.array(order))
                     groups = [(int(sp[a]), taken.slice(a, b - a)) for a, b in zip(bounds[:-1], bounds[1:])]
                 for p, g in groups:
-                    log = stager.log_for(self.topic, p, self.max_record_bytes)
-                    _append_table(log, pa.Table.from_batches([g]), self.late, self.topic, p)
+                    log = stager.log_for(self.topic, p, self.max_record_bytes,
+                                         timestamps="as-given" if self.as_given else None)
+                    _append_table(log, pa.Table.from_batches([g]), self.late, self.topic, p, self.as_given)
             return _Staged(self.txn, stager.prepare(), self.topic_id)
         except BaseException:
             stager.discard()
@@ -198,8 +200,10 @@ def _packed(col: pa.ChunkedArray | pa.Array) -> Any:
     return PackedBytes(data_mv, lens)
 
 
-def _append_table(log: pylog.Log, table: pa.Table, late: str, topic: str, p: int) -> None:
-    """Append staged rows to one partition (timestamps sorted, never below the log's)."""
+def _append_table(log: pylog.Log, table: pa.Table, late: str, topic: str, p: int, as_given: bool = False) -> None:
+    """Append staged rows to one partition: timestamps sorted, never below the log's; in a
+    topic that keeps timestamps as given (``timestamps="as-given"``, Kafka's CreateTime),
+    the rows in their order with their timestamps, as Kafka keeps a producer's."""
     n = table.num_rows
     if n == 0:
         return
@@ -209,10 +213,10 @@ def _append_table(log: pylog.Log, table: pa.Table, late: str, topic: str, p: int
         now = time.time_ns() // 1_000_000
         ts = np.asarray(ts_col.fill_null(now).to_numpy(), dtype=np.int64)
         order = np.argsort(ts, kind="stable")
-        if (np.diff(ts) < 0).any():
+        if not as_given and (np.diff(ts) < 0).any():
             table = table.take(pa.array(order))
             ts = ts[order]
-        last = log._active.app.max_timestamp if not log.readonly else None  # noqa: SLF001
+        last = log._active.app.max_timestamp if not (log.readonly or as_given) else None  # noqa: SLF001
         if last is not None and int(ts[0]) < last:
             if late == "error":
                 raise _err("lateTimestamps", f"topic {topic!r} partition {p}: timestamp {int(ts[0])} is below the "
@@ -248,6 +252,7 @@ class _Committer:
             raise _err("lateTimestamps", f"expected error or clamp, got {options.get('latetimestamps')!r}")
         self.tag = tag
         self.max_record_bytes: int | None = None
+        self.as_given = False  # the topic keeps timestamps as given
         self.topic_id: str | None = None  # the topic's id when the job was planned
         self.txn = ""
 
@@ -259,6 +264,7 @@ class _Committer:
         try:
             n, cfg, self.topic_id = topicmeta._read_topic_meta(_topic_dir(self.root, self.topic), self.topic)  # noqa: SLF001
             self.max_record_bytes = cfg.max_record_bytes
+            self.as_given = cfg.timestamps == "as-given"
             return n
         except UnknownTopicError:
             pass
@@ -356,7 +362,8 @@ def _writer_parts(options: dict[str, str], schema: StructType,
     n_partitions = committer.partition_count()
     committer.begin()
     return committer, n_partitions, _StagingWriter(root, committer.txn, committer.topic, n_partitions,
-                                                   committer.late, committer.max_record_bytes, committer.topic_id)
+                                                   committer.late, committer.max_record_bytes, committer.topic_id,
+                                                   committer.as_given)
 
 
 def _local_dir(location: str) -> str:
