@@ -134,6 +134,13 @@ def _txn_root(root: str) -> str:
     return os.path.join(root, TXN_DIR)
 
 
+def _mode(topic: Any) -> str | None:
+    """The staging Logs' ``timestamps`` for records of ``topic``: as given when the topic
+    keeps them so (the apply then keeps them as staged), else the default (the apply makes
+    them never decrease in the partition)."""
+    return "as-given" if topic.config.timestamps == "as-given" else None
+
+
 def _check_id(txn_id: Any) -> str:
     if not isinstance(txn_id, str) or len(txn_id) != 32 or any(c not in "0123456789abcdef" for c in txn_id):
         raise InvalidArgumentError(f"transaction id must be 32 lowercase hex digits, got {txn_id!r}")
@@ -209,14 +216,16 @@ class Stager:
         return log
 
     def append(self, topic: str, partition: int, value: Any, key: Any = None, metadata: Any = None,
-               timestamp: int | None = None, max_record_bytes: int | None = None) -> None:
-        """Stage one record for ``topic``/``partition`` (checked as :meth:`pylog.Log.append`)."""
-        self._log(topic, partition, max_record_bytes).append(value, key, metadata, timestamp)
+               timestamp: int | None = None, max_record_bytes: int | None = None, mode: str | None = None) -> None:
+        """Stage one record for ``topic``/``partition`` (checked as :meth:`pylog.Log.append`;
+        ``mode``: the staging Log's ``timestamps``, as :meth:`log_for`)."""
+        self._log(topic, partition, max_record_bytes, mode).append(value, key, metadata, timestamp)
 
     def append_batch(self, topic: str, partition: int, values: Any, keys: Any = None, timestamps: Any = None,
-                     metadata: Any = None, max_record_bytes: int | None = None) -> None:
-        """Stage records for ``topic``/``partition`` (as :meth:`pylog.Log.append_batch`)."""
-        self._log(topic, partition, max_record_bytes).append_batch(values, keys, timestamps, metadata)
+                     metadata: Any = None, max_record_bytes: int | None = None, mode: str | None = None) -> None:
+        """Stage records for ``topic``/``partition`` (as :meth:`pylog.Log.append_batch`;
+        ``mode``: the staging Log's ``timestamps``, as :meth:`log_for`)."""
+        self._log(topic, partition, max_record_bytes, mode).append_batch(values, keys, timestamps, metadata)
 
     def prepare(self) -> list[StagedPart]:
         """Make every staged record durable and close the staging Logs; returns what was
@@ -315,7 +324,7 @@ class Transaction:
         (:attr:`offsets`). Bad input raises as ``Log.append`` would, and stages nothing."""
         self._check_open()
         t, p = self._target(topic, key, partition)
-        self._stager.append(topic, p, value, key, metadata, timestamp, t.config.max_record_bytes)
+        self._stager.append(topic, p, value, key, metadata, timestamp, t.config.max_record_bytes, _mode(t))
         return p
 
     def append_batch(self, topic: str, values: Sequence[Any], keys: Sequence[Any] | None = None,
@@ -331,7 +340,8 @@ class Transaction:
                 raise InvalidArgumentError(f"{name} has {len(seq)} items, values has {n}")
         if partition is not None or keys is None or all(k is None for k in keys):
             t, p = self._target(topic, None, partition)
-            self._stager.append_batch(topic, p, values, keys, timestamps, metadata, t.config.max_record_bytes)
+            self._stager.append_batch(topic, p, values, keys, timestamps, metadata, t.config.max_record_bytes,
+                                      _mode(t))
             return [p] * n
         t = self.store.topic(topic)
         _t, rr = self._target(topic, None, None)
@@ -342,7 +352,7 @@ class Transaction:
             def sub(seq: Any, idx: list[int] = idx) -> list[Any] | None:
                 return None if seq is None else [seq[j] for j in idx]
             self._stager.append_batch(topic, p, [values[j] for j in idx], sub(keys), sub(timestamps),
-                                      sub(metadata), t.config.max_record_bytes)
+                                      sub(metadata), t.config.max_record_bytes, _mode(t))
         return parts
 
     def add_staged(self, parts: Iterable[StagedPart], topic_ids: dict[str, str | None] | None = None) -> None:

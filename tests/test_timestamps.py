@@ -208,3 +208,25 @@ def test_time_bounds(tmp_path):
         assert log.next_offset == 3
     with pytest.raises(ConfigError, match="timestamp_after_max_ms"):
         pylog.LogConfig(timestamp_after_max_ms=-1)
+
+
+@pytest.mark.parametrize("how", ["append", "append_batch", "keyed"])
+def test_a_transaction_into_an_as_given_topic_keeps_its_timestamps(tmp_path, how):
+    """Records a transaction stages for a topic that keeps timestamps as given are applied
+    with the timestamps they were given, lower ones after higher ones included (the staging
+    Log used to raise each to the running maximum before the apply kept them "as staged")."""
+    with pylog.LogStore(tmp_path) as s:
+        s.create_topic("g", partitions=1, config=pylog.LogConfig(timestamps="as-given"))
+        s.topic("g").append(b"before", timestamp=5_000)
+        stamps = [3_000, 9_000, 1_000, 4_000]
+        with s.transaction() as tx:
+            if how == "append":
+                for i, ts in enumerate(stamps):
+                    tx.append("g", b"v%d" % i, partition=0, timestamp=ts)
+            elif how == "append_batch":
+                tx.append_batch("g", [b"v%d" % i for i in range(4)], partition=0, timestamps=stamps)
+            else:
+                tx.append_batch("g", [b"v%d" % i for i in range(4)], keys=[b"k"] * 4, timestamps=stamps)
+        log = s.topic("g").partition(0)
+        assert [(bytes(r.value), r.timestamp) for r in log.scan(0)] == [
+            (b"before", 5_000), (b"v0", 3_000), (b"v1", 9_000), (b"v2", 1_000), (b"v3", 4_000)]
