@@ -1,0 +1,52 @@
+package org.pylog.spark;
+
+import java.util.Map;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/** The {@code pylog} format on the JVM: batch and micro-batch reads of a pylog data root.
+ *  Writes go to the Python source (registered as {@code pylog-python} by
+ *  {@code pylog.spark.register()}), where the store's transaction commit lives. */
+public final class PylogProvider implements TableProvider, DataSourceRegister {
+    /** The name the Python source is registered under beside this one. */
+    public static final String PYTHON_NAME = "pylog-python";
+
+    /** The columns of a read: Spark's Kafka source's, plus {@code metadata}. */
+    public static final StructType SCHEMA = new StructType()
+            .add("key", DataTypes.BinaryType)
+            .add("value", DataTypes.BinaryType)
+            .add("topic", DataTypes.StringType)
+            .add("partition", DataTypes.IntegerType)
+            .add("offset", DataTypes.LongType)
+            .add("timestamp", DataTypes.TimestampType)
+            .add("timestampType", DataTypes.IntegerType)
+            .add("metadata", DataTypes.BinaryType);
+
+    /** A provider (Spark makes one per lookup). */
+    public PylogProvider() {}
+
+    @Override
+    public String shortName() {
+        return "pylog";
+    }
+
+    @Override
+    public StructType inferSchema(CaseInsensitiveStringMap options) {
+        return SCHEMA;
+    }
+
+    @Override
+    public boolean supportsExternalMetadata() {
+        return true;  // a write hands its own schema (the Python source checks it)
+    }
+
+    @Override
+    public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+        return new PylogTable(schema, partitioning, properties);
+    }
+}
