@@ -1,9 +1,11 @@
 package org.pylog.spark;
 
 import java.util.Map;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
@@ -15,6 +17,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 public final class PylogProvider implements TableProvider, DataSourceRegister {
     /** The name the Python source is registered under beside this one. */
     public static final String PYTHON_NAME = "pylog-python";
+    /** The session setting that chooses the reader behind {@code format("pylog")}. */
+    public static final String READER_CONF = "spark.pylog.reader";
 
     /** The columns of a read: Spark's Kafka source's, plus {@code metadata}. */
     public static final StructType SCHEMA = new StructType()
@@ -35,9 +39,24 @@ public final class PylogProvider implements TableProvider, DataSourceRegister {
         return "pylog";
     }
 
+    /** The session's {@code spark.pylog.reader}: "jvm" (the default) or "python", which hands
+     *  every read to the Python source too (as if the jar were not there). */
+    static boolean python() {
+        String v = SparkSession.active().conf().get(READER_CONF, "jvm").trim().toLowerCase();
+        if (v.equals("python")) return true;
+        if (v.equals("jvm")) return false;
+        throw new IllegalArgumentException("pylog: " + READER_CONF + " must be jvm or python, got '" + v + "'");
+    }
+
+    static PythonDataSourceV2 pythonSource() {
+        PythonDataSourceV2 py = new PythonDataSourceV2();
+        py.setShortName(PYTHON_NAME);
+        return py;
+    }
+
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
-        return SCHEMA;
+        return python() ? pythonSource().inferSchema(options) : SCHEMA;
     }
 
     @Override
@@ -47,6 +66,7 @@ public final class PylogProvider implements TableProvider, DataSourceRegister {
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+        if (python()) return pythonSource().getTable(schema, partitioning, properties);
         return new PylogTable(schema, partitioning, properties);
     }
 }

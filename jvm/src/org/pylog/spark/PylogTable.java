@@ -50,8 +50,7 @@ final class PylogTable implements SupportsRead, SupportsWrite {
 
     @Override
     public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-        PythonDataSourceV2 py = new PythonDataSourceV2();
-        py.setShortName(PylogProvider.PYTHON_NAME);
+        PythonDataSourceV2 py = PylogProvider.pythonSource();
         Table t;
         try {
             t = py.getTable(info.schema(), partitioning, properties);
