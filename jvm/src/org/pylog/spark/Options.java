@@ -37,7 +37,19 @@ final class Options implements Serializable {
         return new IllegalArgumentException("pylog option " + option + ": " + msg);
     }
 
+    /** The options a read takes (the write options are ignored by a read, as the Python
+     *  source ignores them); any other name is refused. */
+    static final List<String> KNOWN = List.of("path", "topic", "topics", "subscribe", "startingOffsets",
+            "endingOffsets", "startingTimestamp", "endingTimestamp", "failOnDataLoss", "minPartitions",
+            "maxOffsetsPerTrigger", "createTopic", "partitions", "lateTimestamps", "sinkId", "pushFilters");
+
     Options(CaseInsensitiveStringMap o, boolean streaming) {
+        for (String k : o.keySet()) {
+            if (KNOWN.stream().noneMatch(n -> n.equalsIgnoreCase(k))) {
+                throw err(k, "not an option of the pylog JVM connector (it reads " + String.join(", ", KNOWN.subList(0, 11))
+                        + "); spark.pylog.reader=python hands reads to the Python source");
+            }
+        }
         String path = o.get("path");
         if (path == null || path.isEmpty()) throw err("path", "required: the pylog data root (a directory of topics)");
         Path r = Paths.get(path).toAbsolutePath().normalize();
