@@ -21,7 +21,13 @@ final class PylogScan implements Scan, Batch, SupportsReportStatistics {
     private List<Slice> plan;
     private final long[] rows = {0};
 
-    PylogScan(Options options, CaseInsensitiveStringMap raw, Pushed pushed, StructType schema) {
+    private final int[] aggregates;
+    private final int[] aggregateColumns;
+
+    PylogScan(Options options, CaseInsensitiveStringMap raw, Pushed pushed, StructType schema, int[] aggregates,
+              int[] aggregateColumns) {
+        this.aggregates = aggregates;
+        this.aggregateColumns = aggregateColumns;
         this.options = options;
         this.raw = raw;
         this.pushed = pushed;
@@ -49,7 +55,12 @@ final class PylogScan implements Scan, Batch, SupportsReportStatistics {
     }
 
     private synchronized List<Slice> plan() {
-        if (plan == null) plan = Planner.batch(options, pushed, rows);
+        if (plan == null) {
+            plan = Planner.batch(options, pushed, rows);
+            if (aggregates != null && plan.isEmpty()) {  // one row of partial aggregates (a count of 0)
+                plan = List.of(new Slice("", 0, "", 0, 0, 0, 0, false, 0, false));
+            }
+        }
         return plan;
     }
 
@@ -60,7 +71,7 @@ final class PylogScan implements Scan, Batch, SupportsReportStatistics {
 
     @Override
     public PartitionReaderFactory createReaderFactory() {
-        return new SliceReader.Factory(schema, pushed.micros);
+        return new SliceReader.Factory(schema, pushed.micros, aggregates, aggregateColumns);
     }
 
     @Override
@@ -68,7 +79,7 @@ final class PylogScan implements Scan, Batch, SupportsReportStatistics {
         List<Slice> p = plan();
         long bytes = 0;
         for (Slice s : p) bytes += s.endPosition - s.startPosition;
-        long n = rows[0];
+        long n = aggregates != null ? p.size() : rows[0];
         long b = bytes;
         return new Statistics() {
             @Override

@@ -218,7 +218,7 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public PartitionReaderFactory createReaderFactory() {
-        return new SliceReader.Factory(schema, pushed.micros);
+        return new SliceReader.Factory(schema, pushed.micros, null, null);
     }
 
     @Override

@@ -23,15 +23,20 @@ final class SliceReader implements PartitionReader<InternalRow> {
         private static final long serialVersionUID = 1L;
         private final StructType schema;
         private final long[][] micros;
+        private final int[] aggregates;
+        private final int[] aggregateColumns;
 
-        Factory(StructType schema, long[][] micros) {
+        Factory(StructType schema, long[][] micros, int[] aggregates, int[] aggregateColumns) {
             this.schema = schema;
             this.micros = micros;
+            this.aggregates = aggregates;
+            this.aggregateColumns = aggregateColumns;
         }
 
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
-            return new SliceReader((Slice) partition, schema, micros);
+            SliceReader r = new SliceReader((Slice) partition, aggregates != null ? PylogProvider.SCHEMA : schema, micros);
+            return aggregates == null ? r : r.aggregating(aggregates, aggregateColumns);
         }
     }
 
@@ -58,6 +63,17 @@ final class SliceReader implements PartitionReader<InternalRow> {
     private final Frames.Frame f = new Frames.Frame();
     private byte[] scratch = new byte[256];
 
+    private int[] aggregates;
+    private int[] aggregateColumns;
+    private boolean aggregated;
+
+    /** This reader, made to give one row of partial aggregates (COUNT, MIN, MAX) of its slice. */
+    SliceReader aggregating(int[] kinds, int[] cols) {
+        aggregates = kinds;
+        aggregateColumns = cols;
+        return this;
+    }
+
     SliceReader(Slice slice, StructType schema, long[][] micros) {
         this.slice = slice;
         String[] names = schema.fieldNames();
@@ -68,6 +84,10 @@ final class SliceReader implements PartitionReader<InternalRow> {
         writer = new UnsafeRowWriter(columns.length, 64);
         topic = UTF8String.fromString(slice.topic);
         expected = slice.startOffset;
+        if (slice.store.isEmpty()) {  // the placeholder of an empty aggregate
+            done = true;
+            return;
+        }
         try (FileChannel ch = Store.open(Paths.get(slice.store))) {
             long size = ch.size();
             if (size < slice.endPosition) {
@@ -91,6 +111,48 @@ final class SliceReader implements PartitionReader<InternalRow> {
 
     @Override
     public boolean next() {
+        if (aggregates != null) return aggregate();
+        return nextFrame(true);
+    }
+
+    private boolean aggregate() {
+        if (aggregated) return false;
+        aggregated = true;
+        long count = 0;
+        long[] lo = new long[PylogProvider.SCHEMA.size()];
+        long[] hi = new long[lo.length];
+        java.util.Arrays.fill(lo, Long.MAX_VALUE);
+        java.util.Arrays.fill(hi, Long.MIN_VALUE);
+        while (nextFrame(false)) {
+            count++;
+            long[] v = new long[lo.length];
+            v[OFFSET] = f.offset;
+            v[TIMESTAMP] = f.timestamp * 1000;
+            v[PARTITION] = slice.partition;
+            for (int c : new int[] {OFFSET, TIMESTAMP, PARTITION}) {
+                lo[c] = Math.min(lo[c], v[c]);
+                hi[c] = Math.max(hi[c], v[c]);
+            }
+        }
+        UnsafeRowWriter w = new UnsafeRowWriter(aggregates.length, 0);
+        w.reset();
+        w.zeroOutNullBytes();
+        for (int i = 0; i < aggregates.length; i++) {
+            int c = aggregateColumns[i];
+            if (aggregates[i] == PylogScanBuilder.AGG_COUNT) w.write(i, count);
+            else if (count == 0) w.setNullAt(i);
+            else {
+                long x = aggregates[i] == PylogScanBuilder.AGG_MIN ? lo[c] : hi[c];
+                if (c == PARTITION) w.write(i, (int) x); else w.write(i, x);
+            }
+        }
+        row = w.getRow();
+        return true;
+    }
+
+    private InternalRow row;
+
+    private boolean nextFrame(boolean fill) {
         while (!done) {
             if (pos >= limit) {
                 finish();
@@ -109,7 +171,7 @@ final class SliceReader implements PartitionReader<InternalRow> {
             pos += f.size;
             expected = f.offset + 1;
             if (!allTimes && !Pushed.contains(micros, f.timestamp * 1000)) continue;
-            fill();
+            if (fill) fill();
             return true;
         }
         return false;
@@ -156,7 +218,7 @@ final class SliceReader implements PartitionReader<InternalRow> {
 
     @Override
     public InternalRow get() {
-        return writer.getRow();
+        return aggregates != null ? row : writer.getRow();
     }
 
     @Override
