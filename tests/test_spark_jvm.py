@@ -292,8 +292,8 @@ def load_stream(spark, root, **options):
     return r.load()
 
 
-@pytest.mark.parametrize("where", [None, "offset >= 10 and partition = 1", "timestamp > timestamp_millis(1700000000030)",
-                                   "offset > 1000"])
+@pytest.mark.parametrize("where", [None, "offset >= 10 and partition = 1",
+                                   "timestamp > timestamp_millis(1700000000030)", "offset > 1000"])
 def test_aggregates_are_pushed(jvm, tmp_path, where):
     """COUNT(*), MIN/MAX(offset), MIN/MAX(timestamp) come from the scan (one row of partial
     aggregates per slice), with the same answers as the Python source; none match: 0, nulls."""
