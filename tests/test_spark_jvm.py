@@ -309,3 +309,14 @@ def test_aggregates_are_pushed(jvm, tmp_path, where):
     assert j.collect() == agg("pylog-python").selectExpr(*q).collect()
     assert "agg0" in plan_of(j), plan_of(j)  # the scan answers the aggregates
     assert load(jvm, "pylog", tmp_path, "ev").where("offset < 0").count() == 0
+
+
+def test_build_without_javac_builds_nothing(tmp_path, monkeypatch, capsys):
+    """No javac (pip install without a JDK): no jar, one line saying why, no failure."""
+    from pylog.spark import jvm_build
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert jvm_build.build(tmp_path / "x.jar") is None
+    assert "no javac" in capsys.readouterr().err
+    assert not (tmp_path / "x.jar").exists()
+    assert jvm_build.stale(tmp_path / "x.jar")
