@@ -14,6 +14,7 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.NotDirectoryException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -302,7 +303,18 @@ final class Store {
      *  end of the last whole write unit, or of the last record below the durable point when
      *  that is later (pylog.torn.readable_end). */
     private static void walkTail(FileChannel ch, Segment seg, long durable) throws IOException {
-        Walker w = new Walker(ch, ch.size(), Frames.FILE_HEADER, seg.base, seg.compacted);
+        // a plan before this one walked the file up to a unit end: walk on from there (as a
+        // read-only Log's refresh does), unless the file was replaced (a truncate does that)
+        String key = seg.store + " " + Files.readAttributes(seg.store, BasicFileAttributes.class).fileKey();
+        long[] known = TAILS.get(key);
+        long size = ch.size();
+        long from = Frames.FILE_HEADER;
+        long fromNext = seg.base;
+        if (known != null && known[0] <= size) {
+            from = known[0];
+            fromNext = known[1];
+        }
+        Walker w = new Walker(ch, size, from, fromNext, seg.compacted);
         long keepPos = w.pos;
         long keepNext = w.next;
         long durPos = w.pos;
@@ -323,7 +335,13 @@ final class Store {
         }
         seg.end = keepPos;
         seg.next = keepNext;
+        if (TAILS.size() > 4096) TAILS.clear();
+        TAILS.put(key, new long[] {keepPos, keepNext});
     }
+
+    /** Where earlier plans found each last segment's readable end: {position, next offset}. */
+    private static final java.util.concurrent.ConcurrentHashMap<String, long[]> TAILS =
+            new java.util.concurrent.ConcurrentHashMap<>();
 
     /** (position, offset) of the first frame of {@code seg} holding an offset >= target (its
      *  end if none), through the offset index as a hint (an entry is used only when the frame
