@@ -8,6 +8,10 @@ Two extension modules, both from csrc/:
   sources it calls, with hidden visibility. Optional: if it fails to build, pylog runs
   the Python code paths over the cffi module (the install does not fail).
 
+The JVM connector's jar (``jvm/``, see pylog/spark/jvm_build.py) is built into
+``pylog/spark/`` as package data when ``javac`` and pyspark's jars are found; without them
+the install goes on without it (Spark then uses the Python source).
+
 Wheels are abi3 (cp310-abi3: both modules use the limited API of Python 3.10) except on
 free-threaded CPython, where the limited API does not exist.
 """
@@ -16,6 +20,7 @@ import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 try:
     from wheel.bdist_wheel import bdist_wheel
@@ -51,7 +56,32 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-cmdclass = {"build_ext": BuildExt}
+def build_jar():
+    """The JVM connector's jar, rebuilt when its sources changed; never fails the install."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "pylog" / "spark" / "jvm_build.py"
+    try:
+        spec = importlib.util.spec_from_file_location("_pylog_jvm_build", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        jar = Path(__file__).resolve().parent / "pylog" / "spark" / mod.JAR_NAME
+        if mod.stale(jar):
+            mod.build(jar)
+    except Exception as e:  # noqa: BLE001 (the jar is optional)
+        print(f"pylog: the JVM connector was not built: {e}")
+
+
+class BuildPy(build_py):
+    """Builds the JVM connector's jar first (package data of pylog.spark)."""
+
+    def run(self):
+        build_jar()
+        super().run()
+
+
+cmdclass = {"build_ext": BuildExt, "build_py": BuildPy}
 if bdist_wheel is not None and LIMITED_API:
 
     class AbiWheel(bdist_wheel):

@@ -75,13 +75,15 @@ def null_sink() -> Any:
     return NullSink
 
 
-def make_session(name: str) -> Any:
-    """The benchmarks' SparkSession: local[2], no UI, pushdown of Python sources enabled."""
+def make_session(name: str, jar: str | None = None) -> Any:
+    """The benchmarks' SparkSession: local[2], no UI, pushdown of Python sources enabled, and
+    the JVM connector's jar on the classpath when ``jar`` is given."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName(name)
+    builder = SparkSession.builder if jar is None else SparkSession.builder.config("spark.jars", jar)
+    spark = (builder.master("local[2]").appName(name)
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g")
              .config("spark.sql.python.filterPushdown.enabled", "true")
@@ -98,11 +100,16 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one, removed after)")
     ap.add_argument("--no-write", action="store_true", help="skip the write benchmark")
+    ap.add_argument("--no-jvm", action="store_true", help="leave the JVM connector out")
     args = ap.parse_args()
 
     from pyspark.sql import functions as F
 
-    from pylog.spark import register
+    from pylog.spark import jar_path, register
+
+    jar = None if args.no_jvm else jar_path()
+    # the Python source keeps its own name beside the JVM connector, which answers to "pylog"
+    py_fmt = "pylog" if jar is None else "pylog-python"
 
     work = args.dir or tempfile.mkdtemp(prefix="pylog-bench-spark-")
     root = os.path.join(work, "root")
@@ -112,22 +119,40 @@ def main() -> int:
     make_topic(root, n, size, nparts)
     print(f"generated {n:,} records of {size} B in {nparts} partitions in {time.perf_counter() - t:.1f} s")
 
-    spark = make_session("pylog-bench")
+    spark = make_session("pylog-bench", jar)
     try:
         register(spark)
-        src = spark.read.format("pylog").option("path", root).option("topic", "bench").load()
+        src = spark.read.format(py_fmt).option("path", root).option("topic", "bench").load()
         parquet = os.path.join(work, "bench.parquet")
         src.write.mode("overwrite").parquet(parquet)
 
+        def load(fmt: str) -> Any:
+            return spark.read.format(fmt).option("path", root).option("topic", "bench").load()
+
         def read_pylog() -> int:
-            df = spark.read.format("pylog").option("path", root).option("topic", "bench").load()
-            return df.agg(F.sum(F.length("value"))).first()[0]
+            return load(py_fmt).agg(F.sum(F.length("value"))).first()[0]
+
+        def read_jvm() -> int:
+            return load("pylog").agg(F.sum(F.length("value"))).first()[0]
+
+        def count_jvm() -> int:
+            return load("pylog").count()
+
+        def all_columns(df: Any) -> None:  # every column of every row, into Spark's no-op sink
+            df.write.format("noop").mode("overwrite").save()
+
+        def selective_jvm() -> int:
+            return selective(load("pylog"))
+
+        def selective(df: Any) -> int:  # 1% of the records, by partition and offset
+            return df.filter((F.col("partition") == 1) & (F.col("offset") >= lo) & (F.col("offset") < lo + sel)) \
+                .agg(F.sum(F.length("value"))).first()[0]
 
         def read_parquet() -> int:
             return spark.read.parquet(parquet).agg(F.sum(F.length("value"))).first()[0]
 
         def count_pylog() -> int:
-            return spark.read.format("pylog").option("path", root).option("topic", "bench").load().count()
+            return load(py_fmt).count()
 
         def count_parquet() -> int:
             return spark.read.parquet(parquet).count()
@@ -137,7 +162,7 @@ def main() -> int:
 
         def pushed(cond: Any) -> int:
             # a new DataFrame per query (Spark 4.3 keeps a pushed plan on the relation)
-            df = (spark.read.format("pylog").option("path", root).option("topic", "bench")
+            df = (spark.read.format(py_fmt).option("path", root).option("topic", "bench")
                   .option("pushFilters", "true").load())
             return df.filter(cond).agg(F.sum(F.length("value"))).first()[0]
 
@@ -173,7 +198,14 @@ def main() -> int:
         work_fns: list[tuple[str, Callable[[], Any]]] = [
             ("read pylog", read_pylog), ("read parquet", read_parquet), ("count pylog", count_pylog),
             ("count parquet", count_parquet), ("pushed offsets", pushed_offsets),
-            ("pushed times", pushed_timestamps)]
+            ("pushed times", pushed_timestamps),
+            ("all pylog", lambda: all_columns(load(py_fmt))),
+            ("all parquet", lambda: all_columns(spark.read.parquet(parquet))),
+            ("1% parquet", lambda: selective(spark.read.parquet(parquet)))]
+        if jar is not None:
+            assert read_jvm() == expected and count_jvm() == n and selective_jvm() == sel * size
+            work_fns += [("read jvm", read_jvm), ("count jvm", count_jvm), ("1% jvm", selective_jvm),
+                         ("all jvm", lambda: all_columns(load("pylog")))]
         if not args.no_write:
             spark.dataSource.register(null_sink())
             write_pylog()
@@ -211,6 +243,14 @@ def main() -> int:
         x = med["read pylog"] / med[k]
         print(f"{k + ':':<15} 1% of the records read {x:.1f}x faster than the full read (target >= 10x): "
               f"{'OK' if x >= 10 else 'MISSED'}")
+    a = med["all pylog"] / med["all parquet"]
+    print(f"all columns: pylog takes {a:.2f}x Parquet's time")
+    if jar is not None:
+        print("\nthe JVM connector against Parquet (targets: count <= 0.5x, the others <= 0.7x):")
+        for k, ref, goal in (("count jvm", "count parquet", 0.5), ("read jvm", "read parquet", 0.7),
+                             ("all jvm", "all parquet", 0.7), ("1% jvm", "1% parquet", 0.7)):
+            x = med[k] / med[ref]
+            print(f"{k + ':':<15} {x:.2f}x {ref}'s time: {'OK' if x <= goal else 'MISSED'}")
     if not args.no_write:
         w = med["write parquet"] / med["write pylog"]
         print(f"write: pylog runs at {w:.2f}x Parquet's speed (target >= 0.5x): {'OK' if w >= 0.5 else 'MISSED'}")

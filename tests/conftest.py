@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -170,15 +171,26 @@ def make_log(log_dir):
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] SparkSession for every Spark test (starting one costs 5-15 s), with the
-    ``pylog`` format registered. The tests using it import pyspark (and skip without it)."""
+    ``pylog`` format registered. The tests using it import pyspark (and skip without it).
+    The JVM connector's jar (built here when javac is there and it is missing or stale) is
+    on ``spark.jars``; ``spark.pylog.reader=python`` keeps ``format("pylog")`` on the Python
+    source, and tests/test_spark_jvm.py switches it to ``jvm`` for its own reads."""
     from pyspark.sql import SparkSession
 
     from pylog import spark as pylog_spark
+    from pylog.spark import jvm_build
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    jar = pylog_spark.jar_path()
+    if jvm_build.SOURCE_DIR.is_dir() and (jar is None or jvm_build.stale(Path(jar))):
+        jvm_build.build(quiet=True)
+        jar = pylog_spark.jar_path()
+    builder = SparkSession.builder
+    if jar is not None:
+        builder = builder.config("spark.jars", jar).config("spark.pylog.reader", "python")
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("pylog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

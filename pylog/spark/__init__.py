@@ -68,12 +68,29 @@ from pylog.spark.reading import (  # noqa: E402, F401
 from pylog.spark.streaming import PylogStreamReader, _canonical, _split_limit  # noqa: E402, F401
 from pylog.spark.writing import SINK_ID_FILE, PylogStreamWriter, PylogWriter  # noqa: E402, F401
 
-__all__ = ["PylogDataSource", "register", "SCHEMA"]
+__all__ = ["PylogDataSource", "PylogPythonDataSource", "register", "jar_path", "SCHEMA"]
+
+
+def jar_path() -> str | None:
+    """The JVM connector's jar (``spark.jars``, ``ADD JAR``, Spark Connect's
+    ``addArtifacts``), or None when this install has none (built without ``javac``)."""
+    import os
+
+    from pylog.spark.jvm_build import JAR_NAME
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), JAR_NAME)
+    return path if os.path.isfile(path) else None
 
 
 def register(spark: Any) -> None:
-    """Register the ``pylog`` format in ``spark`` (a SparkSession)."""
-    spark.dataSource.register(PylogDataSource)
+    """Register the Python source in ``spark`` (a SparkSession) as ``pylog-python`` and, unless
+    the JVM connector answers to ``pylog`` there (its jar on the classpath), as ``pylog``."""
+    spark.dataSource.register(PylogPythonDataSource)
+    try:
+        spark.dataSource.register(PylogDataSource)
+    except Exception as e:  # noqa: BLE001 (pyspark's and Spark Connect's error types differ)
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
+            raise
 
 
 class PylogDataSource(DataSource):
@@ -119,3 +136,13 @@ class PylogDataSource(DataSource):
         if overwrite:
             raise _err("outputMode", "pylog topics are append-only: use outputMode(\"append\")")
         return PylogStreamWriter(_options_dict(self.options), schema)
+
+
+class PylogPythonDataSource(PylogDataSource):
+    """The Python source under the name ``pylog-python``: reachable beside the JVM connector
+    (which answers to ``pylog`` when its jar is on the classpath, and hands writes here)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: ``spark.read.format("pylog-python")``."""
+        return "pylog-python"

@@ -1,0 +1,322 @@
+"""The JVM connector (jvm/, pylog.spark.jar_path()) held to the Python source's answers.
+
+Runs on the session's SparkSession (conftest.py's ``spark``, which has the jar on
+``spark.jars``); the ``jvm`` fixture points ``format("pylog")`` at the connector for a test
+(``spark.pylog.reader=jvm``) and the Python source stays reachable as ``pylog-python``.
+Skipped when the jar could not be built (no javac). Few hypothesis examples unless
+PYLOG_LONG=1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import pylog  # noqa: E402
+from pylog import spark as pylog_spark  # noqa: E402
+
+pytestmark = pytest.mark.spark
+LONG = os.environ.get("PYLOG_LONG") == "1"
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+@pytest.fixture
+def jvm(spark):
+    """``format("pylog")`` answered by the JVM connector for this test."""
+    if pylog_spark.jar_path() is None or spark.conf.get("spark.pylog.reader", None) is None:
+        pytest.skip("the JVM connector's jar is not built (no javac)")
+    spark.conf.set("spark.pylog.reader", "jvm")
+    try:
+        yield spark
+    finally:
+        spark.conf.set("spark.pylog.reader", "python")
+
+
+def load(spark, fmt, root, topic, **options):
+    r = spark.read.format(fmt).option("path", str(root)).option("topic", topic)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def rows(df):
+    out = []
+    for r in df.collect():
+        d = r.asDict()
+        out.append(tuple(bytes(v) if isinstance(v, (bytes, bytearray)) else v for v in d.values()))
+    return sorted(out, key=lambda t: tuple(str(x) for x in t))
+
+
+def both(spark, root, topic, **options):
+    """(the JVM connector's rows, the Python source's rows) of one read."""
+    return rows(load(spark, "pylog", root, topic, **options)), rows(load(spark, "pylog-python", root, topic, **options))
+
+
+def outcome(fn):
+    """('ok', value) or ('error', None): whether a read raised, and what it returned."""
+    try:
+        return "ok", fn()
+    except Exception:  # noqa: BLE001 (Py4J and Spark wrap the JVM's errors)
+        return "error", None
+
+
+def plan_of(df):
+    return df._jdf.queryExecution().executedPlan().toString()  # noqa: SLF001
+
+
+def library_rows(root, topic):
+    """(partition, offset, key, value, metadata) of every readable record, through pylog."""
+    out = []
+    with pylog.LogStore(str(root), readonly=True) as store:
+        t = store.topic(topic)
+        for p in range(t.partitions):
+            log = t.reader(p)
+            out += [(p, r.offset, r.key, r.value, r.metadata) for r in log.scan(stop=log.stable_offset)]
+    return sorted(out, key=lambda x: (x[0], x[1]))
+
+
+def make_topic(root, name="ev", partitions=2, records=60, segment_bytes=4096):
+    with pylog.LogStore(str(root)) as store:
+        t = store.create_topic(name, partitions=partitions, config=pylog.LogConfig(segment_bytes=segment_bytes))
+        for p in range(partitions):
+            log = t.partition(p)
+            for i in range(records):
+                log.append(b"v%d-%d" % (p, i), key=None if i % 3 else b"k%d" % i,
+                           metadata=None if i % 4 else b"m", timestamp=1_700_000_000_000 + i)
+
+
+def test_jar_path_and_dispatch(jvm, tmp_path):
+    """jar_path() names the built jar; format("pylog") is the JVM connector when it is on the
+    classpath (the scan names the root and topics), and writes through it land in the store."""
+    jar = pylog_spark.jar_path()
+    assert jar is not None and jar.endswith(".jar") and os.path.isfile(jar)
+    make_topic(tmp_path, records=5)
+    df = load(jvm, "pylog", tmp_path, "ev")
+    assert f"pylog {tmp_path} ev" in plan_of(df)
+    assert "pylog-python" not in plan_of(df)
+    jvm.createDataFrame([(b"k", b"w")], "key binary, value binary").write.format("pylog") \
+        .mode("append").option("path", str(tmp_path)).option("topic", "ev").save()
+    got, want = both(jvm, tmp_path, "ev")
+    assert got == want and len(got) == 11
+
+
+def test_rows_options_and_errors_match(jvm, tmp_path):
+    make_topic(tmp_path)
+    for opts in ({}, {"startingOffsets": json.dumps({"ev": {"0": 7}}), "endingOffsets": json.dumps({"ev": {"1": 20}})},
+                 {"startingTimestamp": "1700000000030"}, {"topics": "ev"}):
+        got, want = both(jvm, tmp_path, "ev", **opts)
+        assert got == want and got, opts
+    for bad in ({"startingOffsets": "{nope"}, {"endingOffsets": json.dumps({"ev": {"0": 999}})},
+                {"endingOffsets": json.dumps({"zz": {"0": 1}})}, {"failOnDataLoss": "maybe"},
+                {"startingOffset": "earliest"}):
+        with pytest.raises(Exception, match=list(bad)[0]):
+            load(jvm, "pylog", tmp_path, "ev", **bad).collect()
+    with pytest.raises(Exception, match="no topic 'nope'"):
+        load(jvm, "pylog", tmp_path, "nope").collect()
+
+
+@pytest.mark.parametrize("where", [
+    "offset >= 10 and offset < 25", "partition = 1", "topic = 'ev' and offset in (3, 5, 40)",
+    "timestamp >= timestamp_millis(1700000000050)", "timestamp < timestamp_micros(1700000000010500)",
+    "offset > 5 and timestamp <= timestamp_millis(1700000000020) and partition in (0)",
+])
+def test_filters_are_pushed_and_exact(jvm, tmp_path, where):
+    make_topic(tmp_path)
+    df = load(jvm, "pylog", tmp_path, "ev").where(where)
+    want = rows(load(jvm, "pylog-python", tmp_path, "ev").where(where))
+    assert rows(df) == want and want
+    plan = plan_of(df)
+    assert "Filter (" not in plan, plan  # applied exactly by the scan
+    c = load(jvm, "pylog", tmp_path, "ev").where(where)
+    assert c.count() == len(want)
+    assert c.select("offset").count() == len(want)
+
+
+def test_statistics_and_pruning(jvm, tmp_path):
+    make_topic(tmp_path)
+    df = load(jvm, "pylog", tmp_path, "ev").select("offset")
+    assert df.count() == 120
+    leaf = df._jdf.queryExecution().optimizedPlan().collectLeaves().head()  # noqa: SLF001
+    stats = leaf.stats()
+    # the scan's own estimate (the bytes of its slices), not Spark's default of 8 EiB
+    assert 0 < int(str(stats.sizeInBytes())) < 1 << 20, stats.toString()
+    assert "offset" in plan_of(df) and "value" not in plan_of(df).split("BatchScan")[1].split("]")[0]
+
+
+def test_vectors_read_by_the_jvm(jvm, tmp_path):
+    """docs/format.md's vectors (written by an independent encoder) read through the connector."""
+    with open(os.path.join(DATA, "vectors.json")) as f:
+        exp = json.load(f)
+    shutil.copytree(os.path.join(DATA, "vectors"), tmp_path / "vec" / "partition-0")
+    got = load(jvm, "pylog", tmp_path, "vec").orderBy("offset").collect()
+    hx = lambda b: None if b is None else bytes(b).hex()  # noqa: E731
+    assert [{"offset": r["offset"], "timestamp": int(r["timestamp"].timestamp() * 1000 + 0.5) if False else None,
+             "key": hx(r["key"]), "metadata": hx(r["metadata"]), "value": hx(r["value"])} for r in got] == \
+        [{**r, "timestamp": None} for r in exp["records"]]
+    ts = load(jvm, "pylog", tmp_path, "vec").selectExpr("offset", "unix_micros(timestamp) AS us").orderBy("offset")
+    assert [r["us"] for r in ts.collect()] == [r["timestamp"] * 1000 for r in exp["records"]]
+
+
+def _txn_in_progress(root, topic, p, start):
+    """A transaction being applied to partition p: its marker caps reads at ``start``."""
+    tid = uuid.uuid4().hex
+    os.makedirs(os.path.join(root, "~txn", tid), exist_ok=True)
+    with open(os.path.join(root, topic, f"partition-{p}", "txn.stable"), "w") as f:
+        json.dump({"txn": tid, "start": start}, f)
+    return tid
+
+
+@st.composite
+def stores(draw):
+    ops = draw(st.lists(st.tuples(
+        st.sampled_from(["one", "batch", "txn"]), st.integers(0, 1),
+        st.lists(st.tuples(st.sampled_from([None, b"a", b"b", b"c"]), st.one_of(st.none(), st.binary(max_size=40)),
+                           st.sampled_from([None, b"md"])), min_size=1, max_size=12)),
+        min_size=1, max_size=10))
+    return {"ops": ops, "compact": draw(st.booleans()), "open_txn": draw(st.sampled_from([None, 0, 1])),
+            "flip": draw(st.one_of(st.none(), st.floats(0, 1)))}
+
+
+def _build(root, spec):
+    cfg = pylog.LogConfig(segment_bytes=4096, cleanup_policy="compact" if spec["compact"] else "delete",
+                          index_interval_bytes=256)
+    with pylog.LogStore(str(root)) as store:
+        t = store.create_topic("g", partitions=2, config=cfg)
+        for kind, p, recs in spec["ops"]:
+            keys = [k for k, _v, _m in recs]
+            values = [v if v is not None or k is not None else b"" for k, v, _m in recs]
+            mds = [m for _k, _v, m in recs]
+            if kind == "one":
+                for k, v, m in zip(keys, values, mds):
+                    t.partition(p).append(v, key=k, metadata=m)
+            elif kind == "batch":
+                t.partition(p).append_batch(values, keys=keys, metadata=mds)
+            else:
+                with store.transaction() as tx:
+                    tx.append_batch("g", values, keys=keys, partition=p, metadata=mds)
+                    tx.commit()
+        for p in range(2):  # roll, so that compaction has sealed segments to clean
+            t.partition(p).append(b"tail", key=b"z")
+        if spec["compact"]:
+            store.compact("g")
+    if spec["open_txn"] is not None:
+        p = spec["open_txn"]
+        with pylog.Log(os.path.join(root, "g", f"partition-{p}"), readonly=True) as log:
+            nxt = log.next_offset
+        _txn_in_progress(root, "g", p, max(0, nxt - 3))
+    if spec["flip"] is not None:
+        d = os.path.join(root, "g", "partition-0")
+        logs = sorted(n for n in os.listdir(d) if n.endswith(".log"))
+        path = os.path.join(d, logs[0])
+        size = os.path.getsize(path)
+        if size > 32 + 36:
+            at = 32 + int(spec["flip"] * (size - 33))
+            with open(path, "r+b") as f:
+                f.seek(at)
+                b = f.read(1)
+                f.seek(at)
+                f.write(bytes([b[0] ^ 0x5A]))
+
+
+@settings(max_examples=40 if LONG else 6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spec=stores())
+def test_conformance_generated_stores(jvm, tmp_path_factory, spec):
+    """Generated stores (tombstones, null keys and metadata, batches, transactions committed
+    and in progress, compaction gaps, several segments, a flipped byte): the JVM connector,
+    the Python source and the library give the same rows, or both readers fail."""
+    root = tmp_path_factory.mktemp("gen")
+    _build(root, spec)
+    j = outcome(lambda: rows(load(jvm, "pylog", root, "g")))
+    p = outcome(lambda: rows(load(jvm, "pylog-python", root, "g")))
+    assert j[0] == p[0], (j, p)
+    assert j == p
+    if j[0] == "ok" and spec["flip"] is None:
+        lib = library_rows(root, "g")
+        assert [(r[3], r[4], r[0], r[1], r[7]) for r in sorted(j[1], key=lambda r: (r[3], r[4]))] == \
+            [(r[0], r[1], r[2], r[3], r[4]) for r in lib]
+
+
+def test_transaction_in_progress_is_hidden(jvm, tmp_path):
+    """A partition whose txn.stable names a transaction still there reads up to its start;
+    once the transaction's directory is gone, everything shows."""
+    make_topic(tmp_path, records=20)
+    tid = _txn_in_progress(tmp_path, "ev", 1, 12)
+    got, want = both(jvm, tmp_path, "ev")
+    assert got == want and len(got) == 20 + 12
+    os.rmdir(tmp_path / "~txn" / tid)
+    assert len(both(jvm, tmp_path, "ev")[0]) == 40
+
+
+def test_corrupt_frame_fails_both(jvm, tmp_path):
+    make_topic(tmp_path, partitions=1, records=200)  # several segments: the first is sealed
+    path = tmp_path / "ev" / "partition-0" / ("0" * 20 + ".log")
+    data = bytearray(path.read_bytes())
+    data[32 + 36 + 2] ^= 0xFF  # in the first record's value
+    path.write_bytes(bytes(data))
+    with pytest.raises(Exception, match="CRC32C"):
+        load(jvm, "pylog", tmp_path, "ev").collect()
+    with pytest.raises(Exception, match="(?i)crc|corrupt"):
+        load(jvm, "pylog-python", tmp_path, "ev").collect()
+
+
+def test_stream_available_now(jvm, tmp_path):
+    """A micro-batch read with maxOffsetsPerTrigger and availableNow: every record once, and
+    offsets in the Python source's JSON layout."""
+    make_topic(tmp_path)
+    ck = tmp_path / "ck"
+    q = (load_stream(jvm, tmp_path, maxOffsetsPerTrigger="50").writeStream.format("memory")
+         .queryName("jvm_stream").option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    got = rows(jvm.sql("SELECT * FROM jvm_stream"))
+    assert got == rows(load(jvm, "pylog-python", tmp_path, "ev"))
+    assert len(q.recentProgress) >= 3  # 120 records, 50 a trigger
+    last = max((n for n in os.listdir(ck / "offsets") if n.isdigit()), key=int)
+    body = (ck / "offsets" / last).read_text().splitlines()[-1]
+    assert json.loads(body) == {"ev": {"0": 60, "1": 60}}
+
+
+def load_stream(spark, root, **options):
+    r = spark.readStream.format("pylog").option("path", str(root)).option("topic", "ev") \
+        .option("startingOffsets", "earliest")
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+@pytest.mark.parametrize("where", [None, "offset >= 10 and partition = 1",
+                                   "timestamp > timestamp_millis(1700000000030)", "offset > 1000"])
+def test_aggregates_are_pushed(jvm, tmp_path, where):
+    """COUNT(*), MIN/MAX(offset), MIN/MAX(timestamp) come from the scan (one row of partial
+    aggregates per slice), with the same answers as the Python source; none match: 0, nulls."""
+    make_topic(tmp_path)
+    q = ("count(*) AS n", "count(offset) AS c", "min(offset) AS a", "max(offset) AS b",
+         "min(timestamp) AS t0", "max(timestamp) AS t1", "max(partition) AS p")
+
+    def agg(fmt):
+        df = load(jvm, fmt, tmp_path, "ev")
+        return df if where is None else df.where(where)
+
+    j = agg("pylog").selectExpr(*q)
+    assert j.collect() == agg("pylog-python").selectExpr(*q).collect()
+    assert "agg0" in plan_of(j), plan_of(j)  # the scan answers the aggregates
+    assert load(jvm, "pylog", tmp_path, "ev").where("offset < 0").count() == 0
+
+
+def test_build_without_javac_builds_nothing(tmp_path, monkeypatch, capsys):
+    """No javac (pip install without a JDK): no jar, one line saying why, no failure."""
+    from pylog.spark import jvm_build
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert jvm_build.build(tmp_path / "x.jar") is None
+    assert "no javac" in capsys.readouterr().err
+    assert not (tmp_path / "x.jar").exists()
+    assert jvm_build.stale(tmp_path / "x.jar")
