@@ -112,9 +112,15 @@ def test_jar_path_and_dispatch(jvm, tmp_path):
 def test_rows_options_and_errors_match(jvm, tmp_path):
     make_topic(tmp_path)
     for opts in ({}, {"startingOffsets": json.dumps({"ev": {"0": 7}}), "endingOffsets": json.dumps({"ev": {"1": 20}})},
-                 {"startingTimestamp": "1700000000030"}, {"topics": "ev"}):
+                 {"startingTimestamp": "1700000000030"}):
         got, want = both(jvm, tmp_path, "ev", **opts)
         assert got == want and got, opts
+    # topics instead of topic; both at once are refused by both readers, naming the second
+    r = jvm.read.format("pylog").option("path", str(tmp_path)).option("topics", "ev").load()
+    assert rows(r) == rows(load(jvm, "pylog-python", tmp_path, "ev"))
+    for fmt in ("pylog", "pylog-python"):
+        with pytest.raises(Exception, match="topics: give only one of topic"):
+            load(jvm, fmt, tmp_path, "ev", topics="ev").collect()
     for bad in ({"startingOffsets": "{nope"}, {"endingOffsets": json.dumps({"ev": {"0": 999}})},
                 {"endingOffsets": json.dumps({"zz": {"0": 1}})}, {"failOnDataLoss": "maybe"},
                 {"startingOffset": "earliest"}):
@@ -122,6 +128,20 @@ def test_rows_options_and_errors_match(jvm, tmp_path):
             load(jvm, "pylog", tmp_path, "ev", **bad).collect()
     with pytest.raises(Exception, match="no topic 'nope'"):
         load(jvm, "pylog", tmp_path, "nope").collect()
+
+
+def test_options_the_connector_does_not_read_go_to_the_python_source(jvm, tmp_path):
+    """A read naming an option of the contract the connector does not read (here
+    ``includeHeaders`` and ``assign``) is handed to the Python source, which reads it (it
+    used to be refused by the default reader); a name that is no option is refused by the
+    Python source's one line, naming it."""
+    make_topic(tmp_path, records=6)
+    df = load(jvm, "pylog", tmp_path, "ev", includeHeaders="true")
+    assert df.columns[-1] == "headers" and df.count() == 12
+    r = jvm.read.format("pylog").option("path", str(tmp_path)).option("assign", json.dumps({"ev": [1]})).load()
+    assert {x["partition"] for x in r.collect()} == {1}
+    with pytest.raises(Exception, match="startingOffset"):
+        load(jvm, "pylog", tmp_path, "ev", startingOffset="earliest").collect()
 
 
 @pytest.mark.parametrize("where", [

@@ -55,6 +55,12 @@ final class Options implements Serializable {
         Path r = Paths.get(path).toAbsolutePath().normalize();
         if (!Files.isDirectory(r)) throw err("path", "no such directory: " + r);
         root = r.toString();
+        List<String> given = new java.util.ArrayList<>();
+        for (String n : List.of("topic", "topics", "subscribe")) if (o.containsKey(n)) given.add(n);
+        if (given.size() > 1) {  // as the Python source (pylog/spark/options.py)
+            throw err(given.get(1), "give only one of topic, topics, subscribe, subscribePattern, assign (got "
+                    + String.join(", ", given) + ")");
+        }
         String raw = o.get("topic") != null ? o.get("topic") : o.get("topics") != null ? o.get("topics") : o.get("subscribe");
         if (raw == null || raw.trim().isEmpty()) throw err("topic", "required: the topic to read (or topics=a,b,c)");
         TreeSet<String> ts = new TreeSet<>();
