@@ -54,6 +54,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     61: ("DescribeProducers", 0, 0),  # DescribeProducers (:mod:`.admin_records`)
     60: ("DescribeCluster", 0, 2),  # DescribeCluster (:mod:`.admin_cluster`)
     35: ("DescribeLogDirs", 1, 4),  # DescribeLogDirs (:mod:`.admin_cluster`)
+    50: ("DescribeUserScramCredentials", 0, 0), 51: ("AlterUserScramCredentials", 0, 0),  # :mod:`.scram_admin`
 }
 
 #: API keys of a next step (none now). They are not

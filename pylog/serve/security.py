@@ -203,6 +203,7 @@ class _User:
     groups: frozenset[str] | None = None
     delete_groups: frozenset[str] | None = frozenset()
     transactional_ids: frozenset[str] | None = frozenset()
+    admin: bool = False
 
 
 class Users:
@@ -214,6 +215,8 @@ class Users:
                 raw = json.load(f)
             self.users: dict[str, _User] = {}
             for name, u in raw["users"].items():
+                if "salt" not in u:  # its credential deleted (AlterUserScramCredentials): no login
+                    continue
                 read, write, groups = _rights(u, "read"), _rights(u, "write"), _rights(u, "groups")
                 delete, txn = _rights(u, "delete_groups"), _rights(u, "transactional_ids")
                 if read is not None or write is not None or groups is not None:
@@ -223,7 +226,7 @@ class Users:
                     txn = frozenset() if txn is None else txn
                 self.users[name] = _User(base64.b64decode(u["salt"]), int(u["iterations"]),
                                          base64.b64decode(u["stored_key"]), base64.b64decode(u["server_key"]),
-                                         read, write, groups, delete, txn)
+                                         read, write, groups, delete, txn, u.get("admin") is True)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"users file {path!r} is not usable: {e}") from None
         # made-up SCRAM parameters for unknown users (RFC 5802 5.1): derived from a secret
@@ -280,6 +283,12 @@ class Users:
         if op == "delete":
             return _match(u.delete_groups, group)
         return _match(u.groups, group) or _match(u.delete_groups, group)
+
+    def is_admin(self, user: str | None) -> bool:
+        """Whether ``user`` has ``"admin": true`` (Kafka's DESCRIBE and ALTER on the cluster:
+        SCRAM credentials, see :mod:`.scram_admin`)."""
+        u = self.users.get(user) if user is not None else None
+        return u is not None and u.admin
 
     def may_transact(self, user: str | None, transactional_id: str) -> bool:
         """Whether ``user`` may use (WRITE, DESCRIBE) ``transactional_id``."""

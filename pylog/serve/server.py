@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError, MissingExtraError
-from pylog.serve import acl, authorized, configs, handlers, security, topic_ids
+from pylog.serve import acl, authorized, configs, handlers, scram_admin, security, topic_ids
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -303,6 +303,7 @@ class Server:
         security.check_listen(host, tls_cert is not None, users is not None)
         self.tls = security.tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
         self.users = security.Users(users) if users is not None else None
+        self.users_path = users  # (None: SCRAM credentials go to the root's, scram_admin.py)
         if data_mode not in security.DATA_MODES:
             raise InvalidArgumentError(f"data mode {data_mode!r}: use one of {', '.join(security.DATA_MODES)}")
         self.data_mode = data_mode
@@ -626,6 +627,15 @@ class Server:
         finally:
             metrics.request(req.api_key, time.perf_counter() - t)
 
+    def _scram_credentials(self, key: int, body: Any, user: str | None) -> dict[str, Any]:
+        path = self.users_path or os.path.join(self.root, scram_admin.ROOT_USERS_FILE)
+        if key == 50:
+            return scram_admin.describe(path, self.users, user, body)
+        data, changed = scram_admin.alter(path, self.users, user, body)
+        if changed and self.users is not None:
+            self.users = security.Users(path)  # for the next logins
+        return data
+
     async def _dispatch(self, req: Request) -> Any:
         broker = self.broker
         if broker is None:  # a connection (a TLS handshake) that finished while stopping
@@ -684,6 +694,8 @@ class Server:
                                           lambda name: users.may(user, name, True))
             elif key == 18:
                 data = handlers.api_versions(broker, body, req.api_version)
+            elif key in (50, 51):  # SCRAM credentials: the users file, reloaded after a change
+                data = await broker.admin(self._scram_credentials, key, body, user)
             elif key in handlers.HANDLERS:  # the admin APIs: in an admin thread, never on the loop
                 data = await broker.admin(handlers.HANDLERS[key], broker, body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
