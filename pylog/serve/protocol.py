@@ -55,6 +55,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     60: ("DescribeCluster", 0, 2),  # DescribeCluster (:mod:`.admin_cluster`)
     35: ("DescribeLogDirs", 1, 4),  # DescribeLogDirs (:mod:`.admin_cluster`)
     50: ("DescribeUserScramCredentials", 0, 0), 51: ("AlterUserScramCredentials", 0, 0),  # :mod:`.scram_admin`
+    29: ("DescribeAcls", 1, 3), 30: ("CreateAcls", 1, 3), 31: ("DeleteAcls", 1, 3),  # :mod:`.acl_admin`
 }
 
 #: API keys of a next step (none now). They are not

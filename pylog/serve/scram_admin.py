@@ -33,18 +33,20 @@ from kio.schema.errors import ErrorCode as E
 from pylog import fileutil
 from pylog.serve.security import Users
 
-__all__ = ["ROOT_USERS_FILE", "SHA_256", "describe", "alter"]
+__all__ = ["ROOT_USERS_FILE", "SHA_256", "LOCK", "load", "save", "describe", "alter"]
 
 #: The users file kept in the data root when the broker runs without ``--users``.
-ROOT_USERS_FILE = "scram-users.json"
+ROOT_USERS_FILE = "users.json"
 #: Kafka's ScramMechanism code of SCRAM-SHA-256 (SCRAM-SHA-512 is 2, not served).
 SHA_256 = 1
 _MIN_ITERATIONS, _MAX_ITERATIONS = 4096, 16384
 _KEYS = ("salt", "iterations", "stored_key", "server_key")
-_lock = threading.Lock()  # one alteration at a time (read, change, replace the file)
+#: One change of a users file at a time (read it, change it, replace it): SCRAM and ACLs.
+LOCK = threading.Lock()
 
 
-def _load(path: str) -> dict[str, Any]:
+def load(path: str) -> dict[str, Any]:
+    """The users file ``path`` as JSON (a missing file: no users)."""
     try:
         with open(path) as f:
             data: dict[str, Any] = json.load(f)
@@ -52,6 +54,15 @@ def _load(path: str) -> dict[str, Any]:
         data = {"users": {}}
     data.setdefault("users", {})
     return data
+
+
+def save(path: str, data: dict[str, Any]) -> None:
+    """Replace the users file ``path`` with ``data``, atomically and durably, mode 0600."""
+    old = os.umask(0o077)  # never readable by others, not even for a moment
+    try:
+        fileutil.atomic_write(path, json.dumps(data, indent=1).encode())
+    finally:
+        os.umask(old)
 
 
 def _denied(users: Users | None, principal: str | None) -> bool:
@@ -71,7 +82,7 @@ def describe(path: str, users: Users | None, principal: str | None, req: Any) ->
                 "error_message": None if names else msg, "results": [
             {"user": n, "error_code": E.cluster_authorization_failed, "error_message": msg, "credential_infos": []}
             for n in dict.fromkeys(names)]}
-    entries = _load(path)["users"]
+    entries = load(path)["users"]
     if not names:
         names = sorted(n for n, u in entries.items() if "salt" in u)
     results = []
@@ -114,8 +125,8 @@ def alter(path: str, users: Users | None, principal: str | None, req: Any) -> tu
                              "error_message": "altering SCRAM credentials needs an admin user"}
                             for n in dict.fromkeys(named)]}, False
     out: dict[str, dict[str, Any]] = {}
-    with _lock:
-        data = _load(path)
+    with LOCK:
+        data = load(path)
         entries = data["users"]
         changed = False
         for d in req.deletions:
@@ -150,9 +161,5 @@ def alter(path: str, users: Users | None, principal: str | None, req: Any) -> tu
                           "stored_key": _b64(hashlib.sha256(client_key).digest()), "server_key": _b64(server_key)})
             changed = True
         if changed:
-            old = os.umask(0o077)  # never readable by others, not even for a moment
-            try:
-                fileutil.atomic_write(path, json.dumps(data, indent=1).encode())
-            finally:
-                os.umask(old)
+            save(path, data)
     return {"results": list(out.values())}, changed

@@ -54,6 +54,7 @@ from kio.schema.errors import ErrorCode as E
 
 from pylog import fileutil
 from pylog.errors import ConfigError, InvalidArgumentError
+from pylog.serve import acl_rules
 
 __all__ = ["Users", "Session", "SESSION", "Logins", "client_address", "add_user", "protect_root", "DATA_MODES",
            "check_listen", "is_loopback", "tls_context", "MECHANISMS"]
@@ -192,6 +193,9 @@ def _match(allowed: frozenset[str] | None, name: str) -> bool:
     return any(a.endswith("*") and name.startswith(a[:-1]) for a in allowed)
 
 
+_GROUP_OPS = {"read": acl_rules.READ, "describe": acl_rules.DESCRIBE, "delete": acl_rules.DELETE}
+
+
 @dataclasses.dataclass
 class _User:
     salt: bytes
@@ -207,12 +211,25 @@ class _User:
 
 
 class Users:
-    """The users file: credentials and rights (see the module docstring)."""
+    """The users file: credentials and rights (see the module docstring), and the ACL
+    bindings of its ``"acls"`` list (:mod:`.acl_rules`), which decide first.
 
-    def __init__(self, path: str) -> None:
+    ``anonymous``: the file of a broker without ``--users`` (SASL off), where every client
+    is ``ANONYMOUS`` and may do everything that no DENY binding refuses; a missing file
+    has no users and no bindings.
+    """
+
+    def __init__(self, path: str, anonymous: bool = False) -> None:
+        self.anonymous = anonymous
         try:
-            with open(path) as f:
-                raw = json.load(f)
+            try:
+                with open(path) as f:
+                    raw = json.load(f)
+            except FileNotFoundError:
+                if not anonymous:
+                    raise
+                raw = {"users": {}}
+            self.rules = acl_rules.Rules([{k: b[k] for k in acl_rules.FIELDS} for b in raw.get("acls", [])])
             self.users: dict[str, _User] = {}
             for name, u in raw["users"].items():
                 if "salt" not in u:  # its credential deleted (AlterUserScramCredentials): no login
@@ -262,22 +279,31 @@ class Users:
         """Whether ``user`` may read (or write) ``topic``."""
         if user is None:
             return True
+        v = self.rules.verdict(user, acl_rules.TOPIC, topic, acl_rules.WRITE if write else acl_rules.READ)
+        if v is not None:
+            return v
         u = self.users.get(user)
         if u is None:
-            return False
+            return self.anonymous
         return _match(u.write if write else u.read, topic)
 
     def may_describe(self, user: str | None, topic: str) -> bool:
         """Whether ``user`` may see ``topic`` (Kafka's DESCRIBE, which READ and WRITE imply)."""
+        v = None if user is None else self.rules.verdict(user, acl_rules.TOPIC, topic, acl_rules.DESCRIBE)
+        if v is not None:
+            return v
         return self.may(user, topic, False) or self.may(user, topic, True)
 
     def may_group(self, user: str | None, group: str, op: str) -> bool:
         """Whether ``user`` may ``"read"`` (use), ``"describe"`` or ``"delete"`` ``group``."""
         if user is None:
             return True
+        v = self.rules.verdict(user, acl_rules.GROUP, group, _GROUP_OPS[op])
+        if v is not None:
+            return v
         u = self.users.get(user)
         if u is None:
-            return False
+            return self.anonymous
         if op == "read":
             return _match(u.groups, group)
         if op == "delete":
@@ -285,17 +311,25 @@ class Users:
         return _match(u.groups, group) or _match(u.delete_groups, group)
 
     def is_admin(self, user: str | None) -> bool:
-        """Whether ``user`` has ``"admin": true`` (Kafka's DESCRIBE and ALTER on the cluster:
-        SCRAM credentials, see :mod:`.scram_admin`)."""
-        u = self.users.get(user) if user is not None else None
+        """Whether ``user`` is an admin (Kafka's DESCRIBE and ALTER on the cluster: SCRAM
+        credentials, ACLs): ``"admin": true`` in its entry, or an ALLOW binding of ALTER on
+        the cluster (a DENY one refuses); every client of a broker without users is."""
+        if user is None or self.anonymous:
+            return True
+        if self.rules.verdict(user, acl_rules.CLUSTER, acl_rules.CLUSTER_NAME, acl_rules.ALTER) is not None:
+            return bool(self.rules.verdict(user, acl_rules.CLUSTER, acl_rules.CLUSTER_NAME, acl_rules.ALTER))
+        u = self.users.get(user)
         return u is not None and u.admin
 
     def may_transact(self, user: str | None, transactional_id: str) -> bool:
         """Whether ``user`` may use (WRITE, DESCRIBE) ``transactional_id``."""
         if user is None:
             return True
+        v = self.rules.verdict(user, acl_rules.TRANSACTIONAL_ID, transactional_id, acl_rules.WRITE)
+        if v is not None:
+            return v
         u = self.users.get(user)
-        return u is not None and _match(u.transactional_ids, transactional_id)
+        return self.anonymous if u is None else _match(u.transactional_ids, transactional_id)
 
 
 def client_address(ip: str) -> str:
