@@ -6,14 +6,13 @@ The rights are the users file's (:class:`.security.Users`); Kafka's operations m
 them as its authorizer maps them to ACLs:
 
 ============================  ==========================================================
-topic READ                    Fetch, ListOffsets, OffsetCommit (with group READ),
-                              DescribeProducers
+topic READ                    Fetch, OffsetCommit (with group READ), DescribeProducers
 topic WRITE                   Produce; CreateTopics, DeleteTopics, CreatePartitions,
                               DeleteRecords, Metadata's auto-creation, AlterConfigs,
                               IncrementalAlterConfigs
 topic DESCRIBE (READ or       Metadata, OffsetFetch, DescribeConfigs (pylog's topic
 WRITE)                        configs hold no secret: DESCRIBE_CONFIGS is DESCRIBE here),
-                              OffsetForLeaderEpoch
+                              OffsetForLeaderEpoch, ListOffsets (as Kafka: DESCRIBE)
 group READ (``groups``)       JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
                               OffsetFetch
 group DESCRIBE (READ or       FindCoordinator, DescribeGroups, ListGroups (the others are
@@ -48,7 +47,7 @@ __all__ = ["filter_request", "add_denied", "filter_response"]
 _TOPICS: dict[int, tuple[str, str, str, str, str, str, str]] = {
     0: ("topic_data", "name", "responses", "name", "partition_responses", "index", "write"),
     1: ("topics", "topic", "responses", "topic", "partitions", "partition_index", "read"),
-    2: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
+    2: ("topics", "name", "topics", "name", "partitions", "partition_index", "describe"),  # ListOffsets
     8: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
     47: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),  # OffsetDelete
     21: ("topics", "name", "topics", "name", "partitions", "partition_index", "write"),  # DeleteRecords

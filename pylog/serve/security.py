@@ -22,8 +22,8 @@ topics and groups.
   no list: every group for a user with none of ``read``, ``write``, ``groups``, else none.
   Transactional ids: ``transactional_ids`` (WRITE and DESCRIBE; no list: as
   ``delete_groups``), checked by FindCoordinator and InitProducerId.
-* Reading a topic is Fetch, ListOffsets and OffsetCommit; seeing it (Kafka's DESCRIBE,
-  given by either right) is Metadata, OffsetFetch and DescribeConfigs; writing is Produce
+* Reading a topic is Fetch and OffsetCommit; seeing it (Kafka's DESCRIBE, given by either
+  right) is Metadata, ListOffsets, OffsetFetch and DescribeConfigs; writing is Produce
   and creating, deleting or growing it. A refused topic gets TOPIC_AUTHORIZATION_FAILED
   (29) and no data, a refused group GROUP_AUTHORIZATION_FAILED (30); a request for every
   topic (Metadata, OffsetFetch) or every group (ListGroups) leaves out what the user may
