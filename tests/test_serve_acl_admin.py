@@ -18,6 +18,7 @@ from confluent_kafka.admin import (  # noqa: E402
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -233,5 +234,17 @@ def test_acls_with_users_admin_only_deny_wins(tmp_path):
         assert _produce_error(b.bootstrap, "t", bob_conf) == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
         assert _produce_error(b.bootstrap, "t", cy_conf) is None
         assert len(json.load(open(users))["acls"]) == 3
+    finally:
+        assert b.stop() == 0
+
+
+def test_describe_configs_of_a_group(tmp_path):
+    b = BrokerProcess(str(tmp_path / "root"))
+    try:
+        admin = _admin(b)
+        (fut,) = admin.describe_configs([ConfigResource(ResourceType.GROUP, "no-such-group")]).values()
+        got = {k: (e.value, e.is_read_only, e.source) for k, e in fut.result(20).items()}
+        assert got == {"consumer.session.timeout.ms": ("45000", True, ck.admin.ConfigSource.DEFAULT_CONFIG.value),
+                       "consumer.heartbeat.interval.ms": ("5000", True, ck.admin.ConfigSource.DEFAULT_CONFIG.value)}
     finally:
         assert b.stop() == 0

@@ -64,7 +64,7 @@ _ONE_GROUP: dict[int, dict[str, Any]] = {
 GROUP_DENIED = E.group_authorization_failed
 TXN_DENIED = E.transactional_id_authorization_failed
 TOPIC_DENIED = E.topic_authorization_failed
-TOPIC_RESOURCE = 2
+TOPIC_RESOURCE, GROUP_RESOURCE = 2, 32
 #: A row of the removed parts of a request: (the response's list field, the row).
 Denied = list[tuple[str, dict[str, Any]]]
 
@@ -184,7 +184,11 @@ def _filter_configs(users: Users, user: str, body: Any, alter: bool = False) -> 
     ``alter`` (AlterConfigs, IncrementalAlterConfigs): those it may not write."""
     keep, denied = [], []
     for r in body.resources:
-        if r.resource_type == TOPIC_RESOURCE and not (users.may(user, r.resource_name, True) if alter
+        if r.resource_type == GROUP_RESOURCE and not users.may_group(user, r.resource_name, "describe"):
+            denied.append(("responses" if alter else "results", {
+                "error_code": GROUP_DENIED, "resource_type": r.resource_type, "resource_name": r.resource_name,
+                "configs": [], "error_message": f"not authorised to see group {r.resource_name!r}"}))
+        elif r.resource_type == TOPIC_RESOURCE and not (users.may(user, r.resource_name, True) if alter
                                                       else users.may_describe(user, r.resource_name)):
             what = "alter" if alter else "describe"
             denied.append(("responses" if alter else "results", {

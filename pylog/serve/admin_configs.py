@@ -27,7 +27,11 @@ if TYPE_CHECKING:
 
 __all__ = ["new_topic_config", "describe_configs", "incremental_alter_configs", "alter_configs"]
 
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
+#: Kafka 4.0's group configs (KIP-848's consumer protocol) and their defaults: pylog serves
+#: the classic protocol, where each member's JoinGroup gives its session timeout and its
+#: heartbeats their pace, so these are reported (read-only) and never applied.
+GROUP_CONFIGS = {"consumer.heartbeat.interval.ms": "5000", "consumer.session.timeout.ms": "45000"}
 #: DescribeConfigs' config sources
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -64,8 +68,9 @@ def _topic_entries(broker: Broker, name: str, wanted: set[str] | None) -> list[d
 
 
 def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """DescribeConfigs: every Kafka config of a topic (see the module docstring), or the
-    broker's (``broker.broker_configs``: name -> (value, source, config type))."""
+    """DescribeConfigs: every Kafka config of a topic (see the module docstring), the
+    broker's (``broker.broker_configs``: name -> (value, source, config type)), or a
+    group's (:data:`GROUP_CONFIGS`)."""
     out = []
     for res in req.resources:
         r: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
@@ -85,6 +90,10 @@ def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
                                  "is_sensitive": False, "synonyms": [], "config_type": kind, "documentation": None}
                                 for k, (v, src, kind) in sorted(broker.broker_configs.items())
                                 if wanted is None or k in wanted]
+        elif res.resource_type == GROUP_RESOURCE:  # any group, known or not, as Kafka 4.0 answers
+            r["configs"] = [{"name": k, "value": v, "read_only": True, "config_source": DEFAULT_CONFIG,
+                             "is_sensitive": False, "synonyms": [], "config_type": 3, "documentation": None}
+                            for k, v in GROUP_CONFIGS.items() if wanted is None or k in wanted]
         else:
             r["error_code"], r["error_message"] = E.invalid_request, f"resource type {res.resource_type}"
         out.append(r)
