@@ -18,6 +18,8 @@ from confluent_kafka.admin import (  # noqa: E402
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
     ConfigResource,
     NewTopic,
     ResourcePatternType,
@@ -246,5 +248,44 @@ def test_describe_configs_of_a_group(tmp_path):
         got = {k: (e.value, e.is_read_only, e.source) for k, e in fut.result(20).items()}
         assert got == {"consumer.session.timeout.ms": ("45000", True, ck.admin.ConfigSource.DEFAULT_CONFIG.value),
                        "consumer.heartbeat.interval.ms": ("5000", True, ck.admin.ConfigSource.DEFAULT_CONFIG.value)}
+    finally:
+        assert b.stop() == 0
+
+
+def test_alter_broker_configs_live(tmp_path):
+    b = BrokerProcess(str(tmp_path / "root"))
+    try:
+        admin = _admin(b)
+
+        def incremental(**cfg: str) -> object:
+            res = ConfigResource(ResourceType.BROKER, "0", incremental_configs=[
+                ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+                for k, v in cfg.items()])
+            try:
+                _one(admin.incremental_alter_configs([res]))
+                return None
+            except ck.KafkaException as e:
+                return (e.args[0].code(), e.args[0].str())
+
+        def broker_config(name: str) -> tuple[str, bool, int]:
+            (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
+            e = fut.result(20)[name]
+            return e.value, e.is_read_only, e.source
+
+        # read-only, unknown, a bad value: refused naming the config, nothing changed
+        code, msg = incremental(num_partitions="3")  # type: ignore[misc]
+        assert code == ck.KafkaError.INVALID_REQUEST and "num.partitions" in msg
+        code, msg = incremental(log_retention_ms="3600000", sasl_kerberos_min_time_before_relogin="60000")  # type: ignore[misc]
+        assert code == ck.KafkaError.INVALID_CONFIG and "sasl.kerberos.min.time.before.relogin" in msg
+        code, msg = incremental(log_retention_ms="3600000", log_segment_bytes="12")  # type: ignore[misc]
+        assert code == ck.KafkaError.INVALID_CONFIG and "12" in msg
+        assert broker_config("log.retention.ms")[0] == "-1"
+        # a dynamic one: reported, and the default of the topics created afterwards
+        assert incremental(log_retention_ms="3600000") is None
+        assert broker_config("log.retention.ms") == ("3600000", False,
+                                                    ck.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        _one(admin.create_topics([NewTopic("after", 1)]))
+        (fut,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "after")]).values()
+        assert fut.result(20)["retention.ms"].value == "3600000"
     finally:
         assert b.stop() == 0

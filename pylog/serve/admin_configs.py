@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode as E
 
 from pylog.config import LogConfig
 from pylog.errors import ConfigError
-from pylog.serve import configs, timestamps
+from pylog.serve import broker_alter, configs, timestamps
 from pylog.serve.error_codes import ADMIN_ERRORS, answer
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
                 r["error_code"] = E.invalid_request
                 r["error_message"] = f"broker {res.resource_name!r}: this cluster is broker 0 alone"
             else:
-                r["configs"] = [{"name": k, "value": v, "read_only": True, "config_source": src,
+                r["configs"] = [{"name": k, "value": v, "read_only": k not in broker_alter.DYNAMIC, "config_source": src,
                                  "is_sensitive": False, "synonyms": [], "config_type": kind, "documentation": None}
                                 for k, (v, src, kind) in sorted(broker.broker_configs.items())
                                 if wanted is None or k in wanted]
@@ -122,9 +122,8 @@ def _alter(broker: Broker, req: Any, incremental: bool) -> dict[str, Any]:
         r: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
                              "resource_name": res.resource_name}
         try:
-            if res.resource_type == BROKER_RESOURCE:
-                r["error_code"] = E.invalid_request
-                r["error_message"] = "the broker's configs are static here: its --config file and flags"
+            if res.resource_type == BROKER_RESOURCE:  # (:mod:`.broker_alter`)
+                r["error_code"], r["error_message"] = broker_alter.alter(broker, res, incremental, req.validate_only)
             elif res.resource_type != TOPIC_RESOURCE:
                 r["error_code"], r["error_message"] = E.invalid_request, f"resource type {res.resource_type}"
             else:
