@@ -86,8 +86,9 @@ def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
                 r["error_code"] = E.invalid_request
                 r["error_message"] = f"broker {res.resource_name!r}: this cluster is broker 0 alone"
             else:
-                r["configs"] = [{"name": k, "value": v, "read_only": k not in broker_alter.DYNAMIC, "config_source": src,
-                                 "is_sensitive": False, "synonyms": [], "config_type": kind, "documentation": None}
+                r["configs"] = [{"name": k, "value": v, "read_only": k not in broker_alter.DYNAMIC,
+                                 "config_source": src, "is_sensitive": False, "synonyms": [], "config_type": kind,
+                                 "documentation": None}
                                 for k, (v, src, kind) in sorted(broker.broker_configs.items())
                                 if wanted is None or k in wanted]
         elif res.resource_type == GROUP_RESOURCE:  # any group, known or not, as Kafka 4.0 answers
