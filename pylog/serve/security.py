@@ -15,6 +15,9 @@ topics and groups.
                            "groups": ["billing", "app-*"], "delete_groups": ["app-*"],
                            "transactional_ids": ["billing-*"]}}}
 
+  An entry may also say ``"admin": true`` (it may change SCRAM credentials and ACLs over
+  the Admin API: :mod:`.scram_admin`, :mod:`.acl_admin`), and the file may hold Kafka ACL
+  bindings in an ``"acls"`` list, which decide before the lists (:mod:`.acl_rules`).
   Each list is optional; a name ending in ``*`` is a prefix (``"*"``: every name). Topics:
   ``read`` and ``write`` (no list: every topic). Groups: ``groups`` may use (Kafka's READ:
   join, sync, heartbeat, leave, commit and fetch offsets) and see (DESCRIBE) a group, no
