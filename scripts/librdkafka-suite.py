@@ -447,8 +447,15 @@ def kafka_acls(argv: list[str]) -> int:
     (``--allow-host``/``--deny-host``, default ``*``) and ``--topic T`` or ``--group G``
     (``--resource-pattern-type literal|prefixed``); the tests that set ACLs (0109, 0115, 0119)
     find it through ``KAFKA_PATH``."""
-    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
-                                       ResourcePatternType, ResourceType)
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
 
     ap = argparse.ArgumentParser(prog="kafka-acls.sh")
     ap.add_argument("--bootstrap-server", required=True)
