@@ -289,3 +289,14 @@ def test_alter_broker_configs_live(tmp_path):
         assert fut.result(20)["retention.ms"].value == "3600000"
     finally:
         assert b.stop() == 0
+    # durable: a restarted broker starts with the change
+    b = BrokerProcess(str(tmp_path / "root"))
+    try:
+        admin = _admin(b)
+        assert broker_config("log.retention.ms") == ("3600000", False,
+                                                    ck.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        _one(admin.create_topics([NewTopic("later", 1)]))
+        (fut,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "later")]).values()
+        assert fut.result(20)["retention.ms"].value == "3600000"
+    finally:
+        assert b.stop() == 0

@@ -4,8 +4,10 @@ configs").
 What pylog can change live are the broker's defaults for new topics: the ``log.*`` keys,
 ``message.max.bytes``, ``compression.type`` and ``min.insync.replicas`` of
 :data:`.brokerconfig.BROKER_KEYS` (Kafka's dynamic log configs). A change holds for topics
-created afterwards (an existing topic keeps its configs: alter the topic) and until the
-broker restarts (its ``--config`` file and flags are what it starts with). Every other
+created afterwards (an existing topic keeps its configs: alter the topic); it is kept in
+the data root's :data:`FILE` (written atomically and durably before the answer) and applied
+again over the ``--config`` file and flags when the broker restarts, as Kafka keeps its
+dynamic configs. Every other
 broker config is read-only here, as Kafka refuses what it cannot update dynamically:
 INVALID_REQUEST naming the config; a name pylog does not know, or a bad value, is
 INVALID_CONFIG. A request is checked whole first (nothing changes when one config is
@@ -13,12 +15,15 @@ refused); ``validate_only`` changes nothing.
 """
 from __future__ import annotations
 
+import json
+import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as E
 
+from pylog import fileutil
 from pylog.errors import ConfigError
 from pylog.serve import configs
 from pylog.serve.brokerconfig import BROKER_KEYS
@@ -26,7 +31,10 @@ from pylog.serve.brokerconfig import BROKER_KEYS
 if TYPE_CHECKING:
     from pylog.serve.broker import Broker
 
-__all__ = ["DYNAMIC", "alter"]
+__all__ = ["DYNAMIC", "FILE", "alter", "restore"]
+
+#: The data root's file of the broker configs changed over the Admin API.
+FILE = "broker-configs.json"
 
 #: The broker configs that can change live: key -> (topic config, scale of its value).
 DYNAMIC: dict[str, tuple[str, int]] = {
@@ -80,8 +88,40 @@ def alter(broker: Broker, res: Any, incremental: bool, validate_only: bool) -> t
         except ConfigError as e:
             return E.invalid_config, str(e)
         if not validate_only:
+            dynamic = {k: [v[0], v[1]] for k, v in shown.items()
+                       if v[1] in (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG)}
+            fileutil.atomic_write(os.path.join(broker.store.root, FILE), json.dumps(dynamic).encode())
             broker.topic_defaults.clear()
             broker.topic_defaults.update(defaults)  # (the dict the Server and the Settings share)
             broker.broker_configs.clear()
             broker.broker_configs.update(shown)
     return 0, None
+
+
+class _Entry:
+    def __init__(self, name: str, value: str) -> None:
+        self.name, self.value, self.config_operation = name, value, SET
+
+
+class _Resource:
+    def __init__(self, name: str, entries: list[_Entry]) -> None:
+        self.resource_name, self.configs = name, entries
+
+
+def restore(broker: Broker) -> None:
+    """Apply the configs :data:`FILE` keeps (a broker starting); ConfigError naming the
+    file if one no longer applies."""
+    path = os.path.join(broker.store.root, FILE)
+    try:
+        with open(path) as f:
+            kept: dict[str, list[Any]] = json.load(f)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: {e}") from None
+    for source, name in ((DYNAMIC_DEFAULT_BROKER_CONFIG, ""), (DYNAMIC_BROKER_CONFIG, "0")):
+        entries = [_Entry(k, str(v)) for k, (v, src) in kept.items() if src == source]
+        if entries:
+            code, msg = alter(broker, _Resource(name, entries), True, False)
+            if code:
+                raise ConfigError(f"{path}: {msg}")

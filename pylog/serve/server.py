@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError, MissingExtraError
-from pylog.serve import acl, acl_admin, authorized, configs, handlers, scram_admin, security, topic_ids
+from pylog.serve import acl, acl_admin, authorized, broker_alter, configs, handlers, scram_admin, security, topic_ids
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -360,6 +360,7 @@ class Server:
         self.broker.default_partitions = self.num_partitions
         self.broker.topic_defaults = self.broker.settings.defaults = self.topic_defaults
         self.broker.broker_configs = self.broker_configs
+        broker_alter.restore(self.broker)  # the broker configs changed over the Admin API
         if self.advertise:  # what Metadata and FindCoordinator tell clients (a proxy, a NAT)
             host, _, port = self.advertise.rpartition(":")
             self.broker.advertised_host, self.broker.port = host or self.host, int(port)
