@@ -112,24 +112,13 @@ def build() -> None:
 
 #: Why a failing test fails against pylog serve (the table shows it; a test listed here that
 #: passes, or one failing that is not listed, makes ``run`` exit 1: the table is then stale).
-_ACLS = ("ACLs: the Admin API's CreateAcls / DescribeAcls / DeleteAcls (kafka-acls.sh) is not served; "
-         "pylog's rights come from the --users file, with no deny rules (see Security)")
 KNOWN_FAILURES: dict[str, str] = {
-    "0081_admin": "stops at its first failing part, CreateAcls (see the 0081_admin/ rows)",
-    "0081_admin/CreateAcls": _ACLS,
-    "0081_admin/DescribeAcls": _ACLS,
-    "0081_admin/DeleteAcls": _ACLS,
-    "0109_auto_create_topics": _ACLS + ": it denies a topic with kafka-acls.sh",
-    "0115_producer_auth": _ACLS + ": it denies a topic with kafka-acls.sh",
-    "0119_consumer_auth": _ACLS + ": it denies READ with kafka-acls.sh",
-    "0081_admin/AlterConfigs": "a broker resource's config (sasl.kerberos.min.time.before.relogin): the "
-                               "broker's configs are static here (its --config file and flags), INVALID_REQUEST",
-    "0081_admin/IncrementalAlterConfigs": "a broker resource's config: the broker's configs are static here "
-                                          "(its --config file and flags), INVALID_REQUEST",
-    "0081_admin/DescribeConfigs_groups": "GROUP config resources (KIP-848's group configs): not served, "
-                                         "INVALID_REQUEST",
-    "0081_admin/UserScramCredentials": "Describe/AlterUserScramCredentials are not served: SCRAM users come "
-                                       "from the --users file",
+    "0081_admin": "stops at its first failing part, AlterConfigs (see the 0081_admin/ rows)",
+    "0081_admin/AlterConfigs": "a broker resource's config pylog does not have (sasl.kerberos.min.time.before."
+                               "relogin): INVALID_CONFIG; only the defaults of new topics change live",
+    "0081_admin/IncrementalAlterConfigs": "a broker resource's config pylog does not have (sasl.kerberos.min.time."
+                                          "before.relogin): INVALID_CONFIG; and a GROUP resource's configs "
+                                          "(KIP-848's, not applied to classic groups) cannot be altered",
 }
 
 _FLAG_REASONS = {
@@ -482,14 +471,73 @@ def kafka_topics(argv: list[str]) -> int:
     return 0
 
 
+def kafka_acls(argv: list[str]) -> int:
+    """A stand-in for Kafka's ``bin/kafka-acls.sh`` over the Admin API (confluent-kafka):
+    ``--bootstrap-server B --add|--remove [--force]`` with one principal
+    (``--allow-principal P`` or ``--deny-principal P``), ``--operation OP``... , the hosts
+    (``--allow-host``/``--deny-host``, default ``*``) and ``--topic T`` or ``--group G``
+    (``--resource-pattern-type literal|prefixed``); the tests that set ACLs (0109, 0115, 0119)
+    find it through ``KAFKA_PATH``."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    ap = argparse.ArgumentParser(prog="kafka-acls.sh")
+    ap.add_argument("--bootstrap-server", required=True)
+    verb = ap.add_mutually_exclusive_group(required=True)
+    verb.add_argument("--add", action="store_true")
+    verb.add_argument("--remove", action="store_true")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--allow-principal")
+    ap.add_argument("--deny-principal")
+    ap.add_argument("--allow-host", default="*")
+    ap.add_argument("--deny-host", default="*")
+    ap.add_argument("--operation", action="append", default=[])
+    ap.add_argument("--topic")
+    ap.add_argument("--group")
+    ap.add_argument("--resource-pattern-type", default="literal")
+    a = ap.parse_args(argv)
+    allow = a.allow_principal is not None
+    principal = a.allow_principal if allow else a.deny_principal
+    if principal is None or not a.operation or (a.topic is None) == (a.group is None):
+        print("kafka-acls.sh: one principal, --operation and one of --topic, --group", file=sys.stderr)
+        return 1
+    rtype, name = (ResourceType.TOPIC, a.topic) if a.topic is not None else (ResourceType.GROUP, a.group)
+    pattern = getattr(ResourcePatternType, a.resource_pattern_type.upper())
+    permission = AclPermissionType.ALLOW if allow else AclPermissionType.DENY
+    host = a.allow_host if allow else a.deny_host
+    admin = AdminClient({"bootstrap.servers": a.bootstrap_server})
+    ops = [getattr(AclOperation, o.upper()) for o in a.operation]
+    try:
+        if a.add:
+            futs = admin.create_acls([AclBinding(rtype, name, pattern, principal, host, o, permission) for o in ops])
+        else:
+            futs = admin.delete_acls([AclBindingFilter(rtype, name, pattern, principal, host, o, permission)
+                                      for o in ops])
+        for fut in futs.values():
+            fut.result(30)
+    except Exception as e:  # noqa: BLE001 (the tool prints the error and exits 1)
+        print(f"kafka-acls.sh: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _kafka_path(work: Path) -> Path:
-    """A folder with ``bin/kafka-topics.sh`` running :func:`kafka_topics`."""
+    """A folder with ``bin/kafka-topics.sh`` and ``bin/kafka-acls.sh`` running
+    :func:`kafka_topics` and :func:`kafka_acls`."""
     kp = work / "kafka"
     (kp / "bin").mkdir(parents=True, exist_ok=True)
-    sh = kp / "bin" / "kafka-topics.sh"
-    sh.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))} "
-                  "kafka-topics \"$@\"\n")
-    sh.chmod(0o755)
+    for tool in ("kafka-topics", "kafka-acls"):
+        sh = kp / "bin" / f"{tool}.sh"
+        sh.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))} "
+                      f"{tool} \"$@\"\n")
+        sh.chmod(0o755)
     return kp
 
 
@@ -499,6 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["kafka-topics"]:
         return kafka_topics(argv[1:])
+    if argv[:1] == ["kafka-acls"]:
+        return kafka_acls(argv[1:])
     ap.add_argument("verb", choices=["build", "run", "table"])
     ap.add_argument("tests", nargs="*", help="test numbers (run): only these")
     ap.add_argument("--check", action="store_true",

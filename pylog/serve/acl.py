@@ -6,14 +6,14 @@ The rights are the users file's (:class:`.security.Users`); Kafka's operations m
 them as its authorizer maps them to ACLs:
 
 ============================  ==========================================================
-topic READ                    Fetch, ListOffsets, OffsetCommit and TxnOffsetCommit (with
-                              group READ), DescribeProducers
+topic READ                    Fetch, OffsetCommit and TxnOffsetCommit (with group READ),
+                              DescribeProducers
 topic WRITE                   Produce; CreateTopics, DeleteTopics, CreatePartitions,
                               DeleteRecords, Metadata's auto-creation, AlterConfigs,
                               IncrementalAlterConfigs
 topic DESCRIBE (READ or       Metadata, OffsetFetch, DescribeConfigs (pylog's topic
 WRITE)                        configs hold no secret: DESCRIBE_CONFIGS is DESCRIBE here),
-                              OffsetForLeaderEpoch
+                              OffsetForLeaderEpoch, ListOffsets (as Kafka: DESCRIBE)
 group READ (``groups``)       JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
                               OffsetFetch
 group DESCRIBE (READ or       FindCoordinator, DescribeGroups, ListGroups (the others are
@@ -51,7 +51,7 @@ __all__ = ["filter_request", "add_denied", "filter_response"]
 _TOPICS: dict[int, tuple[str, str, str, str, str, str, str]] = {
     0: ("topic_data", "name", "responses", "name", "partition_responses", "index", "write"),
     1: ("topics", "topic", "responses", "topic", "partitions", "partition_index", "read"),
-    2: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
+    2: ("topics", "name", "topics", "name", "partitions", "partition_index", "describe"),  # ListOffsets
     8: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),
     47: ("topics", "name", "topics", "name", "partitions", "partition_index", "read"),  # OffsetDelete
     21: ("topics", "name", "topics", "name", "partitions", "partition_index", "write"),  # DeleteRecords
@@ -69,7 +69,7 @@ _ONE_GROUP: dict[int, dict[str, Any]] = {
 GROUP_DENIED = E.group_authorization_failed
 TXN_DENIED = E.transactional_id_authorization_failed
 TOPIC_DENIED = E.topic_authorization_failed
-TOPIC_RESOURCE = 2
+TOPIC_RESOURCE, GROUP_RESOURCE = 2, 32
 _NO_TIME = datetime.datetime.fromtimestamp(-0.001, datetime.timezone.utc)  # a start time of -1
 #: A row of the removed parts of a request: (the response's list field, the row).
 Denied = list[tuple[str, dict[str, Any]]]
@@ -190,7 +190,11 @@ def _filter_configs(users: Users, user: str, body: Any, alter: bool = False) -> 
     ``alter`` (AlterConfigs, IncrementalAlterConfigs): those it may not write."""
     keep, denied = [], []
     for r in body.resources:
-        if r.resource_type == TOPIC_RESOURCE and not (users.may(user, r.resource_name, True) if alter
+        if r.resource_type == GROUP_RESOURCE and not users.may_group(user, r.resource_name, "describe"):
+            denied.append(("responses" if alter else "results", {
+                "error_code": GROUP_DENIED, "resource_type": r.resource_type, "resource_name": r.resource_name,
+                "configs": [], "error_message": f"not authorised to see group {r.resource_name!r}"}))
+        elif r.resource_type == TOPIC_RESOURCE and not (users.may(user, r.resource_name, True) if alter
                                                       else users.may_describe(user, r.resource_name)):
             what = "alter" if alter else "describe"
             denied.append(("responses" if alter else "results", {

@@ -74,8 +74,8 @@ def cluster_operations(users: Users | None, user: str | None) -> int:
     if users is None or user is None:
         return bits(CLUSTER_OPS)
     u = users.users.get(user)
-    if u is None:
-        return 0
+    if u is None:  # (a broker without users, with ACL bindings: ANONYMOUS, unrestricted)
+        return bits(CLUSTER_OPS) if users.anonymous else 0
     if u.read is None and u.write is None and u.groups is None:
         return bits(CLUSTER_OPS)
     ops = {DESCRIBE, DESCRIBE_CONFIGS}

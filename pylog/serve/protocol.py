@@ -58,6 +58,8 @@ SERVED: dict[int, tuple[str, int, int]] = {
     # EndTxn v5 and TxnOffsetCommit v4+ transaction version 2 (KIP-890 part 2): not served
     24: ("AddPartitionsToTxn", 0, 3), 25: ("AddOffsetsToTxn", 0, 3), 26: ("EndTxn", 0, 4),
     28: ("TxnOffsetCommit", 0, 3), 65: ("DescribeTransactions", 0, 0), 66: ("ListTransactions", 0, 1),
+    50: ("DescribeUserScramCredentials", 0, 0), 51: ("AlterUserScramCredentials", 0, 0),  # :mod:`.scram_admin`
+    29: ("DescribeAcls", 1, 3), 30: ("CreateAcls", 1, 3), 31: ("DeleteAcls", 1, 3),  # :mod:`.acl_admin`
 }
 
 #: API keys of a next step (none now). They are not

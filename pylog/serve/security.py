@@ -15,6 +15,9 @@ topics and groups.
                            "groups": ["billing", "app-*"], "delete_groups": ["app-*"],
                            "transactional_ids": ["billing-*"]}}}
 
+  An entry may also say ``"admin": true`` (it may change SCRAM credentials and ACLs over
+  the Admin API: :mod:`.scram_admin`, :mod:`.acl_admin`), and the file may hold Kafka ACL
+  bindings in an ``"acls"`` list, which decide before the lists (:mod:`.acl_rules`).
   Each list is optional; a name ending in ``*`` is a prefix (``"*"``: every name). Topics:
   ``read`` and ``write`` (no list: every topic). Groups: ``groups`` may use (Kafka's READ:
   join, sync, heartbeat, leave, commit and fetch offsets) and see (DESCRIBE) a group, no
@@ -22,8 +25,8 @@ topics and groups.
   no list: every group for a user with none of ``read``, ``write``, ``groups``, else none.
   Transactional ids: ``transactional_ids`` (WRITE and DESCRIBE; no list: as
   ``delete_groups``), checked by FindCoordinator and InitProducerId.
-* Reading a topic is Fetch, ListOffsets and OffsetCommit; seeing it (Kafka's DESCRIBE,
-  given by either right) is Metadata, OffsetFetch and DescribeConfigs; writing is Produce
+* Reading a topic is Fetch and OffsetCommit; seeing it (Kafka's DESCRIBE, given by either
+  right) is Metadata, ListOffsets, OffsetFetch and DescribeConfigs; writing is Produce
   and creating, deleting or growing it. A refused topic gets TOPIC_AUTHORIZATION_FAILED
   (29) and no data, a refused group GROUP_AUTHORIZATION_FAILED (30); a request for every
   topic (Metadata, OffsetFetch) or every group (ListGroups) leaves out what the user may
@@ -54,6 +57,7 @@ from kio.schema.errors import ErrorCode as E
 
 from pylog import fileutil
 from pylog.errors import ConfigError, InvalidArgumentError
+from pylog.serve import acl_rules
 
 __all__ = ["Users", "Session", "SESSION", "Logins", "client_address", "add_user", "protect_root", "DATA_MODES",
            "check_listen", "is_loopback", "tls_context", "MECHANISMS"]
@@ -192,6 +196,9 @@ def _match(allowed: frozenset[str] | None, name: str) -> bool:
     return any(a.endswith("*") and name.startswith(a[:-1]) for a in allowed)
 
 
+_GROUP_OPS = {"read": acl_rules.READ, "describe": acl_rules.DESCRIBE, "delete": acl_rules.DELETE}
+
+
 @dataclasses.dataclass
 class _User:
     salt: bytes
@@ -203,17 +210,33 @@ class _User:
     groups: frozenset[str] | None = None
     delete_groups: frozenset[str] | None = frozenset()
     transactional_ids: frozenset[str] | None = frozenset()
+    admin: bool = False
 
 
 class Users:
-    """The users file: credentials and rights (see the module docstring)."""
+    """The users file: credentials and rights (see the module docstring), and the ACL
+    bindings of its ``"acls"`` list (:mod:`.acl_rules`), which decide first.
 
-    def __init__(self, path: str) -> None:
+    ``anonymous``: the file of a broker without ``--users`` (SASL off), where every client
+    is ``ANONYMOUS`` and may do everything that no DENY binding refuses; a missing file
+    has no users and no bindings.
+    """
+
+    def __init__(self, path: str, anonymous: bool = False) -> None:
+        self.anonymous = anonymous
         try:
-            with open(path) as f:
-                raw = json.load(f)
+            try:
+                with open(path) as f:
+                    raw = json.load(f)
+            except FileNotFoundError:
+                if not anonymous:
+                    raise
+                raw = {"users": {}}
+            self.rules = acl_rules.Rules([{k: b[k] for k in acl_rules.FIELDS} for b in raw.get("acls", [])])
             self.users: dict[str, _User] = {}
             for name, u in raw["users"].items():
+                if "salt" not in u:  # its credential deleted (AlterUserScramCredentials): no login
+                    continue
                 read, write, groups = _rights(u, "read"), _rights(u, "write"), _rights(u, "groups")
                 delete, txn = _rights(u, "delete_groups"), _rights(u, "transactional_ids")
                 if read is not None or write is not None or groups is not None:
@@ -223,7 +246,7 @@ class Users:
                     txn = frozenset() if txn is None else txn
                 self.users[name] = _User(base64.b64decode(u["salt"]), int(u["iterations"]),
                                          base64.b64decode(u["stored_key"]), base64.b64decode(u["server_key"]),
-                                         read, write, groups, delete, txn)
+                                         read, write, groups, delete, txn, u.get("admin") is True)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"users file {path!r} is not usable: {e}") from None
         # made-up SCRAM parameters for unknown users (RFC 5802 5.1): derived from a secret
@@ -259,34 +282,57 @@ class Users:
         """Whether ``user`` may read (or write) ``topic``."""
         if user is None:
             return True
+        v = self.rules.verdict(user, acl_rules.TOPIC, topic, acl_rules.WRITE if write else acl_rules.READ)
+        if v is not None:
+            return v
         u = self.users.get(user)
         if u is None:
-            return False
+            return self.anonymous
         return _match(u.write if write else u.read, topic)
 
     def may_describe(self, user: str | None, topic: str) -> bool:
         """Whether ``user`` may see ``topic`` (Kafka's DESCRIBE, which READ and WRITE imply)."""
+        v = None if user is None else self.rules.verdict(user, acl_rules.TOPIC, topic, acl_rules.DESCRIBE)
+        if v is not None:
+            return v
         return self.may(user, topic, False) or self.may(user, topic, True)
 
     def may_group(self, user: str | None, group: str, op: str) -> bool:
         """Whether ``user`` may ``"read"`` (use), ``"describe"`` or ``"delete"`` ``group``."""
         if user is None:
             return True
+        v = self.rules.verdict(user, acl_rules.GROUP, group, _GROUP_OPS[op])
+        if v is not None:
+            return v
         u = self.users.get(user)
         if u is None:
-            return False
+            return self.anonymous
         if op == "read":
             return _match(u.groups, group)
         if op == "delete":
             return _match(u.delete_groups, group)
         return _match(u.groups, group) or _match(u.delete_groups, group)
 
+    def is_admin(self, user: str | None) -> bool:
+        """Whether ``user`` is an admin (Kafka's DESCRIBE and ALTER on the cluster: SCRAM
+        credentials, ACLs): ``"admin": true`` in its entry, or an ALLOW binding of ALTER on
+        the cluster (a DENY one refuses); every client of a broker without users is."""
+        if user is None or self.anonymous:
+            return True
+        if self.rules.verdict(user, acl_rules.CLUSTER, acl_rules.CLUSTER_NAME, acl_rules.ALTER) is not None:
+            return bool(self.rules.verdict(user, acl_rules.CLUSTER, acl_rules.CLUSTER_NAME, acl_rules.ALTER))
+        u = self.users.get(user)
+        return u is not None and u.admin
+
     def may_transact(self, user: str | None, transactional_id: str) -> bool:
         """Whether ``user`` may use (WRITE, DESCRIBE) ``transactional_id``."""
         if user is None:
             return True
+        v = self.rules.verdict(user, acl_rules.TRANSACTIONAL_ID, transactional_id, acl_rules.WRITE)
+        if v is not None:
+            return v
         u = self.users.get(user)
-        return u is not None and _match(u.transactional_ids, transactional_id)
+        return self.anonymous if u is None else _match(u.transactional_ids, transactional_id)
 
 
 def client_address(ip: str) -> str:

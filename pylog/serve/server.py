@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError, MissingExtraError
-from pylog.serve import acl, authorized, configs, handlers, security, topic_ids
+from pylog.serve import acl, acl_admin, authorized, broker_alter, configs, handlers, scram_admin, security, topic_ids
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -304,6 +304,8 @@ class Server:
         security.check_listen(host, tls_cert is not None, users is not None)
         self.tls = security.tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
         self.users = security.Users(users) if users is not None else None
+        self.users_path = users or os.path.join(self.root, scram_admin.ROOT_USERS_FILE)  # (scram_admin.py)
+        self.anonymous = self._anonymous() if users is None else None
         if data_mode not in security.DATA_MODES:
             raise InvalidArgumentError(f"data mode {data_mode!r}: use one of {', '.join(security.DATA_MODES)}")
         self.data_mode = data_mode
@@ -359,6 +361,7 @@ class Server:
         self.broker.default_partitions = self.num_partitions
         self.broker.topic_defaults = self.broker.settings.defaults = self.topic_defaults
         self.broker.broker_configs = self.broker_configs
+        broker_alter.restore(self.broker)  # the broker configs changed over the Admin API
         if self.advertise:  # what Metadata and FindCoordinator tell clients (a proxy, a NAT)
             host, _, port = self.advertise.rpartition(":")
             self.broker.advertised_host, self.broker.port = host or self.host, int(port)
@@ -631,6 +634,26 @@ class Server:
         finally:
             metrics.request(req.api_key, time.perf_counter() - t)
 
+    def _anonymous(self) -> security.Users | None:
+        """Without --users: the data root's ACL bindings for ANONYMOUS, None if none."""
+        users = security.Users(self.users_path, anonymous=True)
+        return users if users.rules else None
+
+    def _security_admin(self, key: int, body: Any, user: str | None) -> dict[str, Any]:
+        """SCRAM credentials and ACLs in the users file, reloaded after a change."""
+        path = self.users_path
+        if key == 50:
+            return scram_admin.describe(path, self.users, user, body)
+        if key == 29:
+            return acl_admin.describe_acls(path, self.users, user, body)
+        fn = {51: scram_admin.alter, 30: acl_admin.create_acls, 31: acl_admin.delete_acls}[key]
+        data, changed = fn(path, self.users, user, body)
+        if changed and self.users is not None:
+            self.users = security.Users(path)  # for the next logins and requests
+        elif changed:
+            self.anonymous = self._anonymous()
+        return data
+
     async def _dispatch(self, req: Request) -> Any:
         broker = self.broker
         if broker is None:  # a connection (a TLS handshake) that finished while stopping
@@ -655,6 +678,8 @@ class Server:
         if users is not None and user is None and key != 18:
             log.info("closing a connection: API key %d before SASL authentication", key)
             return False
+        if users is None and self.anonymous is not None:  # ACL bindings without SASL: Kafka's ANONYMOUS
+            users, user = self.anonymous, "ANONYMOUS"
         unknown: topic_ids.Unknown | None = None  # Produce/Fetch by topic ids: the ids not known
         if key in topic_ids.ID_VERSION and req.api_version >= topic_ids.ID_VERSION[key]:
             try:
@@ -687,6 +712,8 @@ class Server:
                                           lambda name: users.may(user, name, True))
             elif key == 18:
                 data = handlers.api_versions(broker, body, req.api_version)
+            elif key in (29, 30, 31, 50, 51):  # ACLs, SCRAM credentials (the users file)
+                data = await broker.admin(self._security_admin, key, body, user)
             elif key in handlers.HANDLERS:  # the admin APIs: in an admin thread, never on the loop
                 data = await broker.admin(handlers.HANDLERS[key], broker, body, req.api_version)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
