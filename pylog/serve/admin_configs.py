@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode as E
 
 from pylog.config import LogConfig
 from pylog.errors import ConfigError
-from pylog.serve import broker_alter, configs, timestamps
+from pylog.serve import broker_alter, configs, group_configs, timestamps
 from pylog.serve.error_codes import ADMIN_ERRORS, answer
 
 if TYPE_CHECKING:
@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["new_topic_config", "describe_configs", "incremental_alter_configs", "alter_configs"]
 
 TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
-#: Kafka 4.0's group configs (KIP-848's consumer protocol) and their defaults: pylog serves
-#: the classic protocol, where each member's JoinGroup gives its session timeout and its
-#: heartbeats their pace, so these are reported (read-only) and never applied.
-GROUP_CONFIGS = {"consumer.heartbeat.interval.ms": "5000", "consumer.session.timeout.ms": "45000"}
 #: DescribeConfigs' config sources
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -69,8 +65,8 @@ def _topic_entries(broker: Broker, name: str, wanted: set[str] | None) -> list[d
 
 def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     """DescribeConfigs: every Kafka config of a topic (see the module docstring), the
-    broker's (``broker.broker_configs``: name -> (value, source, config type)), or a
-    group's (:data:`GROUP_CONFIGS`)."""
+    broker's (``broker.broker_configs``: name -> (value, source, config type), and the
+    no-effect ones of :data:`.broker_alter.NO_EFFECT`), or a group's (:mod:`.group_configs`)."""
     out = []
     for res in req.resources:
         r: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
@@ -86,15 +82,19 @@ def describe_configs(broker: Broker, req: Any, version: int) -> dict[str, Any]:
                 r["error_code"] = E.invalid_request
                 r["error_message"] = f"broker {res.resource_name!r}: this cluster is broker 0 alone"
             else:
-                r["configs"] = [{"name": k, "value": v, "read_only": k not in broker_alter.DYNAMIC,
+                shown = {k: (v, DEFAULT_CONFIG, kind) for k, (v, kind) in broker_alter.NO_EFFECT.items()}
+                shown.update(broker.broker_configs)  # (the no-effect ones set: :mod:`.broker_alter`)
+                r["configs"] = [{"name": k, "value": v, "read_only": k not in broker_alter.DYNAMIC
+                                 and k not in broker_alter.NO_EFFECT,
                                  "config_source": src, "is_sensitive": False, "synonyms": [], "config_type": kind,
                                  "documentation": None}
-                                for k, (v, src, kind) in sorted(broker.broker_configs.items())
+                                for k, (v, src, kind) in sorted(shown.items())
                                 if wanted is None or k in wanted]
         elif res.resource_type == GROUP_RESOURCE:  # any group, known or not, as Kafka 4.0 answers
-            r["configs"] = [{"name": k, "value": v, "read_only": True, "config_source": DEFAULT_CONFIG,
-                             "is_sensitive": False, "synonyms": [], "config_type": 3, "documentation": None}
-                            for k, v in GROUP_CONFIGS.items() if wanted is None or k in wanted]
+            try:
+                r["configs"] = group_configs.entries(broker, res.resource_name, wanted)
+            except ConfigError as e:
+                r["error_code"], r["error_message"] = E.kafka_storage_error, str(e)
         else:
             r["error_code"], r["error_message"] = E.invalid_request, f"resource type {res.resource_type}"
         out.append(r)
@@ -125,6 +125,8 @@ def _alter(broker: Broker, req: Any, incremental: bool) -> dict[str, Any]:
         try:
             if res.resource_type == BROKER_RESOURCE:  # (:mod:`.broker_alter`)
                 r["error_code"], r["error_message"] = broker_alter.alter(broker, res, incremental, req.validate_only)
+            elif res.resource_type == GROUP_RESOURCE:  # (:mod:`.group_configs`)
+                r["error_code"], r["error_message"] = group_configs.alter(broker, res, incremental, req.validate_only)
             elif res.resource_type != TOPIC_RESOURCE:
                 r["error_code"], r["error_message"] = E.invalid_request, f"resource type {res.resource_type}"
             else:

@@ -7,11 +7,17 @@ What pylog can change live are the broker's defaults for new topics: the ``log.*
 created afterwards (an existing topic keeps its configs: alter the topic); it is kept in
 the data root's :data:`FILE` (written atomically and durably before the answer) and applied
 again over the ``--config`` file and flags when the broker restarts, as Kafka keeps its
-dynamic configs. Every other
-broker config is read-only here, as Kafka refuses what it cannot update dynamically:
-INVALID_REQUEST naming the config; a name pylog does not know, or a bad value, is
-INVALID_CONFIG. A request is checked whole first (nothing changes when one config is
-refused); ``validate_only`` changes nothing.
+dynamic configs. Kafka's other dynamically updatable broker configs (:data:`NO_EFFECT`: the
+listeners' SSL and SASL settings, the log cleaner's, thread counts, connection quotas,
+metric reporters, replication throttles) have no effect here, one broker with no cleaner
+threads or replicas of its own: they are accepted (their type checked), kept in the same
+file and reported by DescribeConfigs, as issue 29 asks ("accept the setting and say what it
+means here"). Kafka's password-typed ones stay refused, pylog keeping no secrets in that
+file. ``log.cleanup.policy`` and the list configs of :data:`NO_EFFECT` take APPEND and
+SUBTRACT too. Every other broker config is read-only here, as Kafka refuses what it cannot
+update dynamically: INVALID_REQUEST naming the config; a name pylog does not know, or a bad
+value, is INVALID_CONFIG. A request is checked whole first (nothing changes when one config
+is refused); ``validate_only`` changes nothing.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from pylog.serve.brokerconfig import BROKER_KEYS
 if TYPE_CHECKING:
     from pylog.serve.broker import Broker
 
-__all__ = ["DYNAMIC", "FILE", "alter", "restore"]
+__all__ = ["DYNAMIC", "FILE", "NO_EFFECT", "alter", "restore"]
 
 #: The data root's file of the broker configs changed over the Admin API.
 FILE = "broker-configs.json"
@@ -40,7 +46,43 @@ FILE = "broker-configs.json"
 DYNAMIC: dict[str, tuple[str, int]] = {
     k: (where[6:].partition("*")[0], int(where.partition("*")[2] or 1))
     for k, (_d, _t, _c, where) in BROKER_KEYS.items() if where.startswith("topic:")}
-SET, DELETE = 0, 1
+_B, _S, _I, _L, _D, _LIST, _C = 1, 2, 3, 5, 6, 7, 8  # DescribeConfigs' config types
+#: Kafka 4.0's dynamically updatable broker configs that pylog accepts with no effect:
+#: key -> (Kafka's default, config type). Each is refused by name when not a valid value of
+#: its type; the ones Kafka types PASSWORD are left out (refused, as read-only).
+NO_EFFECT: dict[str, tuple[str, int]] = {
+    # thread counts
+    "background.threads": ("10", _I), "num.io.threads": ("8", _I), "num.network.threads": ("3", _I),
+    "num.replica.fetchers": ("1", _I), "num.recovery.threads.per.data.dir": ("2", _I),
+    "remote.log.manager.copier.thread.pool.size": ("10", _I),
+    # the log cleaner
+    "log.cleaner.threads": ("1", _I), "log.cleaner.dedupe.buffer.size": ("134217728", _L),
+    "log.cleaner.io.buffer.size": ("524288", _I), "log.cleaner.io.buffer.load.factor": ("0.9", _D),
+    "log.cleaner.io.max.bytes.per.second": ("1.7976931348623157E308", _D),
+    # connection quotas, throttles, metric reporters
+    "max.connections.per.ip.overrides": ("", _S), "max.connection.creation.rate": ("2147483647", _I),
+    "leader.replication.throttled.rate": ("9223372036854775807", _L),
+    "follower.replication.throttled.rate": ("9223372036854775807", _L),
+    "replica.alter.log.dirs.io.max.bytes.per.second": ("9223372036854775807", _L),
+    "metric.reporters": ("", _LIST), "unclean.leader.election.enable": ("false", _B),
+    "producer.id.expiration.ms": ("86400000", _I),
+    # the listeners' SSL settings
+    "ssl.keystore.type": ("JKS", _S), "ssl.keystore.location": ("", _S), "ssl.truststore.type": ("JKS", _S),
+    "ssl.truststore.location": ("", _S), "ssl.protocol": ("TLSv1.3", _S),
+    "ssl.enabled.protocols": ("TLSv1.2,TLSv1.3", _LIST), "ssl.cipher.suites": ("", _LIST),
+    "ssl.keymanager.algorithm": ("SunX509", _S), "ssl.trustmanager.algorithm": ("PKIX", _S),
+    "ssl.endpoint.identification.algorithm": ("https", _S), "ssl.secure.random.implementation": ("", _S),
+    "ssl.client.auth": ("none", _S), "ssl.engine.factory.class": ("", _C),
+    "ssl.keystore.certificate.chain": ("", _S), "ssl.truststore.certificates": ("", _S),
+    # the listeners' SASL settings
+    "sasl.kerberos.service.name": ("", _S), "sasl.kerberos.kinit.cmd": ("/usr/bin/kinit", _S),
+    "sasl.kerberos.ticket.renew.window.factor": ("0.8", _D), "sasl.kerberos.ticket.renew.jitter": ("0.05", _D),
+    "sasl.kerberos.min.time.before.relogin": ("60000", _L),
+    "sasl.kerberos.principal.to.local.rules": ("DEFAULT", _LIST),
+    "sasl.login.refresh.window.factor": ("0.8", _D), "sasl.login.refresh.window.jitter": ("0.05", _D),
+    "sasl.login.refresh.min.period.seconds": ("60", 4), "sasl.login.refresh.buffer.seconds": ("300", 4),
+}
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
 _static: weakref.WeakKeyDictionary[Any, tuple[dict[str, str], dict[str, tuple[str, int, int]]]] = \
     weakref.WeakKeyDictionary()
@@ -52,6 +94,51 @@ def _topic_value(key: str, value: str) -> tuple[str, str]:
     v = BROKER_KEYS[key][2](value)
     tv = str(v * scale if scale > 1 and isinstance(v, int) and v >= 0 else v)
     return name, configs.check(name, tv)
+
+
+def _listed(name: str, current: str, given: str, op: int) -> str:
+    """The value of list config ``name`` after APPEND or SUBTRACT of ``given`` to ``current``."""
+    items = [x.strip() for x in current.split(",") if x.strip()]
+    extra = [x.strip() for x in given.split(",") if x.strip()]
+    return ",".join([*items, *(x for x in extra if x not in items)] if op == APPEND
+                    else [x for x in items if x not in extra])
+
+
+def _check(name: str, value: str) -> str:
+    """``value`` if it is one of :data:`NO_EFFECT` config ``name``'s type, else ConfigError."""
+    kind = NO_EFFECT[name][1]
+    try:
+        if kind in (3, 4, 5):
+            v = int(value)
+            bits = {3: 31, 4: 15, 5: 63}[kind]
+            if not -(1 << bits) <= v < 1 << bits:
+                raise ValueError
+        elif kind == _D:
+            float(value)
+        elif kind == _B and value.lower() not in ("true", "false"):
+            raise ValueError
+    except ValueError:
+        kinds = {_B: "a boolean", 3: "an int", 4: "a short", 5: "a long", _D: "a double"}
+        raise ConfigError(f"{name}: {value!r} is not {kinds[kind]}") from None
+    return value.lower() if kind == _B else value
+
+
+def _no_effect(name: str, op: int, value: str, shown: dict[str, tuple[str, int, int]],
+               static: dict[str, tuple[str, int, int]], source: int) -> None:
+    """Apply ``op`` of :data:`NO_EFFECT` config ``name`` to ``shown`` (ConfigError as
+    :func:`_check`)."""
+    kind = NO_EFFECT[name][1]
+    if op in (APPEND, SUBTRACT) and kind == _LIST:
+        value, op = _listed(name, shown[name][0] if name in shown else NO_EFFECT[name][0], value, op), SET
+    if op == SET:
+        shown[name] = (_check(name, value), source, kind)
+    elif op == DELETE:
+        if name in static:
+            shown[name] = static[name]
+        else:
+            shown.pop(name, None)
+    else:
+        raise ConfigError(f"{name}: config operation {op} applies to list configs only")
 
 
 def alter(broker: Broker, res: Any, incremental: bool, validate_only: bool) -> tuple[int, str | None]:
@@ -66,15 +153,21 @@ def alter(broker: Broker, res: Any, incremental: bool, validate_only: bool) -> t
         try:
             for c in res.configs:
                 op = getattr(c, "config_operation", SET)
+                if c.name in NO_EFFECT:
+                    _no_effect(c.name, op, c.value or "", shown, statics[1], source)
+                    continue
                 if c.name not in BROKER_KEYS:
                     raise ConfigError(f"{c.name}: not a broker config pylog has")
                 if c.name not in DYNAMIC:
                     return E.invalid_request, f"{c.name}: read-only here (the --config file and flags set it)"
                 name, _scale = DYNAMIC[c.name]
+                given = c.value or ""
+                if op in (APPEND, SUBTRACT) and BROKER_KEYS[c.name][1] == _LIST:
+                    given, op = _listed(c.name, shown[c.name][0] if c.name in shown else "", given, op), SET
                 if op == SET:
-                    name, value = _topic_value(c.name, c.value or "")
+                    name, value = _topic_value(c.name, given)
                     defaults[name] = value
-                    shown[c.name] = (c.value or "", source, BROKER_KEYS[c.name][1])
+                    shown[c.name] = (given, source, BROKER_KEYS[c.name][1])
                 elif op == DELETE:  # back to the static value
                     if name in statics[0]:
                         defaults[name] = statics[0][name]
@@ -83,7 +176,7 @@ def alter(broker: Broker, res: Any, incremental: bool, validate_only: bool) -> t
                     if c.name in statics[1]:
                         shown[c.name] = statics[1][c.name]
                 else:
-                    raise ConfigError(f"{c.name}: config operation {op} applies to list configs of topics only")
+                    raise ConfigError(f"{c.name}: config operation {op} applies to list configs only")
             configs.to_log_config({k: v for k, v in defaults.items() if k in configs.LOG_CONFIGS})
         except ConfigError as e:
             return E.invalid_config, str(e)
