@@ -113,12 +113,6 @@ def build() -> None:
 #: Why a failing test fails against pylog serve (the table shows it; a test listed here that
 #: passes, or one failing that is not listed, makes ``run`` exit 1: the table is then stale).
 KNOWN_FAILURES: dict[str, str] = {
-    "0081_admin": "stops at its first failing part, AlterConfigs (see the 0081_admin/ rows)",
-    "0081_admin/AlterConfigs": "a broker resource's config pylog does not have (sasl.kerberos.min.time.before."
-                               "relogin): INVALID_CONFIG; only the defaults of new topics change live",
-    "0081_admin/IncrementalAlterConfigs": "a broker resource's config pylog does not have (sasl.kerberos.min.time."
-                                          "before.relogin): INVALID_CONFIG; and a GROUP resource's configs "
-                                          "(KIP-848's, not applied to classic groups) cannot be altered",
 }
 
 _FLAG_REASONS = {
