@@ -96,8 +96,8 @@ def _topic_value(key: str, value: str) -> tuple[str, str]:
     return name, configs.check(name, tv)
 
 
-def _listed(name: str, current: str, given: str, op: int) -> str:
-    """The value of list config ``name`` after APPEND or SUBTRACT of ``given`` to ``current``."""
+def _listed(current: str, given: str, op: int) -> str:
+    """A list config's value after APPEND or SUBTRACT (``op``) of ``given`` to ``current``."""
     items = [x.strip() for x in current.split(",") if x.strip()]
     extra = [x.strip() for x in given.split(",") if x.strip()]
     return ",".join([*items, *(x for x in extra if x not in items)] if op == APPEND
@@ -129,7 +129,7 @@ def _no_effect(name: str, op: int, value: str, shown: dict[str, tuple[str, int, 
     :func:`_check`)."""
     kind = NO_EFFECT[name][1]
     if op in (APPEND, SUBTRACT) and kind == _LIST:
-        value, op = _listed(name, shown[name][0] if name in shown else NO_EFFECT[name][0], value, op), SET
+        value, op = _listed(shown[name][0] if name in shown else NO_EFFECT[name][0], value, op), SET
     if op == SET:
         shown[name] = (_check(name, value), source, kind)
     elif op == DELETE:
@@ -163,7 +163,7 @@ def alter(broker: Broker, res: Any, incremental: bool, validate_only: bool) -> t
                 name, _scale = DYNAMIC[c.name]
                 given = c.value or ""
                 if op in (APPEND, SUBTRACT) and BROKER_KEYS[c.name][1] == _LIST:
-                    given, op = _listed(c.name, shown[c.name][0] if c.name in shown else "", given, op), SET
+                    given, op = _listed(shown[c.name][0] if c.name in shown else "", given, op), SET
                 if op == SET:
                     name, value = _topic_value(c.name, given)
                     defaults[name] = value
