@@ -279,31 +279,83 @@ def test_describe_and_list_transactions(broker):
 
 # ---------------------------------------------------------------------------------------
 # durability
-def test_broker_killed_mid_transaction(tmp_path):
+def _staged_txns(root: str) -> list[str]:
+    """The pylog transactions (staging directories) under ``root``'s ``~txn``."""
+    try:
+        return sorted(n for n in os.listdir(os.path.join(root, "~txn")) if len(n) == 32)
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.parametrize("flush", ["1", None])
+def test_broker_killed_mid_transaction(tmp_path, flush):
+    """A transaction in flight survives a broker SIGKILL: its acknowledged records were
+    staged durably, the restart re-attaches them, the same producer adds more and commits,
+    and a read_committed consumer (and the library) sees every record exactly once."""
     root = str(tmp_path / "root")
     b = BrokerProcess(root)
     try:
-        _topics(b, r=2)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        conf = {"flush.messages": flush} if flush else {}  # "1": fsync="always"
+        for f in admin.create_topics([NewTopic("r", 2, 1, config=conf)]).values():
+            f.result(10)
         # (metadata.recovery.strategy=none: see _ETL)
         p = _producer(b, "t-kill", **{"message.timeout.ms": 20000, "metadata.recovery.strategy": "none"})
         p.begin_transaction()
         for i in range(5):
-            p.produce("r", b"lost-%d" % i, partition=i % 2)
+            p.produce("r", b"before-%d" % i, partition=i % 2)
+        assert p.flush(20) == 0  # acknowledged
+        b.stop(signal.SIGKILL)
+        assert len(_staged_txns(root)) == 1
+        b = BrokerProcess(root, "--port", str(b.port))  # the same address: the producer reconnects
+        with connect(b) as s:  # the restart restored it, Ongoing
+            r = call(s, frame(65, 0, {"transactional_ids": ["t-kill"]}), 65, 0)
+            assert r.transaction_states[0].transaction_state == "Ongoing"
+            assert sorted((t.topic, q) for t in r.transaction_states[0].topics for q in t.partitions) == [
+                ("r", 0), ("r", 1)]
+        for i in range(5):
+            p.produce("r", b"after-%d" % i, partition=i % 2)
+        p.commit_transaction(30)
+        want = sorted([b"before-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(5)])
+        assert _values(_read(b, "r", 2, expect=10)) == want
+        assert _values(_read(b, "r", 2, "read_uncommitted")) == want  # once each, nothing more
+        p.begin_transaction()  # the producer goes on as before
+        p.produce("r", b"next", partition=0)
+        p.commit_transaction(30)
+        assert _library(root, "r") == sorted(want + [b"next"])
+        assert _staged_txns(root) == []
+    finally:
+        b.stop()
+
+
+def test_restored_transaction_times_out(tmp_path):
+    """A transaction restored at a restart and left alone is aborted by its
+    transaction.timeout.ms (counted from its start): its staging is removed, nothing
+    shows, and the producer's commit fails with an abortable error."""
+    root = str(tmp_path / "root")
+    b = BrokerProcess(root)
+    try:
+        _topics(b, st=1)
+        p = _producer(b, "t-left", **{"transaction.timeout.ms": 4000, "message.timeout.ms": 4000,
+                                      "metadata.recovery.strategy": "none"})
+        p.begin_transaction()
+        p.produce("st", b"abandoned")
         assert p.flush(20) == 0
         b.stop(signal.SIGKILL)
-        b = BrokerProcess(root, "--port", str(b.port))  # the same address: the producer reconnects
-        # the open transaction was aborted at the restart: the commit fails with an abortable
-        # error, the producer aborts (bumping its epoch) and does the work again
+        b = BrokerProcess(root, "--port", str(b.port))
+        with connect(b) as s:
+            r = call(s, frame(65, 0, {"transactional_ids": ["t-left"]}), 65, 0)
+            assert r.transaction_states[0].transaction_state == "Ongoing"
+            assert wait_for(lambda: call(s, frame(66, 1, {"state_filters": ["CompleteAbort"], "producer_id_filters": [],
+                                                          "duration_filter": -1}), 66, 1).transaction_states,
+                            timeout=20)
+        assert _staged_txns(root) == []
         with pytest.raises(ck.KafkaException) as e:
-            p.commit_transaction(30)
+            p.commit_transaction(20)
         assert e.value.args[0].txn_requires_abort()
-        p.abort_transaction(30)
-        p.begin_transaction()
-        for i in range(5):
-            p.produce("r", b"ok-%d" % i, partition=i % 2)
-        p.commit_transaction(30)
-        assert _values(_read(b, "r", 2, expect=5)) == sorted(b"ok-%d" % i for i in range(5))
-        assert _library(root, "r") == sorted(b"ok-%d" % i for i in range(5))
+        p.abort_transaction(20)
+        assert _read(b, "st", 1, "read_uncommitted") == []
+        assert _library(root, "st") == []
     finally:
         b.stop()
 

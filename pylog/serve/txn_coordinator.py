@@ -59,7 +59,7 @@ from pylog.log import PackedBytes
 from pylog.serve.producers import batch_producer
 from pylog.serve.records import _HEADER, HEADER_SIZE, BatchError, Budget, check_keyed, decode_records
 from pylog.topics import CONSUMERS_DIR, check_name
-from pylog.transactions import Transaction, discard, last_batch_id
+from pylog.transactions import Transaction, begin_external, discard, discard_tagged, last_batch_id
 
 if TYPE_CHECKING:
     from pylog.serve.broker import Broker
@@ -73,6 +73,9 @@ __all__ = ["TxnCoordinator", "STATE_DIR", "SINK_PREFIX", "is_transactional", "in
 STATE_DIR = ".serve.txns"
 #: The prefix of the pylog sink recording the number of a committed Kafka transaction.
 SINK_PREFIX = "kafka-txn:"
+#: The tag of the broker's pylog transactions (external: kept across restarts, see
+#: :func:`pylog.transactions.begin_external`).
+TXN_TAG = "pylog-serve-kafka-txn"
 #: Kafka's transaction.max.timeout.ms default: a longer transaction.timeout.ms is refused.
 MAX_TIMEOUT_MS = 900_000
 EMPTY, ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT, COMPLETE_ABORT = (
@@ -116,12 +119,17 @@ class _Txn:
         self.lock = threading.RLock()
         # (topic, partition) -> the last batches' (first, last) sequences, this epoch
         self.seqs: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        # (topic, partition) -> the first sequence staged in the open transaction (durable:
+        # after a restart, it and the staged count say which sequences are staged)
+        self.first: dict[tuple[str, int], int] = {}
+        self.synced: set[tuple[str, int]] = set()  # staging directories fsynced
 
     def to_json(self) -> dict[str, Any]:
         return {"transactional_id": self.tid, "producer_id": self.pid, "producer_epoch": self.epoch,
                 "timeout_ms": self.timeout_ms, "state": self.state, "seq": self.seq, "lost": self.lost,
                 "started": self.started, "partitions": sorted(self.partitions), "groups": sorted(self.groups),
                 "pylog_txn": self.txn.id if self.txn is not None else None,
+                "first_seqs": [[t, p, s] for (t, p), s in sorted(self.first.items())],
                 "offsets": [[g, t, p, *v] for (g, t, p), v in sorted(self.offsets.items())]}
 
 
@@ -155,6 +163,7 @@ class TxnCoordinator:
             names = sorted(os.listdir(self.dir))
         except FileNotFoundError:
             return
+        keep: set[str] = set()
         for name in names:
             if not name.endswith(".json"):
                 continue
@@ -167,9 +176,16 @@ class TxnCoordinator:
                 st.partitions = {(str(t), int(p)) for t, p in d.get("partitions", [])}
                 st.offsets = {(str(g), str(t), int(p)): (int(o), int(e), str(m))
                               for g, t, p, o, e, m in d.get("offsets", [])}
+                st.started = float(d.get("started", 0.0))
+                st.first = {(str(t), int(p)): int(s) for t, p, s in d.get("first_seqs", [])}
                 pylog_txn = d.get("pylog_txn")
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # a damaged state file: that id starts afresh
+            if st.state == ONGOING and pylog_txn and self._restore(st, str(pylog_txn)):
+                keep.add(str(pylog_txn))
+                self._txns[st.tid] = st
+                self._by_pid[st.pid] = st
+                continue
             if st.state == PREPARE_COMMIT and (last_batch_id(self.root, SINK_PREFIX + st.tid) or 0) >= st.seq:
                 self._write_offsets(st)  # it committed: its offsets again (idempotent)
                 self._complete(st, COMPLETE_COMMIT)
@@ -185,12 +201,40 @@ class TxnCoordinator:
                 self._complete(st, COMPLETE_ABORT)
             self._txns[st.tid] = st
             self._by_pid[st.pid] = st
+        try:  # staging no transaction refers to (a crash between its begin and the state's write)
+            discard_tagged(self.root, TXN_TAG, keep)
+        except (OSError, PylogError):
+            pass
+
+    def _restore(self, st: _Txn, pylog_txn: str) -> bool:
+        """Re-attach an Ongoing transaction found at start to its pylog transaction (its
+        staged records); False when that is gone (the caller aborts it)."""
+        try:
+            st.txn = Transaction(self.broker.store, txn_id=pylog_txn)
+        except (OSError, PylogError):
+            return False
+        st.lost = False
+        return True
+
+    def _staging(self, st: _Txn, key: tuple[str, int], log: Any) -> Any:
+        """The staging Log of ``key`` in ``st``'s open transaction (``log``: the partition's),
+        reopened after a restart with its sequences: what the open transaction staged there
+        runs from the durable first sequence for as many records as the staging holds."""
+        assert st.txn is not None
+        slog = st.txn._stager.log_for(key[0], key[1], log.config.max_record_bytes, timestamps="as-given")
+        if key not in st.seqs and key in st.first:
+            n = slog.next_offset - slog.start_offset
+            s0 = st.first[key]
+            st.seqs[key] = [(s0, (s0 + n - 1) & 0x7FFFFFFF)] if n else []
+        return slog
 
     def _complete(self, st: _Txn, state: str) -> None:
         st.state = state
         st.partitions.clear()
         st.groups.clear()
         st.offsets.clear()
+        st.first.clear()
+        st.synced.clear()
         st.txn = None
         self._save(st)
 
@@ -294,7 +338,10 @@ class TxnCoordinator:
             st.partitions.clear()
             st.groups.clear()
             st.offsets.clear()
-            st.txn = self.broker.store.transaction()
+            st.first.clear()
+            st.synced.clear()
+            # external: no process holds it, so a restart's open keeps its staging
+            st.txn = Transaction(self.broker.store, txn_id=begin_external(self.root, TXN_TAG))
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn --------------------------------------------------
     def add_partitions(self, req: Any) -> dict[str, Any]:
@@ -446,16 +493,27 @@ class TxnCoordinator:
         st.partitions.clear()
         st.groups.clear()
         st.offsets.clear()
+        st.first.clear()
+        st.synced.clear()
         st.txn = None
 
     def _commit(self, st: _Txn) -> int:
         tx = st.txn
         assert tx is not None
+        keys = sorted(st.partitions)
+        try:
+            for key in keys:  # staged before a restart, not reopened since
+                if os.path.isdir(os.path.join(tx._stager.dir, tx._stager.contributor, key[0], str(key[1]))):
+                    plog, err = self.broker.partition(*key)
+                    if plog is None:
+                        return err
+                    self._staging(st, key, plog)
+        except PylogError:
+            return E.kafka_storage_error
         st.seq += 1
         st.state = PREPARE_COMMIT
         self._save(st)  # with the offsets: a restart completes them if the pylog commit stands
         broker = self.broker
-        keys = sorted(st.partitions)
         gates = [broker._gate(k) for k in keys]
         entered = []
         try:
@@ -513,9 +571,13 @@ class TxnCoordinator:
                 return err, -1, -1
             start = self.broker.starts.start(name, i, log)
             last = (first + count - 1) & 0x7FFFFFFF
+            try:
+                slog = self._staging(st, key, log)
+            except (PylogError, OSError):
+                return E.kafka_storage_error, -1, -1
             batches = st.seqs.get(key)
             if batches:
-                if (first, last) in batches:
+                if (first, last) in batches or any(a <= first <= last <= b for a, b in batches):
                     return 0, -1, start  # a retry: staged already
                 if first != (batches[-1][1] + 1) & 0x7FFFFFFF:
                     return E.out_of_order_sequence_number, -1, -1
@@ -536,12 +598,24 @@ class TxnCoordinator:
                 except InvalidTimestampError:
                     return E.invalid_timestamp, -1, -1
             try:
-                slog = st.txn._stager.log_for(name, i, log.config.max_record_bytes, timestamps="as-given")
+                if key not in st.first:  # durable before the records: a restart counts from it
+                    st.first[key] = first
+                    self._save(st)
                 slog.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys),
                                   timestamps=np.ascontiguousarray(ts, dtype=np.int64),
                                   metadata=PackedBytes(*d.headers))
+                # acknowledged as a plain append is: synced under fsync="always" (the
+                # staging's directories too, once), else handed to the OS (a killed broker
+                # keeps them; the restart re-attaches them)
                 if log.config.fsync == "always":
                     slog.flush()
+                    if key not in st.synced:
+                        for dpath in (slog.path, os.path.dirname(slog.path),
+                                      os.path.dirname(os.path.dirname(slog.path)), st.txn.dir):
+                            fileutil.fsync_dir(dpath)
+                        st.synced.add(key)
+                else:
+                    slog.write_out()
             except RecordTooLargeError:
                 return E.message_too_large, -1, -1
             except (PylogError, OSError):
