@@ -391,6 +391,44 @@ def test_prepared_commit_completes_at_restart(tmp_path):
     assert _library(root, "pc") == [b"committed"]
 
 
+def test_prepared_undecided_commit_rolls_forward_at_restart(tmp_path):
+    """A broker killed after writing PrepareCommit but before the pylog decision: the
+    staged records are still there (an external pylog transaction), so the restart commits
+    them, as Kafka completes a prepared commit; the client's EndTxn retry is answered
+    CONCURRENT_TRANSACTIONS until then, 0 after; the offsets are written."""
+    from pylog.serve.txn_coordinator import TXN_TAG
+    from pylog.transactions import Stager, begin_external
+
+    root = str(tmp_path / "root")
+    store = pylog.LogStore(root)
+    store.create_topic("pu", partitions=2)
+    store.close()
+    txn = begin_external(root, TXN_TAG)
+    stager = Stager(root, txn, "local")
+    stager.append_batch("pu", 0, [b"a", b"b"], mode="as-given")
+    stager.append_batch("pu", 1, [b"c"], mode="as-given")
+    stager.prepare()
+    state = {"transactional_id": "t-pu", "producer_id": 4343, "producer_epoch": 0, "timeout_ms": 60000,
+             "state": "PrepareCommit", "seq": 1, "lost": False, "started": time.time(),
+             "partitions": [["pu", 0], ["pu", 1]], "groups": ["g"], "pylog_txn": txn,
+             "offsets": [["g", "pu", 0, 7, -1, "m"]], "first_seqs": [["pu", 0, 0], ["pu", 1, 0]]}
+    os.makedirs(os.path.join(root, ".serve.txns"))
+    with open(os.path.join(root, ".serve.txns", hashlib.sha256(b"t-pu").hexdigest() + ".json"), "w") as f:
+        json.dump(state, f)
+    b = BrokerProcess(root)
+    try:
+        with connect(b) as s:
+            assert wait_for(lambda: _end(s, "t-pu", 4343, 0, True) == 0, timeout=20)
+            r = call(s, frame(9, 7, {"group_id": "g", "topics": [{"name": "pu", "partition_indexes": [0]}],
+                                     "require_stable": False}), 9, 7)
+            assert r.topics[0].partitions[0].committed_offset == 7
+        assert _values(_read(b, "pu", 2, expect=3)) == [b"a", b"b", b"c"]
+    finally:
+        b.stop()
+    assert _library(root, "pu") == [b"a", b"b", b"c"]
+    assert _staged_txns(root) == []
+
+
 _KILLED_PRODUCER = textwrap.dedent("""
     import os, signal, sys
     import confluent_kafka as ck

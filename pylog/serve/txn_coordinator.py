@@ -181,12 +181,15 @@ class TxnCoordinator:
                 pylog_txn = d.get("pylog_txn")
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # a damaged state file: that id starts afresh
-            if st.state == ONGOING and pylog_txn and self._restore(st, str(pylog_txn)):
+            committed = st.state == PREPARE_COMMIT and (last_batch_id(self.root, SINK_PREFIX + st.tid) or 0) >= st.seq
+            if not committed and st.state in (ONGOING, PREPARE_COMMIT) and pylog_txn \
+                    and self._restore(st, str(pylog_txn)):
+                # Ongoing: the producer continues it; PrepareCommit: start() commits it
                 keep.add(str(pylog_txn))
                 self._txns[st.tid] = st
                 self._by_pid[st.pid] = st
                 continue
-            if st.state == PREPARE_COMMIT and (last_batch_id(self.root, SINK_PREFIX + st.tid) or 0) >= st.seq:
+            if committed:
                 self._write_offsets(st)  # it committed: its offsets again (idempotent)
                 self._complete(st, COMPLETE_COMMIT)
             elif st.state in (ONGOING, PREPARE_COMMIT):
@@ -255,6 +258,8 @@ class TxnCoordinator:
             self._task = None
 
     async def _expire_forever(self) -> None:
+        for st in [st for st in list(self._txns.values()) if st.state == PREPARE_COMMIT]:
+            await self.broker.admin(self._finish_prepared, st)
         while True:
             await asyncio.sleep(0.5)
             now = time.time()
@@ -262,6 +267,18 @@ class TxnCoordinator:
                     if st.state == ONGOING and now - st.started > st.timeout_ms / 1000]
             for st in late:
                 await self.broker.admin(self._expire, st)
+
+    def _finish_prepared(self, st: _Txn) -> None:
+        """Commit a transaction found in PrepareCommit at start (its EndTxn(commit) was
+        answered with nothing or not at all: as Kafka, a prepared commit completes)."""
+        with st.lock:
+            if st.state == PREPARE_COMMIT and st.txn is not None:
+                try:
+                    self._commit(st, again=True)
+                except (OSError, PylogError):
+                    pass  # the pylog decision stands or not; the next start looks again
+                if self._loop is not None:
+                    self._loop.call_soon_threadsafe(self.broker.notify)
 
     def _expire(self, st: _Txn) -> None:
         with st.lock:
@@ -296,6 +313,8 @@ class TxnCoordinator:
             if pid_given >= 0 and (pid_given, epoch_given) != (st.pid, st.epoch):
                 # KIP-360: only the current producer may bump its own epoch
                 return {**fail, "error_code": E.producer_fenced}
+            if st.state == PREPARE_COMMIT:  # being completed (a restart's): retriable
+                return {**fail, "error_code": E.concurrent_transactions}
             try:
                 if st.state == ONGOING:
                     self._abort(st)
@@ -469,6 +488,8 @@ class TxnCoordinator:
         with st.lock:
             if st.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
                 return {"error_code": 0}  # a retry
+            if st.state == PREPARE_COMMIT:  # a restart's commit under way: retriable
+                return {"error_code": E.concurrent_transactions}
             if st.state != ONGOING:
                 return {"error_code": E.invalid_txn_state}
             try:
@@ -497,7 +518,7 @@ class TxnCoordinator:
         st.synced.clear()
         st.txn = None
 
-    def _commit(self, st: _Txn) -> int:
+    def _commit(self, st: _Txn, again: bool = False) -> int:
         tx = st.txn
         assert tx is not None
         keys = sorted(st.partitions)
@@ -510,9 +531,10 @@ class TxnCoordinator:
                     self._staging(st, key, plog)
         except PylogError:
             return E.kafka_storage_error
-        st.seq += 1
-        st.state = PREPARE_COMMIT
-        self._save(st)  # with the offsets: a restart completes them if the pylog commit stands
+        if not again:  # (again: PrepareCommit written before a restart)
+            st.seq += 1
+            st.state = PREPARE_COMMIT
+            self._save(st)  # with the offsets: a restart completes them
         broker = self.broker
         gates = [broker._gate(k) for k in keys]
         entered = []
