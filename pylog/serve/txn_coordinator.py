@@ -16,12 +16,20 @@ state. The EndTxn(commit) of transaction number N of an id writes state PrepareC
 (with its offsets) first, then commits the pylog transaction with sink
 ``kafka-txn:<transactional id>`` set to N (the pylog decision holds it: it is committed
 exactly when :func:`pylog.transactions.last_batch_id` says N), then writes the group
-offsets and state CompleteCommit. At start, a PrepareCommit whose pylog transaction
-committed is completed (its offsets written again); any other transaction in flight (an
-Ongoing one, whose staging the store's open discarded) is aborted and its epoch marked
-*lost*: the producer's next request at that epoch is answered UNKNOWN_PRODUCER_ID (an
-abortable error: the client aborts, bumps its epoch with InitProducerId and carries on).
-``transaction.timeout.ms`` expiring aborts a transaction the same way.
+offsets and state CompleteCommit.
+
+A transaction in flight survives a restart: its pylog transaction is an external one
+(:func:`pylog.transactions.begin_external`, tag :data:`TXN_TAG`), which the store's open
+keeps, and a transactional Produce is answered once its staged records are as durable as
+a plain Produce's. At start, a PrepareCommit whose pylog transaction committed is completed
+(its offsets written again); an Ongoing one is re-attached to its staging (the producer
+continues it; the first sequence staged per partition, in the state, and the staged count
+give its sequences); a PrepareCommit whose pylog transaction was not decided is committed
+from its staging. One whose staging is gone is aborted and its epoch marked *lost*: the
+producer's next request at that epoch is answered UNKNOWN_PRODUCER_ID (an abortable error:
+the client aborts, bumps its epoch with InitProducerId and carries on).
+``transaction.timeout.ms`` expiring (counted from the transaction's start, across restarts)
+aborts a transaction the same way; an abort removes the staging.
 
 Fencing: InitProducerId bumps the epoch (aborting an open transaction); requests of an
 older epoch are answered PRODUCER_FENCED (Produce: INVALID_PRODUCER_EPOCH).
