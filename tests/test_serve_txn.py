@@ -429,11 +429,13 @@ def test_prepared_undecided_commit_rolls_forward_at_restart(tmp_path):
     assert _staged_txns(root) == []
 
 
-def test_sequences_continue_across_a_restart(tmp_path):
-    """After a restart the restored transaction knows which sequences are staged (its first
-    one is in the state, the staging holds the count): a retry of a batch staged before the
-    kill is answered as done and not staged twice, the next batch is staged, a gap is
-    refused; the commit shows every record once."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_sequences_continue_across_a_restart(tmp_path, sig):
+    """After a restart (a kill, or a stop: the staging is closed and kept) the restored
+    transaction knows which sequences are staged (its first one is in the state, the
+    staging holds the count): a retry of a batch staged before the restart is answered as
+    done and not staged twice, the next batch is staged, a gap is refused; the commit shows
+    every record once."""
     root = str(tmp_path / "root")
     b = BrokerProcess(root)
     try:
@@ -444,7 +446,7 @@ def test_sequences_continue_across_a_restart(tmp_path):
             assert _add(s, "t-seq", pid, epoch, "sq", 0) == [0]
             assert _send(s, "sq", 0, _txn_batch([b"a", b"b"], pid, epoch, 0)) == 0
             assert _send(s, "sq", 0, _txn_batch([b"c"], pid, epoch, 2)) == 0
-        b.stop(signal.SIGKILL)
+        assert b.stop(sig) in ((-sig, 0) if sig == signal.SIGTERM else (-sig,))
         b = BrokerProcess(root)
         with connect(b) as s:
             assert _send(s, "sq", 0, _txn_batch([b"c"], pid, epoch, 2)) == 0  # a retry: not again

@@ -256,7 +256,8 @@ class TxnCoordinator:
         self._task = self._loop.create_task(self._expire_forever())
 
     async def close(self) -> None:
-        """Stop the expiry."""
+        """Stop the expiry; close the open transactions' staging Logs (kept on disk: the
+        next start re-attaches them)."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -264,6 +265,16 @@ class TxnCoordinator:
             except (asyncio.CancelledError, Exception):
                 pass
             self._task = None
+        for st in list(self._txns.values()):
+            with st.lock:
+                stager = st.txn._stager if st.txn is not None else None
+                if stager is not None:
+                    for log in list(stager._logs.values()):
+                        try:
+                            log.close()
+                        except (OSError, PylogError):
+                            pass
+                    stager._logs.clear()
 
     async def _expire_forever(self) -> None:
         for st in [st for st in list(self._txns.values()) if st.state == PREPARE_COMMIT]:
