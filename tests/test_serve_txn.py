@@ -300,7 +300,8 @@ def test_broker_killed_mid_transaction(tmp_path, flush):
         for f in admin.create_topics([NewTopic("r", 2, 1, config=conf)]).values():
             f.result(10)
         # (metadata.recovery.strategy=none: see _ETL)
-        p = _producer(b, "t-kill", **{"message.timeout.ms": 20000, "metadata.recovery.strategy": "none"})
+        p = _producer(b, "t-kill", **{"message.timeout.ms": 20000, "metadata.recovery.strategy": "none",
+                                      "reconnect.backoff.max.ms": 500, "retry.backoff.max.ms": 500})
         p.begin_transaction()
         for i in range(5):
             p.produce("r", b"before-%d" % i, partition=i % 2)
