@@ -16,12 +16,20 @@ state. The EndTxn(commit) of transaction number N of an id writes state PrepareC
 (with its offsets) first, then commits the pylog transaction with sink
 ``kafka-txn:<transactional id>`` set to N (the pylog decision holds it: it is committed
 exactly when :func:`pylog.transactions.last_batch_id` says N), then writes the group
-offsets and state CompleteCommit. At start, a PrepareCommit whose pylog transaction
-committed is completed (its offsets written again); any other transaction in flight (an
-Ongoing one, whose staging the store's open discarded) is aborted and its epoch marked
-*lost*: the producer's next request at that epoch is answered UNKNOWN_PRODUCER_ID (an
-abortable error: the client aborts, bumps its epoch with InitProducerId and carries on).
-``transaction.timeout.ms`` expiring aborts a transaction the same way.
+offsets and state CompleteCommit.
+
+A transaction in flight survives a restart: its pylog transaction is an external one
+(:func:`pylog.transactions.begin_external`, tag :data:`TXN_TAG`), which the store's open
+keeps, and a transactional Produce is answered once its staged records are as durable as
+a plain Produce's. At start, a PrepareCommit whose pylog transaction committed is completed
+(its offsets written again); an Ongoing one is re-attached to its staging (the producer
+continues it; the first sequence staged per partition, in the state, and the staged count
+give its sequences); a PrepareCommit whose pylog transaction was not decided is committed
+from its staging. One whose staging is gone is aborted and its epoch marked *lost*: the
+producer's next request at that epoch is answered UNKNOWN_PRODUCER_ID (an abortable error:
+the client aborts, bumps its epoch with InitProducerId and carries on).
+``transaction.timeout.ms`` expiring (counted from the transaction's start, across restarts)
+aborts a transaction the same way; an abort removes the staging.
 
 Fencing: InitProducerId bumps the epoch (aborting an open transaction); requests of an
 older epoch are answered PRODUCER_FENCED (Produce: INVALID_PRODUCER_EPOCH).
@@ -59,7 +67,7 @@ from pylog.log import PackedBytes
 from pylog.serve.producers import batch_producer
 from pylog.serve.records import _HEADER, HEADER_SIZE, BatchError, Budget, check_keyed, decode_records
 from pylog.topics import CONSUMERS_DIR, check_name
-from pylog.transactions import Transaction, discard, last_batch_id
+from pylog.transactions import Transaction, begin_external, discard, discard_tagged, last_batch_id
 
 if TYPE_CHECKING:
     from pylog.serve.broker import Broker
@@ -73,6 +81,9 @@ __all__ = ["TxnCoordinator", "STATE_DIR", "SINK_PREFIX", "is_transactional", "in
 STATE_DIR = ".serve.txns"
 #: The prefix of the pylog sink recording the number of a committed Kafka transaction.
 SINK_PREFIX = "kafka-txn:"
+#: The tag of the broker's pylog transactions (external: kept across restarts, see
+#: :func:`pylog.transactions.begin_external`).
+TXN_TAG = "pylog-serve-kafka-txn"
 #: Kafka's transaction.max.timeout.ms default: a longer transaction.timeout.ms is refused.
 MAX_TIMEOUT_MS = 900_000
 EMPTY, ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT, COMPLETE_ABORT = (
@@ -116,12 +127,17 @@ class _Txn:
         self.lock = threading.RLock()
         # (topic, partition) -> the last batches' (first, last) sequences, this epoch
         self.seqs: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        # (topic, partition) -> the first sequence staged in the open transaction (durable:
+        # after a restart, it and the staged count say which sequences are staged)
+        self.first: dict[tuple[str, int], int] = {}
+        self.synced: set[tuple[str, int]] = set()  # staging directories fsynced
 
     def to_json(self) -> dict[str, Any]:
         return {"transactional_id": self.tid, "producer_id": self.pid, "producer_epoch": self.epoch,
                 "timeout_ms": self.timeout_ms, "state": self.state, "seq": self.seq, "lost": self.lost,
                 "started": self.started, "partitions": sorted(self.partitions), "groups": sorted(self.groups),
                 "pylog_txn": self.txn.id if self.txn is not None else None,
+                "first_seqs": [[t, p, s] for (t, p), s in sorted(self.first.items())],
                 "offsets": [[g, t, p, *v] for (g, t, p), v in sorted(self.offsets.items())]}
 
 
@@ -155,6 +171,7 @@ class TxnCoordinator:
             names = sorted(os.listdir(self.dir))
         except FileNotFoundError:
             return
+        keep: set[str] = set()
         for name in names:
             if not name.endswith(".json"):
                 continue
@@ -167,10 +184,20 @@ class TxnCoordinator:
                 st.partitions = {(str(t), int(p)) for t, p in d.get("partitions", [])}
                 st.offsets = {(str(g), str(t), int(p)): (int(o), int(e), str(m))
                               for g, t, p, o, e, m in d.get("offsets", [])}
+                st.started = float(d.get("started", 0.0))
+                st.first = {(str(t), int(p)): int(s) for t, p, s in d.get("first_seqs", [])}
                 pylog_txn = d.get("pylog_txn")
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # a damaged state file: that id starts afresh
-            if st.state == PREPARE_COMMIT and (last_batch_id(self.root, SINK_PREFIX + st.tid) or 0) >= st.seq:
+            committed = st.state == PREPARE_COMMIT and (last_batch_id(self.root, SINK_PREFIX + st.tid) or 0) >= st.seq
+            if not committed and st.state in (ONGOING, PREPARE_COMMIT) and pylog_txn \
+                    and self._restore(st, str(pylog_txn)):
+                # Ongoing: the producer continues it; PrepareCommit: start() commits it
+                keep.add(str(pylog_txn))
+                self._txns[st.tid] = st
+                self._by_pid[st.pid] = st
+                continue
+            if committed:
                 self._write_offsets(st)  # it committed: its offsets again (idempotent)
                 self._complete(st, COMPLETE_COMMIT)
             elif st.state in (ONGOING, PREPARE_COMMIT):
@@ -185,12 +212,40 @@ class TxnCoordinator:
                 self._complete(st, COMPLETE_ABORT)
             self._txns[st.tid] = st
             self._by_pid[st.pid] = st
+        try:  # staging no transaction refers to (a crash between its begin and the state's write)
+            discard_tagged(self.root, TXN_TAG, keep)
+        except (OSError, PylogError):
+            pass
+
+    def _restore(self, st: _Txn, pylog_txn: str) -> bool:
+        """Re-attach an Ongoing transaction found at start to its pylog transaction (its
+        staged records); False when that is gone (the caller aborts it)."""
+        try:
+            st.txn = Transaction(self.broker.store, txn_id=pylog_txn)
+        except (OSError, PylogError):
+            return False
+        st.lost = False
+        return True
+
+    def _staging(self, st: _Txn, key: tuple[str, int], log: Any) -> Any:
+        """The staging Log of ``key`` in ``st``'s open transaction (``log``: the partition's),
+        reopened after a restart with its sequences: what the open transaction staged there
+        runs from the durable first sequence for as many records as the staging holds."""
+        assert st.txn is not None
+        slog = st.txn._stager.log_for(key[0], key[1], log.config.max_record_bytes, timestamps="as-given")
+        if key not in st.seqs and key in st.first:
+            n = slog.next_offset - slog.start_offset
+            s0 = st.first[key]
+            st.seqs[key] = [(s0, (s0 + n - 1) & 0x7FFFFFFF)] if n else []
+        return slog
 
     def _complete(self, st: _Txn, state: str) -> None:
         st.state = state
         st.partitions.clear()
         st.groups.clear()
         st.offsets.clear()
+        st.first.clear()
+        st.synced.clear()
         st.txn = None
         self._save(st)
 
@@ -201,7 +256,8 @@ class TxnCoordinator:
         self._task = self._loop.create_task(self._expire_forever())
 
     async def close(self) -> None:
-        """Stop the expiry."""
+        """Stop the expiry; close the open transactions' staging Logs (kept on disk: the
+        next start re-attaches them)."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -209,8 +265,20 @@ class TxnCoordinator:
             except (asyncio.CancelledError, Exception):
                 pass
             self._task = None
+        for st in list(self._txns.values()):
+            with st.lock:
+                stager = st.txn._stager if st.txn is not None else None
+                if stager is not None:
+                    for log in list(stager._logs.values()):
+                        try:
+                            log.close()
+                        except (OSError, PylogError):
+                            pass
+                    stager._logs.clear()
 
     async def _expire_forever(self) -> None:
+        for st in [st for st in list(self._txns.values()) if st.state == PREPARE_COMMIT]:
+            await self.broker.admin(self._finish_prepared, st)
         while True:
             await asyncio.sleep(0.5)
             now = time.time()
@@ -218,6 +286,18 @@ class TxnCoordinator:
                     if st.state == ONGOING and now - st.started > st.timeout_ms / 1000]
             for st in late:
                 await self.broker.admin(self._expire, st)
+
+    def _finish_prepared(self, st: _Txn) -> None:
+        """Commit a transaction found in PrepareCommit at start (its EndTxn(commit) was
+        answered with nothing or not at all: as Kafka, a prepared commit completes)."""
+        with st.lock:
+            if st.state == PREPARE_COMMIT and st.txn is not None:
+                try:
+                    self._commit(st, again=True)
+                except (OSError, PylogError):
+                    pass  # the pylog decision stands or not; the next start looks again
+                if self._loop is not None:
+                    self._loop.call_soon_threadsafe(self.broker.notify)
 
     def _expire(self, st: _Txn) -> None:
         with st.lock:
@@ -252,6 +332,8 @@ class TxnCoordinator:
             if pid_given >= 0 and (pid_given, epoch_given) != (st.pid, st.epoch):
                 # KIP-360: only the current producer may bump its own epoch
                 return {**fail, "error_code": E.producer_fenced}
+            if st.state == PREPARE_COMMIT:  # being completed (a restart's): retriable
+                return {**fail, "error_code": E.concurrent_transactions}
             try:
                 if st.state == ONGOING:
                     self._abort(st)
@@ -294,7 +376,10 @@ class TxnCoordinator:
             st.partitions.clear()
             st.groups.clear()
             st.offsets.clear()
-            st.txn = self.broker.store.transaction()
+            st.first.clear()
+            st.synced.clear()
+            # external: no process holds it, so a restart's open keeps its staging
+            st.txn = Transaction(self.broker.store, txn_id=begin_external(self.root, TXN_TAG))
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn --------------------------------------------------
     def add_partitions(self, req: Any) -> dict[str, Any]:
@@ -422,6 +507,8 @@ class TxnCoordinator:
         with st.lock:
             if st.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
                 return {"error_code": 0}  # a retry
+            if st.state == PREPARE_COMMIT:  # a restart's commit under way: retriable
+                return {"error_code": E.concurrent_transactions}
             if st.state != ONGOING:
                 return {"error_code": E.invalid_txn_state}
             try:
@@ -446,16 +533,28 @@ class TxnCoordinator:
         st.partitions.clear()
         st.groups.clear()
         st.offsets.clear()
+        st.first.clear()
+        st.synced.clear()
         st.txn = None
 
-    def _commit(self, st: _Txn) -> int:
+    def _commit(self, st: _Txn, again: bool = False) -> int:
         tx = st.txn
         assert tx is not None
-        st.seq += 1
-        st.state = PREPARE_COMMIT
-        self._save(st)  # with the offsets: a restart completes them if the pylog commit stands
-        broker = self.broker
         keys = sorted(st.partitions)
+        try:
+            for key in keys:  # staged before a restart, not reopened since
+                if os.path.isdir(os.path.join(tx._stager.dir, tx._stager.contributor, key[0], str(key[1]))):
+                    plog, err = self.broker.partition(*key)
+                    if plog is None:
+                        return err
+                    self._staging(st, key, plog)
+        except PylogError:
+            return E.kafka_storage_error
+        if not again:  # (again: PrepareCommit written before a restart)
+            st.seq += 1
+            st.state = PREPARE_COMMIT
+            self._save(st)  # with the offsets: a restart completes them
+        broker = self.broker
         gates = [broker._gate(k) for k in keys]
         entered = []
         try:
@@ -513,9 +612,13 @@ class TxnCoordinator:
                 return err, -1, -1
             start = self.broker.starts.start(name, i, log)
             last = (first + count - 1) & 0x7FFFFFFF
+            try:
+                slog = self._staging(st, key, log)
+            except (PylogError, OSError):
+                return E.kafka_storage_error, -1, -1
             batches = st.seqs.get(key)
             if batches:
-                if (first, last) in batches:
+                if (first, last) in batches or any(a <= first <= last <= b for a, b in batches):
                     return 0, -1, start  # a retry: staged already
                 if first != (batches[-1][1] + 1) & 0x7FFFFFFF:
                     return E.out_of_order_sequence_number, -1, -1
@@ -536,12 +639,24 @@ class TxnCoordinator:
                 except InvalidTimestampError:
                     return E.invalid_timestamp, -1, -1
             try:
-                slog = st.txn._stager.log_for(name, i, log.config.max_record_bytes, timestamps="as-given")
+                if key not in st.first:  # durable before the records: a restart counts from it
+                    st.first[key] = first
+                    self._save(st)
                 slog.append_batch(PackedBytes(*d.values), keys=PackedBytes(*d.keys),
                                   timestamps=np.ascontiguousarray(ts, dtype=np.int64),
                                   metadata=PackedBytes(*d.headers))
+                # acknowledged as a plain append is: synced under fsync="always" (the
+                # staging's directories too, once), else handed to the OS (a killed broker
+                # keeps them; the restart re-attaches them)
                 if log.config.fsync == "always":
                     slog.flush()
+                    if key not in st.synced:
+                        for dpath in (slog.path, os.path.dirname(slog.path),
+                                      os.path.dirname(os.path.dirname(slog.path)), st.txn.dir):
+                            fileutil.fsync_dir(dpath)
+                        st.synced.add(key)
+                else:
+                    slog.write_out()
             except RecordTooLargeError:
                 return E.message_too_large, -1, -1
             except (PylogError, OSError):
