@@ -429,3 +429,38 @@ def test_retention_after_planning(jvm, tmp_path, fmt):
     with pytest.raises(Exception, match="failOnDataLoss"):
         strict.count()
     assert lenient.count() == 200 - lo
+
+
+def _append(root, start, count):
+    with pylog.LogStore(str(root)) as store:
+        t = store.topic("ev")
+        for p in range(2):
+            t.partition(p).append_batch([b"v%d-%d" % (p, i) for i in range(start, start + count)])
+
+
+def test_checkpoint_moves_between_readers(jvm, tmp_path):
+    """One checkpoint, three runs: the JVM connector, then spark.pylog.reader=python, then the
+    connector again, records appended between runs; the Parquet sink holds every record
+    exactly once and each run's last offsets are the partitions' ends."""
+    make_topic(tmp_path, records=60)
+    ck, out = tmp_path / "ck", tmp_path / "out"
+    total, described = 60, []
+    for reader, more in (("jvm", 40), ("python", 25), ("jvm", 0)):
+        jvm.conf.set("spark.pylog.reader", reader)
+        q = (load_stream(jvm, tmp_path, maxOffsetsPerTrigger="30").select("partition", "offset", "value")
+             .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(ck))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None, (reader, q.exception())
+        src = q.recentProgress[-1]["sources"][0]
+        assert json.loads(src["endOffset"]) == {"ev": {"0": total, "1": total}}, (reader, src)
+        described.append(src["description"].split("@")[0])
+        if more:
+            _append(tmp_path, total, more)
+            total += more
+    jvm.conf.set("spark.pylog.reader", "jvm")
+    assert described[0] == described[2] == "org.pylog.spark.PylogStream", described  # the connector
+    assert "python" in described[1].lower(), described  # then the Python source
+    got = sorted((r["partition"], r["offset"], bytes(r["value"])) for r in jvm.read.parquet(str(out)).collect())
+    assert len(got) == 2 * total
+    assert got == [(p, o, b"v%d-%d" % (p, o)) for p in range(2) for o in range(total)]
