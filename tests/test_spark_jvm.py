@@ -405,7 +405,8 @@ def test_writer_in_another_process_appends_and_rolls(jvm, tmp_path):
     segs = [x for x in os.listdir(tmp_path / "root" / "w" / "partition-0") if x.endswith(".log")]
     assert len(segs) > 3, segs  # it rolled
     lib = library_rows(tmp_path / "root", "w")
-    assert [(r[3], r[4], r[1]) for r in sorted(got, key=lambda r: (r[3], r[4]))] == [(p, o, v) for p, o, _k, v, _m in lib]
+    assert [(r[3], r[4], r[1]) for r in sorted(got, key=lambda r: (r[3], r[4]))] == \
+        [(p, o, v) for p, o, _k, v, _m in lib]
 
 
 def _planned(df):
