@@ -465,3 +465,16 @@ def test_checkpoint_moves_between_readers(jvm, tmp_path):
     got = sorted((r["partition"], r["offset"], bytes(r["value"])) for r in jvm.read.parquet(str(out)).collect())
     assert len(got) == 2 * total
     assert got == [(p, o, b"v%d-%d" % (p, o)) for p in range(2) for o in range(total)]
+
+
+@pytest.mark.skipif(not LONG, reason="starts a standalone cluster and a Spark Connect server: PYLOG_LONG=1")
+def test_cluster_and_connect_script(jvm):
+    """scripts/spark-cluster-check.py: a master and two workers, the jar through spark.jars,
+    ADD JAR and Spark Connect's addArtifacts; a read and a stream restart on each."""
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(DATA), "..", "scripts", "spark-cluster-check.py")
+    r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert [x.split(":")[0] for x in r.stdout.splitlines() if ": ok" in x] == ["jars", "addjar", "connect"], r.stdout
