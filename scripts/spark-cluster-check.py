@@ -58,6 +58,27 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 180) ->
     raise RuntimeError(f"nothing listens on {port} after {timeout} s")
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """End ``proc`` and its process group (a JVM started by a script): SIGTERM, then SIGKILL
+    if a process of the group is left after 30 s."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            proc.poll()  # reap the leader
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.5)
+    proc.poll()
+
+
 def make_data(root: str, records: int) -> None:
     """Topic ``ev``: 2 partitions of ``records`` records ``v{p}-{i}``."""
     import pylog
@@ -159,7 +180,9 @@ def main() -> int:
     def start(cmd: list[str], name: str) -> subprocess.Popen[bytes]:
         os.makedirs(os.path.join(work, "logs"), exist_ok=True)
         log = open(os.path.join(work, "logs", name + ".out"), "wb")  # noqa: SIM115
-        p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # a session of its own: the scripts exec spark-submit, which starts the JVM as a child;
+        # stopping ends the whole group (start_new_session makes the group id the child's pid)
+        p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(p)
         return p
 
@@ -205,17 +228,10 @@ def main() -> int:
                 first = (err or r.stderr.splitlines()[-1:] or [""])[0]
                 print(f"{kind}: FAILED ({r.returncode}) in {took:.0f} s: {first}")
             if server is not None:
-                server.terminate()
-                server.wait(60)
+                stop(server)
     finally:
         for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            stop(p)
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0
