@@ -340,3 +340,141 @@ def test_build_without_javac_builds_nothing(tmp_path, monkeypatch, capsys):
     assert "no javac" in capsys.readouterr().err
     assert not (tmp_path / "x.jar").exists()
     assert jvm_build.stale(tmp_path / "x.jar")
+
+
+WRITER = r"""
+import os, sys, time, pylog
+root, stop = sys.argv[1], sys.argv[2]
+n = 0
+with pylog.LogStore(root) as store:
+    t = store.topic("w")
+    while True:  # 200 rounds at most (then it waits), one more after the stop file
+        last = os.path.exists(stop)
+        if n >= 1000 and not last:
+            time.sleep(0.01)
+            continue
+        for p in range(2):
+            log = t.partition(p)
+            log.append_batch([b"w%d-%d" % (p, n + j) for j in range(5)])
+            log.flush()
+        n += 5
+        if last:
+            break
+        time.sleep(0.01)
+print(n, flush=True)
+"""
+
+
+def _prefix_ok(got):
+    """Each partition's rows are offsets 0..k-1 with the writer's values, none missing."""
+    by = {}
+    for r in got:
+        by.setdefault(r[3], []).append((r[4], r[1]))
+    for p, recs in by.items():
+        recs.sort()
+        assert [o for o, _v in recs] == list(range(len(recs))), p
+        assert all(v == b"w%d-%d" % (p, o) for o, v in recs), p
+    return sum(len(v) for v in by.values())
+
+
+def test_writer_in_another_process_appends_and_rolls(jvm, tmp_path):
+    """A writer in another process appends (and rolls 4 KiB segments) while both readers
+    read again and again: every read is each partition's consecutive prefix with the
+    writer's values (never a torn or CRC-failing frame), and once the writer is done the
+    JVM connector, the Python source and the library agree."""
+    import subprocess
+    import sys
+
+    with pylog.LogStore(str(tmp_path / "root")) as store:
+        store.create_topic("w", partitions=2, config=pylog.LogConfig(segment_bytes=4096))
+    stop = tmp_path / "stop"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "root"), str(stop)], stdout=subprocess.PIPE)
+    seen = {"pylog": [], "pylog-python": []}
+    try:
+        for _ in range(2):
+            for fmt in seen:
+                seen[fmt].append(_prefix_ok(rows(load(jvm, fmt, tmp_path / "root", "w"))))
+    finally:
+        stop.touch()
+        out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0
+    n = int(out)
+    assert all(0 <= c < 2 * n for v in seen.values() for c in v), (seen, n)
+    got, want = both(jvm, tmp_path / "root", "w")
+    assert got == want and _prefix_ok(got) == 2 * n
+    segs = [x for x in os.listdir(tmp_path / "root" / "w" / "partition-0") if x.endswith(".log")]
+    assert len(segs) > 3, segs  # it rolled
+    lib = library_rows(tmp_path / "root", "w")
+    assert [(r[3], r[4], r[1]) for r in sorted(got, key=lambda r: (r[3], r[4]))] == \
+        [(p, o, v) for p, o, _k, v, _m in lib]
+
+
+def _planned(df):
+    """The JVM RDD of ``df``'s executed plan: the scan has planned its slices (their end
+    offsets fixed); counting it runs the tasks."""
+    return df._jdf.queryExecution().toRdd()  # noqa: SLF001
+
+
+@pytest.mark.parametrize("fmt", ["pylog", "pylog-python"])
+def test_retention_after_planning(jvm, tmp_path, fmt):
+    """Retention deletes the sealed segments after the read planned them: failOnDataLoss=true
+    (the default) fails naming the option, false skips the deleted records and reads the
+    rest; the JVM connector and the Python source alike."""
+    make_topic(tmp_path, partitions=1, records=200)
+    strict = _planned(load(jvm, fmt, tmp_path, "ev"))
+    lenient = _planned(load(jvm, fmt, tmp_path, "ev", failOnDataLoss="false"))
+    with pylog.Log(os.path.join(str(tmp_path), "ev", "partition-0")) as log:
+        log.remove_expired(0)  # every sealed segment goes
+        lo = log.start_offset
+    assert lo > 0
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        strict.count()
+    assert lenient.count() == 200 - lo
+
+
+def _append(root, start, count):
+    with pylog.LogStore(str(root)) as store:
+        t = store.topic("ev")
+        for p in range(2):
+            t.partition(p).append_batch([b"v%d-%d" % (p, i) for i in range(start, start + count)])
+
+
+def test_checkpoint_moves_between_readers(jvm, tmp_path):
+    """One checkpoint, three runs: the JVM connector, then spark.pylog.reader=python, then the
+    connector again, records appended between runs; the Parquet sink holds every record
+    exactly once and each run's last offsets are the partitions' ends."""
+    make_topic(tmp_path, records=60)
+    ck, out = tmp_path / "ck", tmp_path / "out"
+    total, described = 60, []
+    for reader, more in (("jvm", 40), ("python", 25), ("jvm", 0)):
+        jvm.conf.set("spark.pylog.reader", reader)
+        q = (load_stream(jvm, tmp_path, maxOffsetsPerTrigger="30").select("partition", "offset", "value")
+             .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(ck))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None, (reader, q.exception())
+        src = q.recentProgress[-1]["sources"][0]
+        assert json.loads(src["endOffset"]) == {"ev": {"0": total, "1": total}}, (reader, src)
+        described.append(src["description"].split("@")[0])
+        if more:
+            _append(tmp_path, total, more)
+            total += more
+    jvm.conf.set("spark.pylog.reader", "jvm")
+    assert described[0] == described[2] == "org.pylog.spark.PylogStream", described  # the connector
+    assert "python" in described[1].lower(), described  # then the Python source
+    got = sorted((r["partition"], r["offset"], bytes(r["value"])) for r in jvm.read.parquet(str(out)).collect())
+    assert len(got) == 2 * total
+    assert got == [(p, o, b"v%d-%d" % (p, o)) for p in range(2) for o in range(total)]
+
+
+@pytest.mark.skipif(not LONG, reason="starts a standalone cluster and a Spark Connect server: PYLOG_LONG=1")
+def test_cluster_and_connect_script(jvm):
+    """scripts/spark-cluster-check.py: a master and two workers, the jar through spark.jars,
+    ADD JAR and Spark Connect's addArtifacts; a read and a stream restart on each."""
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(DATA), "..", "scripts", "spark-cluster-check.py")
+    r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert [x.split(":")[0] for x in r.stdout.splitlines() if ": ok" in x] == ["jars", "addjar", "connect"], r.stdout
