@@ -448,7 +448,7 @@ def test_checkpoint_moves_between_readers(jvm, tmp_path):
     total, described = 60, []
     for reader, more in (("jvm", 40), ("python", 25), ("jvm", 0)):
         jvm.conf.set("spark.pylog.reader", reader)
-        q = (load_stream(jvm, tmp_path, maxOffsetsPerTrigger="30").select("partition", "offset", "value")
+        q = (load_stream(jvm, tmp_path, maxOffsetsPerTrigger="100").select("partition", "offset", "value")
              .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(ck))
              .trigger(availableNow=True).start())
         q.awaitTermination(180)
