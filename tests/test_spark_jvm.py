@@ -403,7 +403,7 @@ def test_writer_in_another_process_appends_and_rolls(jvm, tmp_path):
     got, want = both(jvm, tmp_path / "root", "w")
     assert got == want and _prefix_ok(got) == 2 * n
     segs = [x for x in os.listdir(tmp_path / "root" / "w" / "partition-0") if x.endswith(".log")]
-    assert len(segs) > 3, segs  # it rolled
+    assert len(segs) >= 2, segs  # it rolled (how often depends on how fast the writer ran)
     lib = library_rows(tmp_path / "root", "w")
     assert [(r[3], r[4], r[1]) for r in sorted(got, key=lambda r: (r[3], r[4]))] == \
         [(p, o, v) for p, o, _k, v, _m in lib]
