@@ -24,11 +24,22 @@ import signal
 import statistics
 import tempfile
 import time
+from typing import Any
 
 from benchmarks.bench_serve import start_broker
 
 MODES = ("idempotent", "txn-100", "txn-10000")
 
+
+
+def _send(p: Any, value: bytes) -> None:
+    """Produce ``value`` to t/0, waiting while the client's queue is full."""
+    while True:
+        try:
+            p.produce("t", value, partition=0)
+            return
+        except BufferError:
+            p.poll(0.01)
 
 def run(mode: str, n: int, size: int) -> float:
     """Records/s of one mode, on a fresh broker."""
@@ -46,13 +57,8 @@ def run(mode: str, n: int, size: int) -> float:
         if mode == "idempotent":
             p = ck.Producer({**conf, "enable.idempotence": True})
             t0 = time.perf_counter()
-            for i in range(n):
-                while True:
-                    try:
-                        p.produce("t", value, partition=0)
-                        break
-                    except BufferError:
-                        p.poll(0.01)
+            for _ in range(n):
+                _send(p, value)
             assert p.flush(120) == 0
         else:
             per = int(mode.split("-")[1])
@@ -63,12 +69,7 @@ def run(mode: str, n: int, size: int) -> float:
             while done < n:
                 p.begin_transaction()
                 for _ in range(min(per, n - done)):
-                    while True:
-                        try:
-                            p.produce("t", value, partition=0)
-                            break
-                        except BufferError:
-                            p.poll(0.01)
+                    _send(p, value)
                 p.commit_transaction(120)
                 done += min(per, n - done)
         elapsed = time.perf_counter() - t0

@@ -48,6 +48,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -722,31 +723,18 @@ def init_producer_id(broker: Broker, req: Any, version: int) -> dict[str, Any]:
     return _txns(broker).init_producer_id(req)
 
 
-def add_partitions_to_txn(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """AddPartitionsToTxn (v0-3)."""
-    return _txns(broker).add_partitions(req)
+def _forward(method: str, api: str) -> Callable[[Broker, Any, int], dict[str, Any]]:
+    """The handler of ``api``: the coordinator's ``method`` with the request."""
+    def handler(broker: Broker, req: Any, version: int) -> dict[str, Any]:
+        return getattr(_txns(broker), method)(req)  # type: ignore[no-any-return]
+    handler.__name__ = handler.__qualname__ = api
+    handler.__doc__ = f"{api}: :meth:`TxnCoordinator.{method}`."
+    return handler
 
 
-def add_offsets_to_txn(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """AddOffsetsToTxn."""
-    return _txns(broker).add_offsets(req)
-
-
-def end_txn(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """EndTxn."""
-    return _txns(broker).end_txn(req)
-
-
-def txn_offset_commit(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """TxnOffsetCommit."""
-    return _txns(broker).txn_offset_commit(req)
-
-
-def describe_transactions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """DescribeTransactions."""
-    return _txns(broker).describe(req)
-
-
-def list_transactions(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """ListTransactions."""
-    return _txns(broker).list(req)
+add_partitions_to_txn = _forward("add_partitions", "add_partitions_to_txn")
+add_offsets_to_txn = _forward("add_offsets", "add_offsets_to_txn")
+end_txn = _forward("end_txn", "end_txn")
+txn_offset_commit = _forward("txn_offset_commit", "txn_offset_commit")
+describe_transactions = _forward("describe", "describe_transactions")
+list_transactions = _forward("list", "list_transactions")

@@ -256,20 +256,7 @@ def _timestamps_spec(options: Mapping[str, str], name: str) -> dict[str, dict[in
         data = None
     if not isinstance(data, dict):
         raise _err(name, f"expected JSON like {{\"topic\": {{\"0\": 1732190000000}}}}, got {raw!r}")
-    out: dict[str, dict[int, int]] = {}
-    for t, parts in data.items():
-        if not isinstance(parts, dict):
-            raise _err(name, f"topic {t!r}: expected an object of partition: timestamp")
-        m = out.setdefault(str(t), {})
-        for p, ts in parts.items():
-            try:
-                pi = int(p)
-            except ValueError:
-                raise _err(name, f"topic {t!r}: partition {p!r} is not an integer") from None
-            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
-                raise _err(name, f"topic {t!r} partition {p}: timestamp {ts!r} is not an integer >= 0 (ms)")
-            m[pi] = ts
-    return out
+    return _partition_map(name, data, "timestamp", 0, "(ms)")
 
 
 _DURATION = re.compile(r"^\s*([0-9]+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
@@ -316,23 +303,33 @@ def _offsets_spec(options: Mapping[str, str], name: str, default: str, *,
         raise _err(name, f"expected earliest, latest or JSON like {{\"topic\": {{\"0\": 42}}}}, got {s!r}") from None
     if not isinstance(data, dict):
         raise _err(name, f"expected a JSON object of topics, got {s!r}")
-    out: dict[str, dict[int, int]] = {}
-    for topic, parts in data.items():
-        if not isinstance(parts, dict):
-            raise _err(name, f"topic {topic!r}: expected an object of partition: offset")
-        m = out.setdefault(str(topic), {})
-        for p, off in parts.items():
-            try:
-                pi = int(p)
-            except ValueError:
-                raise _err(name, f"topic {topic!r}: partition {p!r} is not an integer") from None
-            if isinstance(off, bool) or not isinstance(off, int) or off < -2:
-                raise _err(name, f"topic {topic!r} partition {p}: offset {off!r} is not an integer >= -2")
+    out = _partition_map(name, data, "offset", -2)
+    for topic, m in out.items():
+        for p, off in m.items():
             if off == _LATEST and not allow_latest:
                 raise _err(name, f"topic {topic!r} partition {p}: -1 (latest) is not allowed here")
             if off == _EARLIEST and not allow_earliest:
                 raise _err(name, f"topic {topic!r} partition {p}: -2 (earliest) is not allowed here")
-            m[pi] = off
+    return out
+
+
+def _partition_map(name: str, data: dict[Any, Any], what: str, lo: int, unit: str = "") -> dict[str, dict[int, int]]:
+    """``{topic: {partition: int >= lo}}`` from option ``name``'s parsed JSON object ``data``
+    (``what``: the values' name in errors)."""
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in data.items():
+        if not isinstance(parts, dict):
+            raise _err(name, f"topic {topic!r}: expected an object of partition: {what}")
+        m = out.setdefault(str(topic), {})
+        for p, v in parts.items():
+            try:
+                pi = int(p)
+            except ValueError:
+                raise _err(name, f"topic {topic!r}: partition {p!r} is not an integer") from None
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise _err(name, f"topic {topic!r} partition {p}: {what} {v!r} is not an integer >= {lo}"
+                           + (f" {unit}" if unit else ""))
+            m[pi] = v
     return out
 
 
