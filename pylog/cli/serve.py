@@ -61,6 +61,14 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
               help="Most topics one Metadata request may auto-create (the rest: UNKNOWN_TOPIC_OR_PARTITION).")
 @click.option("--auto-create-rate", default=100.0, show_default=True, type=click.FloatRange(0, min_open=True),
               help="Most topics auto-created per second over all clients.")
+@click.option("--max-txn-partitions", default=2000, show_default=True, type=click.IntRange(1),
+              help="Partitions (and groups and offsets) open Kafka transactions may hold at once, in all.")
+@click.option("--max-txn-partitions-per-client", default=1000, show_default=True, type=click.IntRange(1),
+              help="The same, for the transactions begun by one client (a SASL user, or an IP address).")
+@click.option("--max-transactional-ids", default=10000, show_default=True, type=click.IntRange(1),
+              help="Transactional ids kept; a new one past it replaces the one idle longest.")
+@click.option("--transactional-id-expiration", default="7d", show_default=True, callback=_seconds,
+              metavar="DURATION", help="How long an idle transactional id is kept (transactional.id.expiration.ms).")
 @click.option("--config", "config_file", default=None, metavar="FILE",
               help="Broker configs in Kafka's server.properties form; flags given override them.")
 @click.option("--metrics-port", default=None, type=click.IntRange(0, 65535), metavar="PORT",
@@ -112,6 +120,7 @@ def serve(ctx: click.Context, /, host: str, port: int, advertise: str | None, tl
         "max.connections": str(limits["max_connections"]),
         "max.connections.per.ip": str(limits["max_connections_per_ip"]),
         "connections.max.idle.ms": str(int(limits["idle_timeout"] * 1000)),
+        "transactional.id.expiration.ms": str(int(limits["transactional_id_expiration"] * 1000)),
         "connection.failed.authentication.delay.ms": str(failed_auth_delay_ms)}
     for key, (_, _, _, where) in brokerconfig.BROKER_KEYS.items():  # a flag given: its value, static
         kw = where[7:].split("/")[0] if where.startswith("server:") else ""

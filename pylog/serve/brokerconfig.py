@@ -84,6 +84,7 @@ BROKER_KEYS: dict[str, tuple[str, int, Callable[[str], Any], str]] = {
     "connection.failed.authentication.delay.ms": ("100", 3, _int(0, 60000), "server:failed_auth_delay_ms"),
     "log.retention.check.interval.ms": ("300000", 5, _int(1), "server:cleanup_interval/1000"),
     "log.cleaner.backoff.ms": ("15000", 5, _int(1), "server:cleaner_backoff/1000"),
+    "transactional.id.expiration.ms": ("604800000", 3, _int(1), "server:transactional_id_expiration/1000"),
     "max.incremental.fetch.session.cache.slots": ("1000", 3, _int(0), "server:fetch_session_slots"),
     "log.retention.ms": ("-1", 5, _int(-1), "topic:retention.ms"),
     "log.retention.minutes": ("", 3, _int(-1), "topic:retention.ms*60000"),

@@ -46,6 +46,7 @@ from pylog.serve.fetch_sessions import SLOTS, FetchSessions
 from pylog.serve.pool import RESPONSE_HOLD, Pool
 from pylog.serve.protocol import SERVED, Request, RequestError, build, decode_request, encode_response
 from pylog.serve.txn_coordinator import TxnCoordinator
+from pylog.serve.txn_limits import ID_EXPIRATION, MAX_IDS, MAX_PARTITIONS, MAX_PARTITIONS_PER_CLIENT, TxnLimits
 
 __all__ = ["Server", "serve"]
 
@@ -234,6 +235,10 @@ class Server:
     fetch_session_slots
         Incremental fetch sessions kept at once (Kafka's
         ``max.incremental.fetch.session.cache.slots``; :mod:`.fetch_sessions`).
+    max_txn_partitions, max_txn_partitions_per_client, max_transactional_ids, transactional_id_expiration
+        What open Kafka transactions may hold, in all and per client (a SASL user or an IP
+        address), the transactional ids kept, and the seconds an idle one is kept (Kafka's
+        ``transactional.id.expiration.ms``): :mod:`.txn_limits`.
     metrics_port, metrics_host
         Serve Prometheus metrics over HTTP on ``metrics_host`` (loopback unless given) at
         this port (0: a free one, see :attr:`metrics_port` after :meth:`start`; None: none),
@@ -255,7 +260,10 @@ class Server:
                  num_partitions: int = 1, topic_defaults: dict[str, str] | None = None,
                  broker_configs: dict[str, tuple[str, int, int]] | None = None,
                  fetch_session_slots: int = SLOTS, metrics_port: int | None = None,
-                 metrics_host: str = "127.0.0.1") -> None:
+                 metrics_host: str = "127.0.0.1", max_txn_partitions: int = MAX_PARTITIONS,
+                 max_txn_partitions_per_client: int = MAX_PARTITIONS_PER_CLIENT,
+                 max_transactional_ids: int = MAX_IDS,
+                 transactional_id_expiration: float = ID_EXPIRATION) -> None:
         for name, value in (("max_request_bytes", max_request_bytes), ("max_connections", max_connections),
                             ("max_connections_per_ip", max_connections_per_ip),
                             ("queued_max_request_bytes", queued_max_request_bytes),
@@ -273,6 +281,8 @@ class Server:
             raise MissingExtraError("pylog serve --metrics-port", "prometheus_client", "serve")
         if not isinstance(metrics_host, str) or not metrics_host:
             raise InvalidArgumentError(f"metrics_host must be a host name or address, not {metrics_host!r}")
+        self.txn_limits = TxnLimits(max_txn_partitions, max_txn_partitions_per_client,
+                                    max_transactional_ids, transactional_id_expiration)
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.metrics: Any = None  # a .metrics.Metrics while it serves them
@@ -382,7 +392,7 @@ class Server:
             self.metrics = metrics
         self.coordinator = GroupCoordinator(self.broker)
         self.coordinator.start()
-        self.broker.txns = TxnCoordinator(self.broker, self.coordinator)  # (txn_coordinator.py)
+        self.broker.txns = TxnCoordinator(self.broker, self.coordinator, self.txn_limits)  # (txn_coordinator.py)
         self.broker.txns.start()
         if self.cleanup_interval is not None:
             self._cleaner = asyncio.create_task(self._cleanup_loop(self.cleanup_interval))
@@ -634,6 +644,14 @@ class Server:
         finally:
             metrics.request(req.api_key, time.perf_counter() - t)
 
+    def _client(self, user: str | None) -> str:
+        """Who a request comes from, for the bounds per client: the SASL user, else the
+        connection's IP address."""
+        if self.users is not None and user is not None:
+            return f"User:{user}"
+        peer = PEER.get()
+        return f"IP:{peer[0]}" if isinstance(peer, tuple) and peer else "IP:?"
+
     def _anonymous(self) -> security.Users | None:
         """Without --users: the data root's ACL bindings for ANONYMOUS, None if none."""
         users = security.Users(self.users_path, anonymous=True)
@@ -712,6 +730,9 @@ class Server:
                                           lambda name: users.may(user, name, True))
             elif key == 18:
                 data = handlers.api_versions(broker, body, req.api_version)
+            elif key in (24, 25) and broker.txns is not None:  # charged to the client (txn_limits.py)
+                fn = broker.txns.add_partitions if key == 24 else broker.txns.add_offsets
+                data = await broker.admin(fn, body, self._client(user))
             elif key in (29, 30, 31, 50, 51):  # ACLs, SCRAM credentials (the users file)
                 data = await broker.admin(self._security_admin, key, body, user)
             elif key in handlers.HANDLERS:  # the admin APIs: in an admin thread, never on the loop

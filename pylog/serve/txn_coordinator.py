@@ -67,6 +67,8 @@ from pylog.errors import (
 from pylog.log import PackedBytes
 from pylog.serve.producers import batch_producer
 from pylog.serve.records import _HEADER, HEADER_SIZE, BatchError, Budget, check_keyed, decode_records
+from pylog.serve.txn_limits import TxnLimits
+from pylog.serve.txn_state import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, PREPARE_COMMIT, TxnState
 from pylog.topics import CONSUMERS_DIR, check_name
 from pylog.transactions import Transaction, begin_external, discard, discard_tagged, last_batch_id
 
@@ -87,8 +89,6 @@ SINK_PREFIX = "kafka-txn:"
 TXN_TAG = "pylog-serve-kafka-txn"
 #: Kafka's transaction.max.timeout.ms default: a longer transaction.timeout.ms is refused.
 MAX_TIMEOUT_MS = 900_000
-EMPTY, ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT, COMPLETE_ABORT = (
-    "Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "CompleteAbort")
 _KEEP = 5  # batches remembered per partition for retries, as Kafka's producer state
 _TXN_BIT = 0x10  # the transactional bit of a RecordBatch's attributes
 _NO_TIME = datetime.datetime.fromtimestamp(-0.001, datetime.timezone.utc)  # written as -1
@@ -108,50 +108,18 @@ def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
 
-class _Txn:
-    """One transactional id: its producer, epoch, state and open pylog transaction."""
-
-    def __init__(self, tid: str, pid: int, epoch: int, timeout_ms: int) -> None:
-        self.tid = tid
-        self.pid = pid
-        self.epoch = epoch
-        self.timeout_ms = timeout_ms
-        self.state = EMPTY
-        self.partitions: set[tuple[str, int]] = set()
-        self.groups: set[str] = set()
-        # (group, topic, partition) -> (offset, leader epoch, metadata)
-        self.offsets: dict[tuple[str, str, int], tuple[int, int, str]] = {}
-        self.txn: Transaction | None = None
-        self.seq = 0  # transactions committed (the sink's value)
-        self.started = 0.0  # time.time() of the transaction's start
-        self.lost = False  # aborted by the broker (restart, timeout): the epoch must be bumped
-        self.lock = threading.RLock()
-        # (topic, partition) -> the last batches' (first, last) sequences, this epoch
-        self.seqs: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        # (topic, partition) -> the first sequence staged in the open transaction (durable:
-        # after a restart, it and the staged count say which sequences are staged)
-        self.first: dict[tuple[str, int], int] = {}
-        self.synced: set[tuple[str, int]] = set()  # staging directories fsynced
-
-    def to_json(self) -> dict[str, Any]:
-        return {"transactional_id": self.tid, "producer_id": self.pid, "producer_epoch": self.epoch,
-                "timeout_ms": self.timeout_ms, "state": self.state, "seq": self.seq, "lost": self.lost,
-                "started": self.started, "partitions": sorted(self.partitions), "groups": sorted(self.groups),
-                "pylog_txn": self.txn.id if self.txn is not None else None,
-                "first_seqs": [[t, p, s] for (t, p), s in sorted(self.first.items())],
-                "offsets": [[g, t, p, *v] for (g, t, p), v in sorted(self.offsets.items())]}
-
-
 class TxnCoordinator:
     """The transaction coordinator of one broker (see the module docstring)."""
 
-    def __init__(self, broker: Broker, groups: GroupCoordinator | None = None) -> None:
+    def __init__(self, broker: Broker, groups: GroupCoordinator | None = None,
+                 limits: TxnLimits | None = None) -> None:
         self.broker = broker
+        self.limits = limits or TxnLimits()
         self.groups = groups
         self.root = broker.store.root
         self.dir = os.path.join(self.root, STATE_DIR)
-        self._txns: dict[str, _Txn] = {}
-        self._by_pid: dict[int, _Txn] = {}
+        self._txns: dict[str, TxnState] = {}
+        self._by_pid: dict[int, TxnState] = {}
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -161,10 +129,11 @@ class TxnCoordinator:
     def _path(self, tid: str) -> str:
         return os.path.join(self.dir, hashlib.sha256(tid.encode()).hexdigest() + ".json")
 
-    def _save(self, st: _Txn) -> None:
+    def _save(self, st: TxnState) -> None:
         if not os.path.isdir(self.dir):
             os.makedirs(self.dir, exist_ok=True)
             fileutil.fsync_dir(self.root)
+        st.used = time.time()
         fileutil.atomic_write(self._path(st.tid), json.dumps(st.to_json(), sort_keys=True).encode())
 
     def _load(self) -> None:
@@ -179,14 +148,7 @@ class TxnCoordinator:
             try:
                 with open(os.path.join(self.dir, name), "rb") as f:
                     d = json.loads(f.read())
-                st = _Txn(str(d["transactional_id"]), int(d["producer_id"]), int(d["producer_epoch"]),
-                          int(d["timeout_ms"]))
-                st.state, st.seq, st.lost = str(d["state"]), int(d["seq"]), bool(d.get("lost"))
-                st.partitions = {(str(t), int(p)) for t, p in d.get("partitions", [])}
-                st.offsets = {(str(g), str(t), int(p)): (int(o), int(e), str(m))
-                              for g, t, p, o, e, m in d.get("offsets", [])}
-                st.started = float(d.get("started", 0.0))
-                st.first = {(str(t), int(p)): int(s) for t, p, s in d.get("first_seqs", [])}
+                st = TxnState.from_json(d)
                 pylog_txn = d.get("pylog_txn")
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # a damaged state file: that id starts afresh
@@ -195,6 +157,8 @@ class TxnCoordinator:
                     and self._restore(st, str(pylog_txn)):
                 # Ongoing: the producer continues it; PrepareCommit: start() commits it
                 keep.add(str(pylog_txn))
+                st.held = len(st.partitions) + len(st.groups) + len(st.offsets)
+                self.limits.count(st.owner, st.held)
                 self._txns[st.tid] = st
                 self._by_pid[st.pid] = st
                 continue
@@ -218,7 +182,7 @@ class TxnCoordinator:
         except (OSError, PylogError):
             pass
 
-    def _restore(self, st: _Txn, pylog_txn: str) -> bool:
+    def _restore(self, st: TxnState, pylog_txn: str) -> bool:
         """Re-attach an Ongoing transaction found at start to its pylog transaction (its
         staged records); False when that is gone (the caller aborts it)."""
         try:
@@ -228,7 +192,7 @@ class TxnCoordinator:
         st.lost = False
         return True
 
-    def _staging(self, st: _Txn, key: tuple[str, int], log: Any) -> Any:
+    def _staging(self, st: TxnState, key: tuple[str, int], log: Any) -> Any:
         """The staging Log of ``key`` in ``st``'s open transaction (``log``: the partition's),
         reopened after a restart with its sequences: what the open transaction staged there
         runs from the durable first sequence for as many records as the staging holds."""
@@ -240,14 +204,21 @@ class TxnCoordinator:
             st.seqs[key] = [(s0, (s0 + n - 1) & 0x7FFFFFFF)] if n else []
         return slog
 
-    def _complete(self, st: _Txn, state: str) -> None:
-        st.state = state
+    def _clear(self, st: TxnState) -> None:
+        """Forget the open transaction's partitions, groups and offsets (its partitions
+        no longer charged to its owner)."""
+        self.limits.release(st.owner, st.held)
+        st.held = 0
         st.partitions.clear()
         st.groups.clear()
         st.offsets.clear()
         st.first.clear()
         st.synced.clear()
         st.txn = None
+
+    def _complete(self, st: TxnState, state: str) -> None:
+        st.state = state
+        self._clear(st)
         self._save(st)
 
     # -- the loop side ----------------------------------------------------------------------
@@ -280,15 +251,19 @@ class TxnCoordinator:
     async def _expire_forever(self) -> None:
         for st in [st for st in list(self._txns.values()) if st.state == PREPARE_COMMIT]:
             await self.broker.admin(self._finish_prepared, st)
+        looked = time.monotonic()
         while True:
             await asyncio.sleep(0.5)
+            if time.monotonic() - looked >= min(60.0, self.limits.id_expiration / 2):
+                looked = time.monotonic()  # ids idle past their expiration (every minute at most)
+                await self.broker.admin(self._expire_ids)
             now = time.time()
             late = [st for st in list(self._txns.values())
                     if st.state == ONGOING and now - st.started > st.timeout_ms / 1000]
             for st in late:
                 await self.broker.admin(self._expire, st)
 
-    def _finish_prepared(self, st: _Txn) -> None:
+    def _finish_prepared(self, st: TxnState) -> None:
         """Commit a transaction found in PrepareCommit at start (its EndTxn(commit) was
         answered with nothing or not at all: as Kafka, a prepared commit completes)."""
         with st.lock:
@@ -300,7 +275,7 @@ class TxnCoordinator:
                 if self._loop is not None:
                     self._loop.call_soon_threadsafe(self.broker.notify)
 
-    def _expire(self, st: _Txn) -> None:
+    def _expire(self, st: TxnState) -> None:
         with st.lock:
             if st.state == ONGOING and time.time() - st.started > st.timeout_ms / 1000:
                 self._abort(st)
@@ -321,8 +296,12 @@ class TxnCoordinator:
         with self._lock:
             st = self._txns.get(tid)
             if st is None:
+                if len(self._txns) >= self.limits.max_ids:  # the place of the id idle longest
+                    self._forget(self.limits.evictable(self._txns.values(), time.time(), full=True))
+                    if len(self._txns) >= self.limits.max_ids:  # each has a transaction open
+                        return {**fail, "error_code": E.concurrent_transactions}
                 try:
-                    st = _Txn(tid, self.broker.producers.new_id(), 0, timeout)
+                    st = TxnState(tid, self.broker.producers.new_id(), 0, timeout)
                     self._save(st)
                 except OSError:
                     return {**fail, "error_code": E.kafka_storage_error}
@@ -330,6 +309,8 @@ class TxnCoordinator:
                 self._by_pid[st.pid] = st
                 return {"error_code": 0, "producer_id": st.pid, "producer_epoch": 0}
         with st.lock:
+            if self._txns.get(tid) is not st:  # forgotten meanwhile (idle): retriable, a new id next
+                return {**fail, "error_code": E.concurrent_transactions}
             if pid_given >= 0 and (pid_given, epoch_given) != (st.pid, st.epoch):
                 # KIP-360: only the current producer may bump its own epoch
                 return {**fail, "error_code": E.producer_fenced}
@@ -355,8 +336,34 @@ class TxnCoordinator:
                 self._by_pid[st.pid] = st
             return {"error_code": 0, "producer_id": st.pid, "producer_epoch": st.epoch}
 
+    def _forget(self, states: list[TxnState]) -> None:
+        """Forget idle ids (no transaction open; under ``self._lock``): their state files
+        go, and a request naming their producer id is answered as for an unknown one."""
+        for st in states:
+            if not st.lock.acquire(blocking=False):  # in use (and the lock order is st.lock, then _lock)
+                continue
+            try:
+                if st.open:
+                    continue
+                try:
+                    os.unlink(self._path(st.tid))
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    continue  # kept: the next look tries again
+                self._txns.pop(st.tid, None)
+                if self._by_pid.get(st.pid) is st:
+                    del self._by_pid[st.pid]
+            finally:
+                st.lock.release()
+
+    def _expire_ids(self) -> None:
+        """Forget the ids idle past ``transactional.id.expiration.ms`` (an admin thread)."""
+        with self._lock:
+            self._forget(self.limits.evictable(list(self._txns.values()), time.time(), full=False))
+
     # -- checks -----------------------------------------------------------------------------
-    def _check(self, tid: str, pid: int, epoch: int) -> tuple[_Txn | None, int]:
+    def _check(self, tid: str, pid: int, epoch: int) -> tuple[TxnState | None, int]:
         """(state, 0) when ``pid``/``epoch`` is the id's current producer, else (None, code)."""
         st = self._txns.get(tid)
         if st is None or st.pid != pid:
@@ -369,22 +376,22 @@ class TxnCoordinator:
             return None, E.unknown_producer_id
         return st, 0
 
-    def _begin(self, st: _Txn) -> None:
-        """Open a transaction (Empty or completed) for the id; its state is written later."""
+    def _begin(self, st: TxnState, owner: str) -> None:
+        """Open a transaction (Empty or completed) for the id, begun by ``owner``; its
+        state is written later."""
         if st.state != ONGOING:
+            self._clear(st)
             st.state = ONGOING
             st.started = time.time()
-            st.partitions.clear()
-            st.groups.clear()
-            st.offsets.clear()
-            st.first.clear()
-            st.synced.clear()
+            st.owner = owner
             # external: no process holds it, so a restart's open keeps its staging
             st.txn = Transaction(self.broker.store, txn_id=begin_external(self.root, TXN_TAG))
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn --------------------------------------------------
-    def add_partitions(self, req: Any) -> dict[str, Any]:
-        """AddPartitionsToTxn (v0-3): the partitions the open transaction may write."""
+    def add_partitions(self, req: Any, owner: str = "") -> dict[str, Any]:
+        """AddPartitionsToTxn (v0-3): the partitions the open transaction may write.
+        ``owner``: the client asking (a SASL user or an IP address), whom a new transaction's
+        partitions are charged to (:class:`~pylog.serve.txn_limits.TxnLimits`)."""
         topics = req.v3_and_below_topics
         wanted = [(t.name, p) for t in topics for p in t.partitions]
         codes: dict[tuple[str, int], int] = {}
@@ -392,7 +399,9 @@ class TxnCoordinator:
                               req.v3_and_below_producer_epoch)
         if st is not None:
             with st.lock:
-                if st.state not in (EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT):
+                if self._txns.get(st.tid) is not st:  # forgotten meanwhile (idle)
+                    err = E.invalid_producer_id_mapping
+                elif st.state not in (EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT):
                     err = E.concurrent_transactions
                 else:
                     for key in wanted:
@@ -400,14 +409,26 @@ class TxnCoordinator:
                     if any(codes.values()):  # Kafka: the others are not attempted
                         codes = {k: c or E.operation_not_attempted for k, c in codes.items()}
                     else:
-                        try:
-                            self._begin(st)
-                            new = set(wanted) - st.partitions
-                            st.partitions |= set(wanted)
-                            if new:
-                                self._save(st)
-                        except (OSError, PylogError):
-                            codes = dict.fromkeys(wanted, E.kafka_storage_error)
+                        ongoing = st.state == ONGOING
+                        new = set(wanted) - st.partitions if ongoing else set(wanted)
+                        who = st.owner if ongoing else owner
+                        code = self.limits.take(who, st.held if ongoing else 0, len(new))
+                        if code:
+                            codes = dict.fromkeys(wanted, code)
+                        else:
+                            try:
+                                self._begin(st, owner)
+                            except (OSError, PylogError):
+                                self.limits.release(who, len(new))
+                                codes = dict.fromkeys(wanted, E.kafka_storage_error)
+                            else:
+                                st.held += len(new)
+                                st.partitions |= new
+                                try:
+                                    if new:
+                                        self._save(st)
+                                except OSError:
+                                    codes = dict.fromkeys(wanted, E.kafka_storage_error)
         return {"results_by_topic_v3_and_below": [
             {"name": t.name, "results_by_partition": [
                 {"partition_index": p, "partition_error_code": codes.get((t.name, p), err)} for p in t.partitions]}
@@ -420,8 +441,9 @@ class TxnCoordinator:
             return E.unknown_topic_or_partition
         return 0 if 0 <= p < t.partitions else E.unknown_topic_or_partition
 
-    def add_offsets(self, req: Any) -> dict[str, Any]:
-        """AddOffsetsToTxn: the group whose offsets the transaction commits."""
+    def add_offsets(self, req: Any, owner: str = "") -> dict[str, Any]:
+        """AddOffsetsToTxn: the group whose offsets the transaction commits (``owner``: as
+        for :meth:`add_partitions`)."""
         try:
             check_name(req.group_id, "group")
         except InvalidNameError:
@@ -430,12 +452,25 @@ class TxnCoordinator:
         if st is None:
             return {"error_code": err}
         with st.lock:
+            if self._txns.get(st.tid) is not st:  # forgotten meanwhile (idle)
+                return {"error_code": E.invalid_producer_id_mapping}
+            ongoing = st.state == ONGOING
+            more = 0 if ongoing and req.group_id in st.groups else 1  # a group counts as a partition
+            who = st.owner if ongoing else owner
+            code = self.limits.take(who, st.held if ongoing else 0, more)
+            if code:
+                return {"error_code": code}
             try:
-                self._begin(st)
+                self._begin(st, owner)
+            except (OSError, PylogError):
+                self.limits.release(who, more)
+                return {"error_code": E.kafka_storage_error}
+            st.held += more
+            try:
                 if req.group_id not in st.groups:
                     st.groups.add(req.group_id)
                     self._save(st)
-            except (OSError, PylogError):
+            except OSError:
                 return {"error_code": E.kafka_storage_error}
         return {"error_code": 0}
 
@@ -458,9 +493,14 @@ class TxnCoordinator:
         codes: dict[tuple[str, int], int] = {}
         if st is not None and not err:
             with st.lock:
+                new = {(req.group_id, t.name, p.partition_index) for t in req.topics for p in t.partitions}
+                more = len(new - st.offsets.keys())  # each offset held counts as a partition
                 if st.state != ONGOING or req.group_id not in st.groups:
                     err = E.invalid_txn_state  # (AddOffsetsToTxn first)
                 else:
+                    err = self.limits.take(st.owner, st.held, more)
+                if not err:
+                    st.held += more
                     for t in req.topics:
                         for p in t.partitions:
                             code = self._partition_error(t.name, p.partition_index)
@@ -477,7 +517,7 @@ class TxnCoordinator:
             {"partition_index": p.partition_index, "error_code": codes.get((t.name, p.partition_index), err)}
             for p in t.partitions]} for t in req.topics]}
 
-    def _write_offsets(self, st: _Txn) -> None:
+    def _write_offsets(self, st: TxnState) -> None:
         now = time.time_ns() // 1_000_000
         for (group, topic, p), (off, epoch, meta) in sorted(st.offsets.items()):
             try:
@@ -524,21 +564,16 @@ class TxnCoordinator:
             except OSError:
                 return {"error_code": E.kafka_storage_error}
 
-    def _abort(self, st: _Txn) -> None:
+    def _abort(self, st: TxnState) -> None:
         if st.txn is not None:
             try:
                 st.txn.abort()
             except PylogError:
                 pass
         st.state = COMPLETE_ABORT
-        st.partitions.clear()
-        st.groups.clear()
-        st.offsets.clear()
-        st.first.clear()
-        st.synced.clear()
-        st.txn = None
+        self._clear(st)
 
-    def _commit(self, st: _Txn, again: bool = False) -> int:
+    def _commit(self, st: TxnState, again: bool = False) -> int:
         tx = st.txn
         assert tx is not None
         keys = sorted(st.partitions)
