@@ -284,6 +284,8 @@ def test_corrupt_frame_fails_both(jvm, tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(Exception, match="CRC32C"):
         load(jvm, "pylog", tmp_path, "ev").collect()
+    with pytest.raises(Exception, match="CRC32C"):  # a count in the driver checks every frame too
+        load(jvm, "pylog", tmp_path, "ev").count()
     with pytest.raises(Exception, match="(?i)crc|corrupt"):
         load(jvm, "pylog-python", tmp_path, "ev").collect()
 
@@ -312,11 +314,21 @@ def load_stream(spark, root, **options):
     return r.load()
 
 
+@pytest.fixture()
+def driver_bytes(jvm, request):
+    """``spark.pylog.driverAggregateBytes`` set for one test (and put back after it)."""
+    jvm.conf.set("spark.pylog.driverAggregateBytes", request.param)
+    yield request.param
+    jvm.conf.unset("spark.pylog.driverAggregateBytes")
+
+
+@pytest.mark.parametrize("driver_bytes", ["0", "268435456"], indirect=True)
 @pytest.mark.parametrize("where", [None, "offset >= 10 and partition = 1",
                                    "timestamp > timestamp_millis(1700000000030)", "offset > 1000"])
-def test_aggregates_are_pushed(jvm, tmp_path, where):
-    """COUNT(*), MIN/MAX(offset), MIN/MAX(timestamp) come from the scan (one row of partial
-    aggregates per slice), with the same answers as the Python source; none match: 0, nulls."""
+def test_aggregates_are_pushed(jvm, tmp_path, where, driver_bytes):
+    """COUNT(*), MIN/MAX(offset), MIN/MAX(timestamp) come from the scan, with the same answers
+    as the Python source (none match: 0, nulls): whole in the driver with no job (a local
+    relation) when the read is small, else one row of partial aggregates per slice."""
     make_topic(tmp_path)
     q = ("count(*) AS n", "count(offset) AS c", "min(offset) AS a", "max(offset) AS b",
          "min(timestamp) AS t0", "max(timestamp) AS t1", "max(partition) AS p")
@@ -327,8 +339,23 @@ def test_aggregates_are_pushed(jvm, tmp_path, where):
 
     j = agg("pylog").selectExpr(*q)
     assert j.collect() == agg("pylog-python").selectExpr(*q).collect()
-    assert "agg0" in plan_of(j), plan_of(j)  # the scan answers the aggregates
+    plan = plan_of(j)
+    if driver_bytes == "0":
+        assert "agg0" in plan and "LocalTableScan" not in plan, plan  # the scan's partial aggregates
+    else:
+        assert "LocalTableScan" in plan and "BatchScan" not in plan, plan  # answered in the driver
     assert load(jvm, "pylog", tmp_path, "ev").where("offset < 0").count() == 0
+    assert load(jvm, "pylog", tmp_path, "ev").count() == 120
+
+
+def test_driver_aggregate_setting_is_checked(jvm, tmp_path):
+    make_topic(tmp_path)
+    jvm.conf.set("spark.pylog.driverAggregateBytes", "lots")
+    try:
+        with pytest.raises(Exception, match="driverAggregateBytes must be a number of bytes >= 0, got 'lots'"):
+            load(jvm, "pylog", tmp_path, "ev").count()
+    finally:
+        jvm.conf.unset("spark.pylog.driverAggregateBytes")
 
 
 def test_build_without_javac_builds_nothing(tmp_path, monkeypatch, capsys):

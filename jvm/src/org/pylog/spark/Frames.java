@@ -51,6 +51,22 @@ final class Frames {
         int keyLength;
         int metadataLength;
         int valueLength;
+        // the CRC and a view of the buffer last decoded from, kept for the next frame
+        private final CRC32C crc = new CRC32C();
+        private ByteBuffer source;
+        private ByteBuffer view;
+
+        int crc32c(ByteBuffer b, int pos, int len) {
+            if (source != b) {
+                source = b;
+                view = b.duplicate();
+            }
+            view.limit(pos + len);
+            view.position(pos);
+            crc.reset();
+            crc.update(view);
+            return (int) crc.getValue();
+        }
     }
 
     static int crc32c(ByteBuffer b, int pos, int len) {
@@ -68,7 +84,7 @@ final class Frames {
         if (body < BODY_FIXED || body > 0x7FFFFFFFL) return E_LENGTH;
         if (body > (long) limit - pos - PREFIX) return E_SHORT;
         int n = (int) body;
-        if (crc32c(b, pos + PREFIX, n) != b.getInt(pos + 4)) return E_CRC;
+        if (f.crc32c(b, pos + PREFIX, n) != b.getInt(pos + 4)) return E_CRC;
         int attrs = b.getInt(pos + 24);
         long klen = b.getInt(pos + 28) & 0xFFFFFFFFL;
         long mlen = b.getInt(pos + 32) & 0xFFFFFFFFL;

@@ -1,5 +1,6 @@
 package org.pylog.spark;
 
+import java.util.List;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.expressions.NamedReference;
@@ -32,6 +33,11 @@ final class PylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCol
     static final int AGG_COUNT = 0;
     static final int AGG_MIN = 1;
     static final int AGG_MAX = 2;
+    static final int PARTITION_COLUMN = PylogProvider.SCHEMA.fieldIndex("partition");
+
+    private List<Slice> plan;  // planned when Spark asks whether the aggregates go whole
+    private final long[] rows = {0};
+    private boolean complete;
 
     private static int column(org.apache.spark.sql.connector.expressions.Expression e, boolean anyNonNull) {
         if (!(e instanceof NamedReference) || ((NamedReference) e).fieldNames().length != 1) return -1;
@@ -43,7 +49,7 @@ final class PylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCol
 
     @Override
     public boolean pushAggregation(Aggregation a) {
-        if (a.groupByExpressions().length != 0) return false;
+        if (!supported(a)) return false;
         AggregateFunc[] fs = a.aggregateExpressions();
         int[] kinds = new int[fs.length];
         int[] cols = new int[fs.length];
@@ -71,9 +77,28 @@ final class PylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCol
         return true;
     }
 
+    private static boolean supported(Aggregation a) {
+        if (a.groupByExpressions().length != 0) return false;
+        for (AggregateFunc f : a.aggregateExpressions()) {
+            boolean count = f instanceof CountStar
+                    || (f instanceof Count && !((Count) f).isDistinct() && column(((Count) f).column(), true) >= 0);
+            org.apache.spark.sql.connector.expressions.Expression c = f instanceof Min ? ((Min) f).column()
+                    : f instanceof Max ? ((Max) f).column() : null;
+            if (!count && (c == null || column(c, false) < 0)) return false;
+        }
+        return true;
+    }
+
+    /** Whole in the driver when the read is small (Spark asks before it pushes the aggregates,
+     *  after the filters): {@link DriverAggregate}; else one row per slice, which Spark adds up. */
     @Override
     public boolean supportCompletePushDown(Aggregation a) {
-        return false;  // one row per slice: Spark adds them up
+        if (!supported(a)) return false;
+        long most = DriverAggregate.maxBytes();
+        if (most == 0) return false;
+        plan = Planner.batch(options, pushed, rows);
+        complete = DriverAggregate.bytes(plan) <= most;
+        return complete;
     }
 
     PylogScanBuilder(Options options, CaseInsensitiveStringMap raw) {
@@ -98,6 +123,9 @@ final class PylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCol
 
     @Override
     public Scan build() {
+        if (complete && aggregates != null) {
+            return new DriverAggregate(plan, schema, pushed.micros, aggregates, aggregateColumns);
+        }
         return new PylogScan(options, raw, pushed, schema, aggregates, aggregateColumns);
     }
 }
