@@ -241,3 +241,181 @@ def test_bounds_are_checked(tmp_path):
                         "--max-txn-partitions", "0"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "--max-txn-partitions" in r.stderr and "0" in r.stderr
+
+
+def _list(s: socket.socket) -> dict[str, str]:
+    r = call(s, frame(66, 0, {"state_filters": [], "producer_id_filters": []}), 66, 0)
+    return {x.transactional_id: x.transaction_state for x in r.transaction_states}
+
+
+def _state(root: str, tid: str) -> dict:  # type: ignore[type-arg]
+    import hashlib
+    import json
+
+    with open(os.path.join(root, STATE_DIR, hashlib.sha256(tid.encode()).hexdigest() + ".json")) as f:
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def test_a_forgotten_id_keeps_its_transaction_numbers(tmp_path):
+    """An id forgotten (to make way) and made again goes on from its last committed
+    transaction's number: a restart judges a PrepareCommit by the store's sink, so a number
+    starting again at 1 would take an undecided commit for a committed one."""
+    root = str(tmp_path / "root")
+    b = BrokerProcess(root, "--max-transactional-ids", "1")
+    try:
+        _topics(b, t=1)
+        with _from(b, "127.0.0.2") as m:
+            for i in range(3):
+                r = _init(m, "v")
+                assert _add(m, "v", r.producer_id, r.producer_epoch, "t", 0) == [0]
+                assert _send(m, "t", 0, _txn_batch([b"v%d" % i], r.producer_id, r.producer_epoch, 0)) == 0
+                assert _end(m, "v", r.producer_id, r.producer_epoch, True) == 0
+            assert _state(root, "v")["seq"] == 3
+            assert _init(m, "other").error_code == 0  # v makes way
+            assert _state_files(root) == 1
+            assert _init(m, "v").error_code == 0  # v again: a new producer id, its numbers go on
+            assert _state(root, "v")["seq"] == 3
+    finally:
+        b.stop()
+
+
+def test_a_client_making_ids_displaces_its_own(tmp_path):
+    """A client making ids by the dozen takes the places of its own idle ids, not of another
+    client's idle one: the other's producer goes on with its next transaction."""
+    b = BrokerProcess(str(tmp_path / "root"), "--max-transactional-ids", "6")
+    try:
+        _topics(b, t=1)
+        with _from(b, "127.0.0.1") as s:
+            v = _init(s, "victim")
+            assert _add(s, "victim", v.producer_id, v.producer_epoch, "t", 0) == [0]
+            assert _end(s, "victim", v.producer_id, v.producer_epoch, True) == 0
+            with _from(b, "127.0.0.2") as m:
+                for i in range(50):
+                    assert _init(m, f"junk{i}").error_code == 0
+            assert "victim" in _list(s)
+            assert _add(s, "victim", v.producer_id, v.producer_epoch, "t", 0) == [0]  # its next transaction
+    finally:
+        b.stop()
+
+
+def test_what_a_transaction_holds_is_charged_to_who_asks(tmp_path):
+    """Refused offsets are not charged; a client adding partitions to another client's
+    transaction (it can learn its producer id from DescribeTransactions) is charged for
+    them, so it cannot borrow the other's budget."""
+    b = BrokerProcess(str(tmp_path / "root"), *LIMITS)
+    try:
+        _topics(b, t=24)
+        with _from(b, "127.0.0.1") as s, _from(b, "127.0.0.2") as m:
+            v = _init(s, "victim")
+            assert _add(s, "victim", v.producer_id, v.producer_epoch, "t", 0) == [0]
+            assert _add_offsets(s, "victim", v.producer_id, v.producer_epoch, "g") == 0
+            for _ in range(9):  # a refused offset, again and again: never charged
+                assert _offsets(s, "victim", v.producer_id, v.producer_epoch, "g", "t", 99) == [3]
+            assert _offsets(s, "victim", v.producer_id, v.producer_epoch, "g", "t", 0) == [0]  # 3 held
+            _p, _e, codes = _hold(m, "mine", "t", list(range(1, 9)))
+            assert codes == [0] * 8  # the other client's own 8
+            assert _add(m, "victim", v.producer_id, v.producer_epoch, "t", 9, 10) == [CONCURRENT] * 2
+            assert _add(s, "victim", v.producer_id, v.producer_epoch, "t", 11) == [0]  # the victim's own: fine
+    finally:
+        b.stop()
+
+
+def test_a_commit_stopped_by_an_io_error_completes(tmp_path):
+    """An I/O error after a commit's point (here writing the group's offsets: a file where
+    their directory goes) is answered KAFKA_STORAGE_ERROR; once the disk is right the commit
+    completes (the client's retry or the broker's own look, every half second), the offsets
+    are written and what the transaction held is free again."""
+    root = str(tmp_path / "root")
+    b = BrokerProcess(root, "--max-txn-partitions", "12", "--max-txn-partitions-per-client", "6")
+    try:
+        _topics(b, t=8)
+        block = os.path.join(root, "t", "~consumers", "g")
+        with _from(b, "127.0.0.2") as m:
+            r = _init(m, "a")
+            pid, epoch = r.producer_id, r.producer_epoch
+            assert _add(m, "a", pid, epoch, "t", 0, 1, 2, 3) == [0] * 4
+            for p in range(4):
+                assert _send(m, "t", p, _txn_batch([b"a%d" % p], pid, epoch, 0)) == 0
+            assert _add_offsets(m, "a", pid, epoch, "g") == 0
+            assert _offsets(m, "a", pid, epoch, "g", "t", 0) == [0]  # 6 held
+            os.makedirs(os.path.dirname(block), exist_ok=True)
+            with open(block, "w"):
+                pass  # a file where the group's directory goes: its offsets cannot be written
+            assert _end(m, "a", pid, epoch, True) == 56  # KAFKA_STORAGE_ERROR
+            assert sorted(_library(root, "t")) == [b"a0", b"a1", b"a2", b"a3"]  # past the commit point
+            assert _end(m, "a", pid, epoch, True) == 56  # still failing: the same answer, nothing else
+            assert _add_offsets(m, "a", pid, epoch, "g") == CONCURRENT  # no new transaction over it
+            os.unlink(block)
+            assert wait_for(lambda: _list(m).get("a") == "CompleteCommit", timeout=15)
+            assert _end(m, "a", pid, epoch, True) == 0  # the client's retry: done
+            assert os.path.exists(os.path.join(block, "partition-0.offset"))
+            assert _hold(m, "b", "t", [0, 1, 2, 3, 4, 5])[2] == [0] * 6  # all 6 free again
+    finally:
+        b.stop()
+
+
+def test_failed_begin_and_restart_keep_the_state_right(tmp_path):
+    """A transaction that could not begin (its staging could not be made) leaves the id as
+    it was (EndTxn answers, the connection stays); a restart keeps the groups of an open
+    transaction (TxnOffsetCommit for them goes on)."""
+    root = str(tmp_path / "root")
+    b = BrokerProcess(root)
+    try:
+        _topics(b, t=2)
+        with _from(b, "127.0.0.2") as m:
+            r = _init(m, "a")
+            pid, epoch = r.producer_id, r.producer_epoch
+            txn_dir = os.path.join(root, "~txn")
+            moved = txn_dir + ".away"
+            if os.path.isdir(txn_dir):
+                os.rename(txn_dir, moved)
+            with open(txn_dir, "w"):
+                pass  # no transaction can begin
+            assert _add(m, "a", pid, epoch, "t", 0) == [56]
+            assert _list(m)["a"] == "Empty"
+            assert _end(m, "a", pid, epoch, True) == 48  # INVALID_TXN_STATE: none open (answered)
+            os.unlink(txn_dir)
+            if os.path.isdir(moved):
+                os.rename(moved, txn_dir)
+            assert _add(m, "a", pid, epoch, "t", 0) == [0]
+            assert _add_offsets(m, "a", pid, epoch, "g") == 0
+        os.kill(b.proc.pid, signal.SIGKILL)
+        b.proc.wait(10)
+    finally:
+        b.stop()
+    b = BrokerProcess(root)
+    try:
+        with _from(b, "127.0.0.2") as m:
+            assert _offsets(m, "a", pid, epoch, "g", "t", 1) == [0]  # the group came back with it
+            assert _end(m, "a", pid, epoch, True) == 0
+    finally:
+        b.stop()
+
+
+def test_a_client_aborts_a_transaction_a_bound_refused(tmp_path):
+    """POLICY_VIOLATION (a transaction that alone would go past the per-client bound) is an
+    abortable error: confluent-kafka aborts, and the producer goes on with a smaller one."""
+    b = BrokerProcess(str(tmp_path / "root"), "--max-txn-partitions-per-client", "2")
+    try:
+        _topics(b, t=3)
+        p = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "big", "linger.ms": 50})
+        p.init_transactions(20)
+        for ok in (True, False):  # after a committed transaction too
+            if ok:
+                p.begin_transaction()
+                p.produce("t", b"first", partition=0)
+                p.commit_transaction(30)
+            p.begin_transaction()
+            for part in range(3):
+                p.produce("t", b"too-wide", partition=part)
+            with pytest.raises(ck.KafkaException) as e:
+                p.commit_transaction(30)
+            err = e.value.args[0]
+            assert err.txn_requires_abort() and not err.fatal(), err
+            p.abort_transaction(30)
+        p.begin_transaction()
+        p.produce("t", b"fits", partition=1)
+        p.commit_transaction(30)
+        assert sorted(_library(b.root, "t")) == [b"first", b"fits"]
+    finally:
+        b.stop()

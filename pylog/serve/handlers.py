@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as E
 
 from pylog.errors import InvalidNameError, PylogError, UnknownTopicError
-from pylog.serve import admin_cluster, admin_configs, admin_records, configs, timestamps, txn_coordinator
+from pylog.serve import admin_cluster, admin_configs, admin_records, configs, timestamps, txn_handlers
 from pylog.serve.error_codes import ADMIN_ERRORS, answer
 from pylog.serve.protocol import SERVED
 
@@ -247,11 +247,11 @@ HANDLERS: dict[int, Callable[[Broker, Any, int], dict[str, Any]]] = {
     61: admin_records.describe_producers,  # DescribeProducers
     60: admin_cluster.describe_cluster,  # DescribeCluster
     35: admin_cluster.describe_log_dirs,  # DescribeLogDirs
-    22: txn_coordinator.init_producer_id,  # InitProducerId
-    24: txn_coordinator.add_partitions_to_txn,  # AddPartitionsToTxn
-    25: txn_coordinator.add_offsets_to_txn,  # AddOffsetsToTxn
-    26: txn_coordinator.end_txn,  # EndTxn
-    28: txn_coordinator.txn_offset_commit,  # TxnOffsetCommit
-    65: txn_coordinator.describe_transactions,  # DescribeTransactions
-    66: txn_coordinator.list_transactions,  # ListTransactions
+    22: txn_handlers.init_producer_id,  # InitProducerId
+    24: txn_handlers.add_partitions_to_txn,  # AddPartitionsToTxn
+    25: txn_handlers.add_offsets_to_txn,  # AddOffsetsToTxn
+    26: txn_handlers.end_txn,  # EndTxn
+    28: txn_handlers.txn_offset_commit,  # TxnOffsetCommit
+    65: txn_handlers.describe_transactions,  # DescribeTransactions
+    66: txn_handlers.list_transactions,  # ListTransactions
 }

@@ -38,7 +38,18 @@ import time
 from typing import Any
 
 from pylog.errors import InvalidArgumentError, MissingExtraError
-from pylog.serve import acl, acl_admin, authorized, broker_alter, configs, handlers, scram_admin, security, topic_ids
+from pylog.serve import (
+    acl,
+    acl_admin,
+    authorized,
+    broker_alter,
+    configs,
+    handlers,
+    scram_admin,
+    security,
+    topic_ids,
+    txn_handlers,
+)
 from pylog.serve.broker import Broker
 from pylog.serve.coordinator import API_KEYS as GROUP_KEYS
 from pylog.serve.coordinator import PEER, GroupCoordinator
@@ -730,13 +741,11 @@ class Server:
                                           lambda name: users.may(user, name, True))
             elif key == 18:
                 data = handlers.api_versions(broker, body, req.api_version)
-            elif key in (24, 25) and broker.txns is not None:  # charged to the client (txn_limits.py)
-                fn = broker.txns.add_partitions if key == 24 else broker.txns.add_offsets
-                data = await broker.admin(fn, body, self._client(user))
             elif key in (29, 30, 31, 50, 51):  # ACLs, SCRAM credentials (the users file)
                 data = await broker.admin(self._security_admin, key, body, user)
             elif key in handlers.HANDLERS:  # the admin APIs: in an admin thread, never on the loop
-                data = await broker.admin(handlers.HANDLERS[key], broker, body, req.api_version)
+                by = (self._client(user),) if key in txn_handlers.BY_CLIENT else ()  # (txn_limits.py)
+                data = await broker.admin(handlers.HANDLERS[key], broker, body, req.api_version, *by)
             else:  # the next step's APIs: every error code says UNSUPPORTED_VERSION
                 data = {}
             if key == 3:  # KIP-430's authorized operations, when asked for

@@ -48,7 +48,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -76,9 +75,7 @@ if TYPE_CHECKING:
     from pylog.serve.broker import Broker
     from pylog.serve.coordinator import GroupCoordinator
 
-__all__ = ["TxnCoordinator", "STATE_DIR", "SINK_PREFIX", "is_transactional", "init_producer_id",
-           "add_partitions_to_txn", "add_offsets_to_txn", "end_txn", "txn_offset_commit",
-           "describe_transactions", "list_transactions"]
+__all__ = ["TxnCoordinator", "STATE_DIR", "SINK_PREFIX", "is_transactional"]
 
 #: The directory under the root holding each transactional id's state.
 STATE_DIR = ".serve.txns"
@@ -150,15 +147,15 @@ class TxnCoordinator:
                     d = json.loads(f.read())
                 st = TxnState.from_json(d)
                 pylog_txn = d.get("pylog_txn")
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue  # a damaged state file: that id starts afresh
+            for client, n in st.held_by.items():  # counted (an end below releases them)
+                self.limits.count(client, n)
             committed = st.state == PREPARE_COMMIT and (last_batch_id(self.root, SINK_PREFIX + st.tid) or 0) >= st.seq
             if not committed and st.state in (ONGOING, PREPARE_COMMIT) and pylog_txn \
                     and self._restore(st, str(pylog_txn)):
                 # Ongoing: the producer continues it; PrepareCommit: start() commits it
                 keep.add(str(pylog_txn))
-                st.held = len(st.partitions) + len(st.groups) + len(st.offsets)
-                self.limits.count(st.owner, st.held)
                 self._txns[st.tid] = st
                 self._by_pid[st.pid] = st
                 continue
@@ -177,6 +174,11 @@ class TxnCoordinator:
                 self._complete(st, COMPLETE_ABORT)
             self._txns[st.tid] = st
             self._by_pid[st.pid] = st
+        while len(self._txns) > self.limits.max_ids:  # (the bound was lowered since)
+            victims = self.limits.evictable(self._txns.values(), time.time(), full=True)
+            if not victims:
+                break
+            self._forget(victims)
         try:  # staging no transaction refers to (a crash between its begin and the state's write)
             discard_tagged(self.root, TXN_TAG, keep)
         except (OSError, PylogError):
@@ -205,10 +207,12 @@ class TxnCoordinator:
         return slog
 
     def _clear(self, st: TxnState) -> None:
-        """Forget the open transaction's partitions, groups and offsets (its partitions
-        no longer charged to its owner)."""
-        self.limits.release(st.owner, st.held)
-        st.held = 0
+        """Forget the open transaction's partitions, groups and offsets (no longer charged
+        to the clients that added them)."""
+        for client, n in st.held_by.items():
+            self.limits.release(client, n)
+        st.held_by.clear()
+        st.refused = False
         st.partitions.clear()
         st.groups.clear()
         st.offsets.clear()
@@ -262,18 +266,24 @@ class TxnCoordinator:
                     if st.state == ONGOING and now - st.started > st.timeout_ms / 1000]
             for st in late:
                 await self.broker.admin(self._expire, st)
+            for st in [st for st in list(self._txns.values()) if st.state == PREPARE_COMMIT]:
+                await self.broker.admin(self._finish_prepared, st)  # one an I/O error stopped
 
-    def _finish_prepared(self, st: TxnState) -> None:
-        """Commit a transaction found in PrepareCommit at start (its EndTxn(commit) was
-        answered with nothing or not at all: as Kafka, a prepared commit completes)."""
+    def _finish_prepared(self, st: TxnState) -> int:
+        """Complete a transaction in PrepareCommit: found so at start (its EndTxn(commit)
+        was answered with nothing or not at all), or left so by an I/O error after its
+        PrepareCommit was written. As in Kafka, a prepared commit completes; 0 once it has,
+        else the error (it is tried again every half second)."""
         with st.lock:
-            if st.state == PREPARE_COMMIT and st.txn is not None:
-                try:
-                    self._commit(st, again=True)
-                except (OSError, PylogError):
-                    pass  # the pylog decision stands or not; the next start looks again
-                if self._loop is not None:
-                    self._loop.call_soon_threadsafe(self.broker.notify)
+            if st.state != PREPARE_COMMIT or st.txn is None:
+                return 0
+            try:
+                code = self._commit(st, again=True)
+            except (OSError, PylogError):
+                return E.kafka_storage_error  # the pylog decision stands or not: tried again
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self.broker.notify)
+            return code
 
     def _expire(self, st: TxnState) -> None:
         with st.lock:
@@ -283,9 +293,11 @@ class TxnCoordinator:
                 self._save(st)
 
     # -- InitProducerId -----------------------------------------------------------------------
-    def init_producer_id(self, req: Any) -> dict[str, Any]:
+    def init_producer_id(self, req: Any, client: str = "") -> dict[str, Any]:
         """InitProducerId with a transactional id: a new producer id, or the id's epoch
-        bumped (an open transaction of the id is aborted: the previous instance is fenced)."""
+        bumped (an open transaction of the id is aborted: the previous instance is fenced).
+        ``client``: who asks (:class:`~pylog.serve.txn_limits.TxnLimits`): a new id is kept
+        as that client's."""
         fail = {"producer_id": -1, "producer_epoch": -1}
         tid = req.transactional_id
         timeout = _ms(req.transaction_timeout)
@@ -296,12 +308,16 @@ class TxnCoordinator:
         with self._lock:
             st = self._txns.get(tid)
             if st is None:
-                if len(self._txns) >= self.limits.max_ids:  # the place of the id idle longest
+                if len(self._txns) >= self.limits.max_ids:  # an idle id of the biggest holder makes way
                     self._forget(self.limits.evictable(self._txns.values(), time.time(), full=True))
                     if len(self._txns) >= self.limits.max_ids:  # each has a transaction open
                         return {**fail, "error_code": E.concurrent_transactions}
                 try:
                     st = TxnState(tid, self.broker.producers.new_id(), 0, timeout)
+                    st.client = client
+                    # an id forgotten before: its transactions' numbers go on (a restart
+                    # judges a PrepareCommit by them)
+                    st.seq = last_batch_id(self.root, SINK_PREFIX + tid) or 0
                     self._save(st)
                 except OSError:
                     return {**fail, "error_code": E.kafka_storage_error}
@@ -314,8 +330,8 @@ class TxnCoordinator:
             if pid_given >= 0 and (pid_given, epoch_given) != (st.pid, st.epoch):
                 # KIP-360: only the current producer may bump its own epoch
                 return {**fail, "error_code": E.producer_fenced}
-            if st.state == PREPARE_COMMIT:  # being completed (a restart's): retriable
-                return {**fail, "error_code": E.concurrent_transactions}
+            if st.state == PREPARE_COMMIT and self._finish_prepared(st):  # completed first
+                return {**fail, "error_code": E.concurrent_transactions}  # retriable
             try:
                 if st.state == ONGOING:
                     self._abort(st)
@@ -380,12 +396,13 @@ class TxnCoordinator:
         """Open a transaction (Empty or completed) for the id, begun by ``owner``; its
         state is written later."""
         if st.state != ONGOING:
+            # external: no process holds it, so a restart's open keeps its staging
+            txn = Transaction(self.broker.store, txn_id=begin_external(self.root, TXN_TAG))
             self._clear(st)
             st.state = ONGOING
             st.started = time.time()
             st.owner = owner
-            # external: no process holds it, so a restart's open keeps its staging
-            st.txn = Transaction(self.broker.store, txn_id=begin_external(self.root, TXN_TAG))
+            st.txn = txn
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn --------------------------------------------------
     def add_partitions(self, req: Any, owner: str = "") -> dict[str, Any]:
@@ -411,18 +428,18 @@ class TxnCoordinator:
                     else:
                         ongoing = st.state == ONGOING
                         new = set(wanted) - st.partitions if ongoing else set(wanted)
-                        who = st.owner if ongoing else owner
-                        code = self.limits.take(who, st.held if ongoing else 0, len(new))
+                        code = self.limits.take(owner, st.held if ongoing else 0, len(new))
                         if code:
                             codes = dict.fromkeys(wanted, code)
+                            st.refused = True  # the client aborts: EndTxn(abort) answered 0
                         else:
                             try:
                                 self._begin(st, owner)
                             except (OSError, PylogError):
-                                self.limits.release(who, len(new))
+                                self.limits.release(owner, len(new))
                                 codes = dict.fromkeys(wanted, E.kafka_storage_error)
                             else:
-                                st.held += len(new)
+                                st.held_by[owner] += len(new)
                                 st.partitions |= new
                                 try:
                                     if new:
@@ -454,18 +471,20 @@ class TxnCoordinator:
         with st.lock:
             if self._txns.get(st.tid) is not st:  # forgotten meanwhile (idle)
                 return {"error_code": E.invalid_producer_id_mapping}
+            if st.state not in (EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT):
+                return {"error_code": E.concurrent_transactions}  # a commit being completed
             ongoing = st.state == ONGOING
             more = 0 if ongoing and req.group_id in st.groups else 1  # a group counts as a partition
-            who = st.owner if ongoing else owner
-            code = self.limits.take(who, st.held if ongoing else 0, more)
+            code = self.limits.take(owner, st.held if ongoing else 0, more)
             if code:
+                st.refused = True
                 return {"error_code": code}
             try:
                 self._begin(st, owner)
             except (OSError, PylogError):
-                self.limits.release(who, more)
+                self.limits.release(owner, more)
                 return {"error_code": E.kafka_storage_error}
-            st.held += more
+            st.held_by[owner] += more
             try:
                 if req.group_id not in st.groups:
                     st.groups.add(req.group_id)
@@ -486,21 +505,18 @@ class TxnCoordinator:
         _g, err = self.groups._check_member(req.group_id, member, generation)
         return int(err)
 
-    def txn_offset_commit(self, req: Any) -> dict[str, Any]:
-        """TxnOffsetCommit: offsets that the group gets when the transaction commits."""
+    def txn_offset_commit(self, req: Any, client: str = "") -> dict[str, Any]:
+        """TxnOffsetCommit: offsets that the group gets when the transaction commits
+        (``client``: who asks, charged for the offsets it adds)."""
         st, err = self._check(req.transactional_id, req.producer_id, req.producer_epoch)
         err = err or self._member_error(req)
         codes: dict[tuple[str, int], int] = {}
         if st is not None and not err:
             with st.lock:
-                new = {(req.group_id, t.name, p.partition_index) for t in req.topics for p in t.partitions}
-                more = len(new - st.offsets.keys())  # each offset held counts as a partition
                 if st.state != ONGOING or req.group_id not in st.groups:
                     err = E.invalid_txn_state  # (AddOffsetsToTxn first)
                 else:
-                    err = self.limits.take(st.owner, st.held, more)
-                if not err:
-                    st.held += more
+                    good: dict[tuple[str, str, int], tuple[int, int, str]] = {}
                     for t in req.topics:
                         for p in t.partitions:
                             code = self._partition_error(t.name, p.partition_index)
@@ -510,9 +526,16 @@ class TxnCoordinator:
                             if not code and len(meta) > 4096:
                                 code = E.offset_metadata_too_large
                             if not code:
-                                st.offsets[(req.group_id, t.name, p.partition_index)] = (
+                                good[(req.group_id, t.name, p.partition_index)] = (
                                     p.committed_offset, getattr(p, "committed_leader_epoch", -1), meta)
                             codes[(t.name, p.partition_index)] = code
+                    more = len(good.keys() - st.offsets.keys())  # each offset held counts as a partition
+                    refused = self.limits.take(client, st.held, more)
+                    if refused:
+                        codes = {k: c or refused for k, c in codes.items()}
+                    else:
+                        st.held_by[client] += more
+                        st.offsets.update(good)
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": p.partition_index, "error_code": codes.get((t.name, p.partition_index), err)}
             for p in t.partitions]} for t in req.topics]}
@@ -536,6 +559,8 @@ class TxnCoordinator:
         if st is not None and st.lost and commit is False and st.pid == req.producer_id \
                 and st.epoch == req.producer_epoch:
             with st.lock:  # aborted by the broker already: the abort the client asks for
+                if self._txns.get(tid) is not st:  # forgotten meanwhile (idle)
+                    return {"error_code": E.invalid_producer_id_mapping}
                 st.lost = False
                 try:
                     self._complete(st, COMPLETE_ABORT)
@@ -548,8 +573,12 @@ class TxnCoordinator:
         with st.lock:
             if st.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
                 return {"error_code": 0}  # a retry
-            if st.state == PREPARE_COMMIT:  # a restart's commit under way: retriable
-                return {"error_code": E.concurrent_transactions}
+            if st.state == PREPARE_COMMIT:  # a commit an I/O error or a restart left: completed now
+                code = self._finish_prepared(st)
+                return {"error_code": code if commit or code else E.invalid_txn_state}
+            if not commit and st.refused and st.state != ONGOING:
+                st.refused = False  # the abort of a transaction a bound refused to begin: nothing to do
+                return {"error_code": 0}
             if st.state != ONGOING:
                 return {"error_code": E.invalid_txn_state}
             try:
@@ -586,10 +615,15 @@ class TxnCoordinator:
                     self._staging(st, key, plog)
         except PylogError:
             return E.kafka_storage_error
-        if not again:  # (again: PrepareCommit written before a restart)
+        if not again:  # (again: PrepareCommit written before a restart, or an I/O error since)
             st.seq += 1
             st.state = PREPARE_COMMIT
-            self._save(st)  # with the offsets: a restart completes them
+            try:
+                self._save(st)  # with the offsets: a restart completes them
+            except OSError:
+                st.seq -= 1  # not prepared: the client's retry commits it
+                st.state = ONGOING
+                raise
         broker = self.broker
         gates = [broker._gate(k) for k in keys]
         entered = []
@@ -598,9 +632,10 @@ class TxnCoordinator:
             for g in gates:
                 g.enter(exclusive=True)
                 entered.append(g)
-            tx.set_sink(SINK_PREFIX + st.tid, st.seq)
             try:
-                tx.commit()
+                if tx.state == "open":  # (committed already: an I/O error came after)
+                    tx.set_sink(SINK_PREFIX + st.tid, st.seq)
+                    tx.commit()
             except (TransactionError, PylogError, OSError):
                 if tx.state != "committed":  # before the commit point: nothing shows
                     st.seq -= 1
@@ -702,74 +737,11 @@ class TxnCoordinator:
             del batches[:-_KEEP]
             return 0, -1, start
 
-    # -- DescribeTransactions, ListTransactions ----------------------------------------------
-    def describe(self, req: Any) -> dict[str, Any]:
-        """DescribeTransactions: each id's state, producer and partitions."""
-        out = []
-        for tid in req.transactional_ids:
-            st = self._txns.get(tid)
-            if st is None:
-                out.append({"error_code": E.transactional_id_not_found, "transactional_id": tid,
-                            "transaction_state": "", "transaction_start_time": _NO_TIME, "producer_id": -1,
-                            "producer_epoch": -1, "topics": []})
-                continue
-            by_topic: dict[str, list[int]] = {}
-            for t, p in sorted(st.partitions):
-                by_topic.setdefault(t, []).append(p)
-            out.append({"error_code": 0, "transactional_id": tid, "transaction_state": st.state,
-                        "transaction_timeout": st.timeout_ms,
-                        "transaction_start_time": datetime.datetime.fromtimestamp(st.started, datetime.timezone.utc)
-                        if st.state == ONGOING else _NO_TIME,
-                        "producer_id": st.pid, "producer_epoch": st.epoch,
-                        "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
-        return {"transaction_states": out}
+    # -- what DescribeTransactions and ListTransactions show (txn_handlers.py) ----------------
+    def known(self, tid: str) -> TxnState | None:
+        """The state of transactional id ``tid``, None if the broker does not know it."""
+        return self._txns.get(tid)
 
-    def list(self, req: Any) -> dict[str, Any]:
-        """ListTransactions: the ids, filtered by state, producer id and (v1) duration."""
-        known = {EMPTY, ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT, COMPLETE_ABORT, "PrepareAbort", "Dead",
-                 "PrepareEpochFence"}
-        states = set(req.state_filters)
-        pids = set(req.producer_id_filters)
-        longer = getattr(req, "duration_filter", -1)
-        now = time.time()
-        out = []
-        for st in list(self._txns.values()):
-            if states and st.state not in states or pids and st.pid not in pids:
-                continue
-            if longer >= 0 and not (st.state == ONGOING and (now - st.started) * 1000 >= longer):
-                continue
-            out.append({"transactional_id": st.tid, "producer_id": st.pid, "transaction_state": st.state})
-        return {"error_code": 0, "unknown_state_filters": sorted(states - known), "transaction_states": out}
-
-
-# ----------------------------------------------------------------------------------------
-# the handlers (:data:`pylog.serve.handlers.HANDLERS`): in the broker's admin threads
-def _txns(broker: Broker) -> TxnCoordinator:
-    txns = broker.txns
-    if txns is None:
-        raise RuntimeError("the broker has no transaction coordinator")
-    return txns  # type: ignore[no-any-return]
-
-
-def init_producer_id(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-    """InitProducerId: with a transactional id the coordinator's, else the idempotent one."""
-    if req.transactional_id is None or broker.txns is None:
-        return broker.producers.init_producer_id(req, version)
-    return _txns(broker).init_producer_id(req)
-
-
-def _forward(method: str, api: str) -> Callable[[Broker, Any, int], dict[str, Any]]:
-    """The handler of ``api``: the coordinator's ``method`` with the request."""
-    def handler(broker: Broker, req: Any, version: int) -> dict[str, Any]:
-        return getattr(_txns(broker), method)(req)  # type: ignore[no-any-return]
-    handler.__name__ = handler.__qualname__ = api
-    handler.__doc__ = f"{api}: :meth:`TxnCoordinator.{method}`."
-    return handler
-
-
-add_partitions_to_txn = _forward("add_partitions", "add_partitions_to_txn")
-add_offsets_to_txn = _forward("add_offsets", "add_offsets_to_txn")
-end_txn = _forward("end_txn", "end_txn")
-txn_offset_commit = _forward("txn_offset_commit", "txn_offset_commit")
-describe_transactions = _forward("describe", "describe_transactions")
-list_transactions = _forward("list", "list_transactions")
+    def states(self) -> list[TxnState]:
+        """The state of every transactional id known."""
+        return list(self._txns.values())

@@ -16,16 +16,17 @@ connections and partitions) or memory, so (docs/serve.md, "Limits and defaults")
   client retries until other transactions end, or its own times out); a transaction that
   alone would hold more than ``max_partitions_per_client`` can never fit and is answered
   POLICY_VIOLATION (44, an abortable error: the client aborts it).
-* **Transactional ids known** (``max_ids``): a new id past it takes the place of the id
-  idle longest with no transaction open (as though Kafka's
-  ``transactional.id.expiration.ms`` had passed for it: a zombie of that id is still
-  fenced, its producer id being unknown); when every known id has one open, the new id's
-  InitProducerId is answered CONCURRENT_TRANSACTIONS. Ids idle for ``id_expiration``
+* **Transactional ids known** (``max_ids``): a new id past it takes the place of an id
+  with no transaction open, of the client that made the most ids, the one idle longest
+  (as though Kafka's ``transactional.id.expiration.ms`` had passed for it: a zombie of
+  that id is still fenced, its producer id being unknown; the id's transaction numbers go
+  on from the store's sink if it comes back); when every known id has one open, the new
+  id's InitProducerId is answered CONCURRENT_TRANSACTIONS. Ids idle for ``id_expiration``
   seconds (Kafka's ``transactional.id.expiration.ms``, 7 days) are forgotten.
 
-The counts are kept under one lock; the coordinator charges a transaction's partitions
-to the client that began it (its *owner*, kept in the id's state file, so a restart
-counts a restored transaction again).
+The counts are kept under one lock; the coordinator charges what a transaction holds to
+the client that asked for it (kept in the id's state file, so a restart counts a
+restored transaction again).
 """
 from __future__ import annotations
 
@@ -109,12 +110,17 @@ class TxnLimits:
 
     def evictable(self, states: Iterable[Any], now: float, full: bool) -> list[Any]:
         """The ids to forget: those idle past ``id_expiration`` with no transaction open
-        and, when ``full`` (a new id wants a place), the longest idle of the others (one
-        lost to a restart or a timeout last: its client still has an abort to send).
-        ``states``: objects with ``open`` (a transaction open), ``lost`` and ``used``
-        (time of the last change)."""
+        and, when ``full`` (a new id wants a place), one idle id of the client that made
+        the most ids (so a client making ids by the thousand displaces its own, not other
+        clients'): the one idle longest, one lost to a restart or a timeout last (its
+        client still has an abort to send). ``states``: objects with ``client`` (who made
+        the id), ``open`` (a transaction open), ``lost`` and ``used`` (time of the last
+        change)."""
+        states = list(states)
         idle = [st for st in states if not st.open]
         out = [st for st in idle if now - st.used > self.id_expiration]
         if full and not out and idle:
-            out = [min(idle, key=lambda st: (st.lost, st.used))]
+            made = collections.Counter(st.client for st in states)
+            biggest = max(made[st.client] for st in idle)
+            out = [min((st for st in idle if made[st.client] == biggest), key=lambda st: (st.lost, st.used))]
         return out
