@@ -10,7 +10,7 @@ with free ports. Then, each in a driver process of its own:
 * ``jars``: a session on the cluster with the jar on ``spark.jars``: a batch read (same rows
   as the library) and a stream run twice on one checkpoint (records appended between: each
   record once);
-* ``addjar``: a session on the cluster, the jar added by SQL ``ADD JAR``, a batch read;
+* ``addjar``: a session on the cluster, the jar added by SQL ``ADD JAR``: the same read and stream;
 * ``connect``: a Spark Connect server (``sbin/start-connect-server.sh --wait``, master the
   cluster) and a client that ships the jar with ``addArtifacts``: a batch read and the
   stream restart.
@@ -146,7 +146,7 @@ def driver(kind: str, master: str, root: str, work: str, jar: str) -> None:
         if kind == "addjar":
             spark.sql(f"ADD JAR '{jar}'")
         ps.register(spark)
-        print(json.dumps({kind: check_session(spark, root, work, kind == "jars")}), flush=True)
+        print(json.dumps({kind: check_session(spark, root, work, True)}), flush=True)
     finally:
         spark.stop()
 
