@@ -123,17 +123,17 @@ final class SliceReader implements PartitionReader<InternalRow> {
         long[] hi = new long[lo.length];
         java.util.Arrays.fill(lo, Long.MAX_VALUE);
         java.util.Arrays.fill(hi, Long.MIN_VALUE);
-        while (nextFrame(false)) {
-            count++;
-            long[] v = new long[lo.length];
-            v[OFFSET] = f.offset;
-            v[TIMESTAMP] = f.timestamp * 1000;
-            v[PARTITION] = slice.partition;
-            for (int c : new int[] {OFFSET, TIMESTAMP, PARTITION}) {
-                lo[c] = Math.min(lo[c], v[c]);
-                hi[c] = Math.max(hi[c], v[c]);
-            }
+        long loTs = Long.MAX_VALUE;
+        long hiTs = Long.MIN_VALUE;
+        while (nextFrame(false)) {  // offsets increase along a slice: the first and the last
+            if (count++ == 0) lo[OFFSET] = f.offset;
+            hi[OFFSET] = f.offset;
+            loTs = Math.min(loTs, f.timestamp);
+            hiTs = Math.max(hiTs, f.timestamp);
         }
+        lo[TIMESTAMP] = loTs * 1000;
+        hi[TIMESTAMP] = hiTs * 1000;
+        lo[PARTITION] = hi[PARTITION] = slice.partition;
         UnsafeRowWriter w = new UnsafeRowWriter(aggregates.length, 0);
         w.reset();
         w.zeroOutNullBytes();
