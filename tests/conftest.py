@@ -104,6 +104,43 @@ def run_py(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
                           text=True, timeout=timeout, env=py_env())
 
 
+def commit_killed_mid_apply(root: str, topic: str) -> subprocess.CompletedProcess:
+    """A store transaction (3 records into partition 0 of ``topic``, 4 into partition 1)
+    committed by a child process killed (exit status 9) once partition 0 is applied and
+    two stray records were flushed into partition 1: decided, never published."""
+    return run_py("""
+        import os, sys, pylog
+        from pylog import transactions as T
+        real = T._apply
+        def _apply(log, d, e):
+            if e["partition"] == 1:
+                log.append_batch([b"torn"] * 2); log.flush(); os._exit(9)
+            real(log, d, e)
+        T._apply = _apply
+        with pylog.LogStore(sys.argv[1]) as s, s.transaction() as tx:
+            tx.append_batch(sys.argv[2], [b"c0"] * 3, partition=0)
+            tx.append_batch(sys.argv[2], [b"c1"] * 4, partition=1)
+    """, str(root), topic)
+
+
+def record_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths this process fsyncs or fdatasyncs through :mod:`pylog.vfs` from now on
+    (the list fills as they happen)."""
+    from pylog import vfs
+
+    synced: list[str] = []
+
+    def watch(real):  # type: ignore[no-untyped-def]
+        def sync(fd: int) -> None:
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real(fd)
+        return sync
+
+    monkeypatch.setattr(vfs, "fsync", watch(vfs.fsync))
+    monkeypatch.setattr(vfs, "fdatasync", watch(vfs.fdatasync))
+    return synced
+
+
 def store_files(path: str) -> list[str]:
     """The store files (``*.log``) of the log at ``path``, in offset order, as paths."""
     from pylog import format as fmt

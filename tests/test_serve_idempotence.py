@@ -7,7 +7,6 @@ and restarted, ends with every record exactly once.
 """
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import struct
@@ -19,6 +18,7 @@ import pytest
 pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 
+from conftest import record_syncs  # noqa: E402
 from serve_util import (  # noqa: E402
     BrokerProcess,
     batch,
@@ -215,18 +215,7 @@ def test_state_entry_fsynced_with_the_records_before_the_answer(tmp_path, monkey
     broker = Broker(root, port=0)
     try:
         broker.store.create_topic("d", partitions=1, config=pylog.LogConfig(fsync=policy))
-        synced: list[str] = []
-
-        def watch(real):  # type: ignore[no-untyped-def]
-            def sync(fd: int) -> None:
-                synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-                real(fd)
-            return sync
-
-        from pylog import vfs
-
-        monkeypatch.setattr(vfs, "fsync", watch(vfs.fsync))
-        monkeypatch.setattr(vfs, "fdatasync", watch(vfs.fdatasync))
+        synced = record_syncs(monkeypatch)
         err, base, _ = broker._append_checked("d", 0, _idem([b"a", b"b"], 1000, 0, 0))
         assert (err, base) == (0, 0)
         state = [p for p in synced if p.endswith("partition-0.producers")]

@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("kio")
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from conftest import LONG, ROOT, py_env  # noqa: E402
+from conftest import LONG, ROOT, py_env, record_syncs  # noqa: E402
 from history import History, check, read_log  # noqa: E402
 from serve_util import BrokerProcess, batch, call, connect, frame, wait_for  # noqa: E402
 
@@ -468,7 +468,6 @@ def test_staged_records_synced_before_the_answer(tmp_path, monkeypatch, policy):
     interval they are not fsynced per batch (written out to the OS, as a plain Produce)."""
     from types import SimpleNamespace as NS
 
-    from pylog import vfs
     from pylog.serve.broker import Broker
     from pylog.serve.txn_coordinator import TxnCoordinator
 
@@ -482,16 +481,7 @@ def test_staged_records_synced_before_the_answer(tmp_path, monkeypatch, policy):
         txns.add_partitions(NS(v3_and_below_topics=[NS(name="d", partitions=[0])],
                                v3_and_below_transactional_id="t", v3_and_below_producer_id=pid,
                                v3_and_below_producer_epoch=0))
-        synced: list[str] = []
-
-        def watch(real):  # type: ignore[no-untyped-def]
-            def sync(fd: int) -> None:
-                synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-                real(fd)
-            return sync
-
-        monkeypatch.setattr(vfs, "fsync", watch(vfs.fsync))
-        monkeypatch.setattr(vfs, "fdatasync", watch(vfs.fdatasync))
+        synced = record_syncs(monkeypatch)
         assert broker._append_checked("d", 0, _txn_batch([b"a"], pid, 0, 0))[0] == 0
         txn_dir = txns._txns["t"].txn.dir
         staging = os.path.join(txn_dir, "local", "d", "0")

@@ -12,10 +12,9 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
-from conftest import py_env
+from conftest import commit_killed_mid_apply
 
 import pylog
 import pylog.transactions
@@ -210,19 +209,7 @@ def test_crashed_commit_is_hidden_from_spark_and_rolled_forward(spark, tmp_path)
     to partition 0: the transaction is not published), and the next write's store open rolls
     the transaction forward."""
     make_topic(tmp_path, "j", partitions=2, records=5)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
-        import os, sys, pylog
-        from pylog import transactions as T
-        real = T._apply
-        def _apply(log, d, e):
-            if e["partition"] == 1:
-                log.append_batch([b"torn"] * 2); log.flush(); os._exit(9)
-            real(log, d, e)
-        T._apply = _apply
-        with pylog.LogStore(sys.argv[1]) as s, s.transaction() as tx:
-            tx.append_batch("j", [b"c0"] * 3, partition=0)
-            tx.append_batch("j", [b"c1"] * 4, partition=1)
-    """), str(tmp_path)], capture_output=True, text=True, env=py_env())
+    out = commit_killed_mid_apply(str(tmp_path), "j")
     assert out.returncode == 9, out.stderr
     # partition 0 was applied in full, partition 1 is behind its marker: both stop at their
     # markers until the transaction is published (it used to show in partition 0 alone)

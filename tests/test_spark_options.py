@@ -15,7 +15,7 @@ import sys
 import urllib.request
 
 import pytest
-from conftest import py_env
+from conftest import commit_killed_mid_apply, py_env
 
 import pylog
 
@@ -408,19 +408,7 @@ def test_real_loss_still_fails_and_transactions_raise_no_alarm(spark, tmp_path):
     # a transaction committed by a process killed while it applied: readers stop at its
     # marker (no alarm, no part of it), and see all of it once a writer rolls it forward
     make_topic(tmp_path, "x", partitions=2, records=5)
-    out = subprocess.run([sys.executable, "-c", """if True:
-        import os, sys, pylog
-        from pylog import transactions as T
-        real = T._apply
-        def _apply(log, d, e):
-            if e["partition"] == 1:
-                log.append_batch([b"torn"] * 2); log.flush(); os._exit(9)
-            real(log, d, e)
-        T._apply = _apply
-        with pylog.LogStore(sys.argv[1]) as s, s.transaction() as tx:
-            tx.append_batch("x", [b"c0"] * 3, partition=0)
-            tx.append_batch("x", [b"c1"] * 4, partition=1)
-    """, str(tmp_path)], capture_output=True, text=True, env=py_env())
+    out = commit_killed_mid_apply(str(tmp_path), "x")
     assert out.returncode == 9, out.stderr
     df = reader(spark, tmp_path, topic="x", failOnDataLoss="true").load()
     assert len(offsets(df)) == 10

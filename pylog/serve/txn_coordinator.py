@@ -262,12 +262,11 @@ class TxnCoordinator:
                 looked = time.monotonic()  # ids idle past their expiration (every minute at most)
                 await self.broker.admin(self._expire_ids)
             now = time.time()
-            late = [st for st in list(self._txns.values())
-                    if st.state == ONGOING and now - st.started > st.timeout_ms / 1000]
-            for st in late:
-                await self.broker.admin(self._expire, st)
-            for st in [st for st in list(self._txns.values()) if st.state == PREPARE_COMMIT]:
-                await self.broker.admin(self._finish_prepared, st)  # one an I/O error stopped
+            for st in list(self._txns.values()):
+                if st.state == ONGOING and now - st.started > st.timeout_ms / 1000:
+                    await self.broker.admin(self._expire, st)
+                elif st.state == PREPARE_COMMIT:  # one an I/O error stopped
+                    await self.broker.admin(self._finish_prepared, st)
 
     def _finish_prepared(self, st: TxnState) -> int:
         """Complete a transaction in PrepareCommit: found so at start (its EndTxn(commit)

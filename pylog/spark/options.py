@@ -224,15 +224,21 @@ def _pattern_opt(options: Mapping[str, str]) -> re.Pattern[str] | None:
         raise _err("subscribepattern", f"not a regular expression: {raw!r} ({e})") from None
 
 
+def _json(raw: object) -> Any:
+    """An option's value parsed as JSON, None when it is not JSON (the caller's error names
+    the option and what it expects)."""
+    try:
+        return json.loads(str(raw))
+    except ValueError:
+        return None
+
+
 def _assign_opt(options: Mapping[str, str]) -> dict[str, list[int]] | None:
     """``assign``'s ``{topic: [partition, ...]}`` (sorted), or None."""
     raw = options.get("assign")
     if raw is None:
         return None
-    try:
-        data = json.loads(str(raw))
-    except ValueError:
-        data = None
+    data = _json(raw)
     if not isinstance(data, dict) or not data:
         raise _err("assign", f"expected JSON like {{\"topic\": [0, 1]}}, got {raw!r}")
     out: dict[str, list[int]] = {}
@@ -250,10 +256,7 @@ def _timestamps_spec(options: Mapping[str, str], name: str) -> dict[str, dict[in
     raw = options.get(name)
     if raw is None:
         return None
-    try:
-        data = json.loads(str(raw))
-    except ValueError:
-        data = None
+    data = _json(raw)
     if not isinstance(data, dict):
         raise _err(name, f"expected JSON like {{\"topic\": {{\"0\": 1732190000000}}}}, got {raw!r}")
     return _partition_map(name, data, "timestamp", 0, "(ms)")

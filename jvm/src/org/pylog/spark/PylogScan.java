@@ -24,8 +24,11 @@ final class PylogScan implements Scan, Batch, SupportsReportStatistics {
     private final int[] aggregates;
     private final int[] aggregateColumns;
 
+    /** {@code plan}: the plan made already (with its row count in {@code rows}), or null. */
     PylogScan(Options options, CaseInsensitiveStringMap raw, Pushed pushed, StructType schema, int[] aggregates,
-              int[] aggregateColumns) {
+              int[] aggregateColumns, List<Slice> plan, long rows) {
+        this.plan = plan;
+        this.rows[0] = rows;
         this.aggregates = aggregates;
         this.aggregateColumns = aggregateColumns;
         this.options = options;
@@ -55,11 +58,9 @@ final class PylogScan implements Scan, Batch, SupportsReportStatistics {
     }
 
     private synchronized List<Slice> plan() {
-        if (plan == null) {
-            plan = Planner.batch(options, pushed, rows);
-            if (aggregates != null && plan.isEmpty()) {  // one row of partial aggregates (a count of 0)
-                plan = List.of(new Slice("", 0, "", 0, 0, 0, 0, false, 0, false));
-            }
+        if (plan == null) plan = Planner.batch(options, pushed, rows);
+        if (aggregates != null && plan.isEmpty()) {  // one row of partial aggregates (a count of 0)
+            plan = List.of(new Slice("", 0, "", 0, 0, 0, 0, false, 0, false));
         }
         return plan;
     }

@@ -126,6 +126,6 @@ final class PylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCol
         if (complete && aggregates != null) {
             return new DriverAggregate(plan, schema, pushed.micros, aggregates, aggregateColumns);
         }
-        return new PylogScan(options, raw, pushed, schema, aggregates, aggregateColumns);
+        return new PylogScan(options, raw, pushed, schema, aggregates, aggregateColumns, plan, rows[0]);  // (one plan)
     }
 }
