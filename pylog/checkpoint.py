@@ -99,7 +99,11 @@ def write_truncate_point(dirpath: str, offset: int) -> None:
 def read_truncate_point(dirpath: str) -> int | None:
     """The offset of an interrupted truncate; None when there is none. A damaged file is
     one the crash cut before its rename committed it, so it counts as none."""
-    data = _read(os.path.join(dirpath, fmt.TRUNCATE_FILE))
+    return truncate_point_of(_read(os.path.join(dirpath, fmt.TRUNCATE_FILE)))
+
+
+def truncate_point_of(data: bytes | None) -> int | None:
+    """The offset in ``truncate-point`` bytes ``data`` (None: no file, or a damaged one)."""
     fields = _open(data, _CKP, TRP_MAGIC, _CKP_VERSION) if data is not None else None
     return fields[4] if fields else None
 

@@ -103,6 +103,36 @@ def visibility_token(txn_dir: str) -> tuple[bytes, bool] | None:
     return data, pending
 
 
+def _raw(path: str) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        return os.read(fd, 64)
+    finally:
+        os.close(fd)
+
+
+def truncate_state(dirpath: str) -> tuple[bytes | None, bytes | None]:
+    """Partition ``dirpath``'s truncate state, as a reader in another process compares it
+    before and after it looks (with :func:`visibility_token`): the bytes of its
+    ``truncate-point`` (there while a truncate is under way: written before the truncate
+    changes any file, removed last) and of its ``recovery-point`` (a truncate into a
+    sealed segment moves it down to that segment). So two equal reads enclose no part of
+    such a truncate, and while one is under way readers stop at its offset
+    (:func:`truncate_cap`): what it drops never shows, even when recovery cuts a write
+    unit a roll split (the first records, in a sealed segment, read as durable)."""
+    return (_raw(os.path.join(dirpath, fmt.TRUNCATE_FILE)),
+            _raw(os.path.join(dirpath, fmt.CHECKPOINT_FILE)))
+
+
+def truncate_cap(state: tuple[bytes | None, bytes | None]) -> int | None:
+    """Where reads stop while the truncate ``state`` (:func:`truncate_state`) names is
+    under way, else None."""
+    return checkpoint.truncate_point_of(state[0])
+
+
 def _lower(a: int | None, b: int | None) -> int | None:
     """The lower of two read caps (None: no cap)."""
     return b if a is None else a if b is None else min(a, b)
@@ -340,9 +370,12 @@ class LogLoading(LogState):
         if clean is None:
             checkpoint.write_recovery_point(self.path, active.base_offset)
             # what recovery kept may still be only in the page cache (a killed process's
-            # writes): synced, it is the durable point the next recovery starts from
+            # writes): synced, it is the durable point the next recovery starts from. A
+            # write unit a roll split, which _finish_truncate cuts next, stays named: until
+            # the cut, readers elsewhere stop at its start (and a crash cuts it again)
             active.sync()
-            checkpoint.write_durable_point(self.path, active.base_offset, active.next_offset, sync=True)
+            checkpoint.write_durable_point(self.path, active.base_offset, active.next_offset, sync=True,
+                                           open_unit=self._unit_cut)
 
     def _set_aside_after_gap(self, bases: list[int]) -> list[int]:
         """Backstop of an unclean open: where a segment's records end before the next
@@ -486,16 +519,27 @@ class LogLoading(LogState):
         ]
         self._sealed_bases = [s.base_offset for s in self._sealed]
         txn_dir = txn_dir_of(self.path)
-        token = visibility_token(txn_dir)
+        token = self._token(txn_dir)
         self._active = TailSegment(self.path, bases[-1], cfg)  # type: ignore[assignment]  # read-only: a TailSegment (LogState._active)
         if refresh_hook is not None:
             refresh_hook(self)
-        self._cap = _lower(visible_cap(self.path, txn_dir), self._split_unit_cap())  # after the tail: see refresh()
+        self._cap = self._caps(txn_dir, token)  # after the tail: see refresh()
         self._vis = None
-        if visibility_token(txn_dir) != token:
-            self._refresh(txn_dir)  # a transaction finished meanwhile: look again
+        if self._token(txn_dir) != token:
+            self._refresh(txn_dir)  # a transaction or a truncate finished meanwhile: look again
         else:
             self._vis = (token, txn_dir)
+
+    def _token(self, txn_dir: str) -> tuple[Any, ...]:
+        """What a read-only log compares before and after it looks at the files: the
+        store's :func:`visibility_token` and this partition's :func:`truncate_state`."""
+        return visibility_token(txn_dir), truncate_state(self.path)
+
+    def _caps(self, txn_dir: str, token: tuple[Any, ...]) -> int | None:
+        """Where reads stop after a look at the files (sound between two equal tokens):
+        the start of a transaction being applied, of a write unit a roll split, of a
+        truncate under way; None when nothing caps them."""
+        return _lower(_lower(visible_cap(self.path, txn_dir), self._split_unit_cap()), truncate_cap(token[1]))
 
     def refresh(self) -> None:
         """Read-only logs: pick up the writer's new records, segments and deletions.
@@ -510,9 +554,10 @@ class LogLoading(LogState):
         self._refresh(txn_dir_of(self.path) if vis is None else vis[1])
 
     def _refresh(self, txn_dir: str) -> None:
-        """:meth:`refresh`, seqlock style: the walk and the marker's look are done again
-        while the store's :func:`visibility_token` changes across them (a transaction
-        finished meanwhile: the walk may hold part of it, and its marker may be gone)."""
+        """:meth:`refresh`, seqlock style: the walk and the caps' look are done again while
+        :meth:`_token` changes across them (a transaction finished meanwhile: the walk may
+        hold part of it, and its marker may be gone; or a truncate began or ended: the walk
+        may hold what it drops, and its point may be gone)."""
         with self._lock:
             # other threads read without the lock: until the new cap is known they see no
             # further than before (the walk may show part of a transaction)
@@ -520,7 +565,7 @@ class LogLoading(LogState):
             self._vis = None  # until this refresh succeeds
             self._cap = self.stable_offset
         for attempt in itertools.count():
-            token = visibility_token(txn_dir)
+            token = self._token(txn_dir)
             with self._lock:
                 tail = self._active
                 before = (tail.app, tail.next_offset, self._sealed_bases)
@@ -534,8 +579,8 @@ class LogLoading(LogState):
                     return
                 if refresh_hook is not None:
                     refresh_hook(self)
-                cap = _lower(visible_cap(self.path, txn_dir), self._split_unit_cap())
-                if visibility_token(txn_dir) == token:
+                cap = self._caps(txn_dir, token)
+                if self._token(txn_dir) == token:
                     self._cap, self._vis = cap, (token, txn_dir)
                     return
             if attempt >= 3:

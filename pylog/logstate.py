@@ -10,7 +10,7 @@ exists at run time but an empty base class.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import threading
@@ -82,7 +82,7 @@ class LogState:
 
     # transactions and truncation
     _cap: int | None  # the last stable offset while a transaction applies
-    _vis: tuple[tuple[bytes, bool] | None, str] | None  # read-only: the visibility state of the last look, the txn dir
+    _vis: tuple[tuple[Any, ...], str] | None  # read-only: the token of the last look (loader._token), the txn dir
     _cut_hint: dict[int, int]  # truncate_at_damage: offset -> where to cut
     # the log start offset delete_records set (the log-start-offset file; 0: none): no offset
     # below it is served (start_offset is the larger of it and the first segment's base)

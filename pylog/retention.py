@@ -91,12 +91,14 @@ class LogRetention(LogState):
                 # the records kept are durable, and recovery must keep them all: a batch the
                 # cut splits would otherwise look unfinished past a lagging durable point
                 active.sync()
-                base = active.base_offset if tseg is None else tseg.base_offset
-                checkpoint.write_durable_point(self.path, base, offset, sync=True)
                 # From here a crash leaves the truncate to finish at the next open (the
                 # point is durable before any file changes), and a failure leaves the log
-                # fenced, its view matching the files (_match_files).
+                # fenced, its view matching the files (_match_files). Written first: from
+                # now on readers in other processes stop at it (pylog.loader), before the
+                # mark below stops saying what a roll left unfinished.
                 checkpoint.write_truncate_point(self.path, offset)
+                base = active.base_offset if tseg is None else tseg.base_offset
+                checkpoint.write_durable_point(self.path, base, offset, sync=True)
             except OSError as e:
                 self._truncate_failed(e, None, 0, [])
                 raise

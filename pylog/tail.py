@@ -120,10 +120,17 @@ class TailSegment(_Reader):
 
     def _durable(self) -> int:
         """Every offset of this segment below it is known durable (the recovery point, the
-        ``durable-point`` mark about this segment)."""
+        ``durable-point`` mark about this segment), and shown even where its last write
+        unit does not end here. Not past the start of a write unit the writer's roll from
+        this segment split (the mark names it: the rest may never be written, and
+        recovery then cuts it all), nor past a truncate under way."""
         rp = checkpoint.read_recovery_point(self.dir) or 0
         mark = checkpoint.read_durable_point(self.dir)
-        return max(rp, mark[1] if mark is not None and mark[0] == self.base_offset else 0)
+        d = max(rp, mark[1] if mark is not None and mark[0] == self.base_offset else 0)
+        if mark is not None and mark[2] is not None and mark[0] > self.base_offset:
+            d = min(d, mark[2])
+        t = checkpoint.read_truncate_point(self.dir)
+        return d if t is None else min(d, t)
 
     def first_timestamp(self) -> int | None:
         if self.app.index_count == 0:

@@ -584,3 +584,113 @@ def test_a_reader_sees_no_part_of_a_batch_split_by_a_roll(tmp_path, monkeypatch,
         assert [r.offset for r in fresh.scan()] == list(range(first + 100))
     follower.close()
     log.close()
+
+
+
+def _killed_with_a_split_batch(path: str, policy: str) -> None:
+    """A writer process killed after a roll sealed the first records of a batch, the rest
+    still in its write buffer: the batch returned (under "interval" or "never", not
+    flushed), offsets 0..4 flushed before it; segment 0 holds 0..28, segment 29 is empty."""
+    script = f"""
+import os, signal, pylog
+log = pylog.Log({path!r}, segment_bytes=4096, fsync={policy!r}, flush_messages=10**9, flush_ms=10**9)
+if log.next_offset == 0:
+    log.append_batch([b"a" * 100] * 5)
+    log.flush()
+first = log.append_batch([b"b" * 100] * 34)  # 5 + 34 frames of 128 B: one roll, 5 records after it
+assert len(log.segments()) == 2, log.segments()
+print(first, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    p = subprocess.run([sys.executable, "-c", script], env=py_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == -9, p.stderr
+    assert int(p.stdout.strip()) == 5
+    assert len(stores(path)) == 2 and os.path.getsize(stores(path)[1]) == fmt.FILE_HEADER_SIZE
+    assert len(frames(stores(path)[0])) > 5  # the batch's first records are in the sealed segment
+
+
+@pytest.mark.parametrize("policy", ["interval", "never"])
+def test_readers_see_no_part_of_a_split_batch_while_recovery_cuts_it(tmp_path, monkeypatch, policy):
+    """The next writer's open cuts the whole batch a killed writer's roll split: a truncate
+    into the sealed segment. A read-only reader that refreshes at every step of that open,
+    and one opened fresh at each, show none of the batch: until the truncate the split mark
+    caps them, during it the truncate point does. (Found by the store model test: a
+    consumer in another process read a killed producer's split batch during the next
+    writer's open, whose records then went to other offsets.)"""
+    from pylog import fileutil
+    from pylog.retention import LogRetention
+
+    path = str(tmp_path / "log")
+    _killed_with_a_split_batch(path, policy)
+    follower = pylog.Log(path, readonly=True)
+    assert [r.offset for r in follower.scan()] == list(range(5))
+    seen: list[tuple[str, list[int], list[int]]] = []
+
+    def look(step: str) -> None:
+        follower.refresh()
+        with pylog.Log(path, readonly=True) as fresh:
+            seen.append((step, [r.offset for r in follower.scan()], [r.offset for r in fresh.scan()]))
+
+    def after(mod, name):  # type: ignore[no-untyped-def]
+        real = getattr(mod, name)
+
+        def hooked(*a, **k):  # type: ignore[no-untyped-def]
+            out = real(*a, **k)
+            look(name)
+            return out
+        monkeypatch.setattr(mod, name, hooked)
+
+    for name in ("write_truncate_point", "write_durable_point", "write_recovery_point", "clear_truncate_point"):
+        after(checkpoint, name)
+    after(fileutil, "shrink_file")
+    after(LogRetention, "_delete_files")
+    w = pylog.Log(path, fsync=policy)
+    monkeypatch.undo()
+    steps = [s for s, _, _ in seen]
+    assert {"write_truncate_point", "_delete_files", "shrink_file", "clear_truncate_point"} <= set(steps), steps
+    bad = [(s, a[-3:], b[-3:]) for s, a, b in seen if a != list(range(5)) or b != list(range(5))]
+    assert not bad, bad
+    assert w.next_offset == 5 and w.recovery_report == [] and w.truncated_bytes > 0
+    w.append_batch([b"c" * 100] * 3)
+    w.flush()
+    follower.refresh()
+    assert [bytes(r.value)[:1] for r in follower.scan()] == [b"a"] * 5 + [b"c"] * 3
+    follower.close()
+    w.close()
+
+
+def test_a_recovery_cut_whole_between_a_readers_walk_and_its_look_is_seen(tmp_path, monkeypatch):
+    """The same cut, done whole while a reader is between its walk of the files and its look
+    at what caps reads (pylog.loader.refresh_hook): the reader's walk holds the sealed
+    segment as it was, and the marks it then reads no longer name the batch. It sees that
+    the partition's truncate state changed across its look and looks again: the batch
+    never shows."""
+    from pylog import loader
+
+    path = str(tmp_path / "log")
+    with pylog.Log(path, segment_bytes=4096) as log:
+        log.append_batch([b"a" * 100] * 5)
+    follower = pylog.Log(path, readonly=True)  # a reader that follows, and one opened fresh
+    assert [r.offset for r in follower.scan()] == list(range(5))
+    _killed_with_a_split_batch(path, "never")
+    for reader in ("follower", "fresh"):
+        opened: list[pylog.Log] = []
+
+        def hook(log, opened=opened):  # type: ignore[no-untyped-def]
+            if not opened:
+                opened.append(pylog.Log(path))  # recovery: the whole truncate, here
+
+        monkeypatch.setattr(loader, "refresh_hook", hook)
+        if reader == "follower":
+            follower.refresh()
+            r = follower
+        else:
+            _killed_with_a_split_batch(path, "never")
+            r = pylog.Log(path, readonly=True)
+        monkeypatch.undo()
+        assert opened and opened[0].next_offset == 5 and opened[0].truncated_bytes > 0, reader
+        # as the look left it (a read refreshes again when it finds records gone)
+        assert (r.next_offset, r.stable_offset) == (5, 5), reader
+        assert [x.offset for x in r.scan()] == list(range(5)), reader
+        opened[0].close()
+        r.close()
