@@ -456,9 +456,13 @@ class Transaction:
         done = None
         try:
             try:
-                for log, entry in logs:
-                    _apply(log, self.dir, entry)
-                    self.offsets[(entry["topic"], entry["partition"])] = entry["start"]
+                with _Syncs() as syncs:
+                    for log, entry in logs:
+                        # each partition's fdatasync runs while the next one is applied
+                        _apply(log, self.dir, entry, syncs)
+                        self.offsets[(entry["topic"], entry["partition"])] = entry["start"]
+                for log, _entry in logs:
+                    log.flush()  # its data synced already: this marks it durable
                 _record_sinks(self.root, self._sinks)
                 done = _publish(self.dir)  # the transaction shows, everywhere at once
             except BaseException as e:
@@ -704,11 +708,54 @@ def _staged_records(txn_dir: str, staged: list[tuple[str, int]]) -> Iterator[col
 apply_hook: Any = None
 
 
-def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
+class _Syncs:
+    """fdatasyncs of applied partitions' active stores, on worker threads (the GIL is let go
+    in the call), so the disk writes one partition's records while the next is applied.
+    Leaving the block waits for them all and raises the first failure: an error an
+    fdatasync reports is reported once per open file, and the descriptor synced here
+    shares its open file with the log's, so the log's own later fdatasync may not see it.
+    The caller then fails the apply as a failed flush would."""
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+        self._futures: list[Any] = []
+
+    def __enter__(self) -> _Syncs:
+        return self
+
+    def start(self, log: Log) -> None:
+        """Begin syncing what ``log`` (its lock held, its records written out) holds now."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        fd = os.dup(log._active.store_fd)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pylog-txn-sync")
+        self._futures.append(self._pool.submit(_sync_and_close, fd, log._active.store_path))
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self._pool is None:
+            return
+        self._pool.shutdown(wait=True)
+        if exc_type is None:  # (else the apply's own failure is the one raised)
+            for f in self._futures:
+                f.result()  # raises the first failure
+
+
+def _sync_and_close(fd: int, path: str) -> None:
+    try:
+        vfs.fdatasync(fd)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, path) from None
+    finally:
+        os.close(fd)
+
+
+def _apply(log: Log, txn_dir: str, entry: dict[str, Any], syncs: _Syncs | None = None) -> None:
     """Append a decided transaction's staged records to ``log`` at ``entry["start"]``
-    (cutting back whatever a torn earlier apply left after it) and make them durable. The
-    partition's marker stays (the caller removes it once the transaction is published).
-    The caller holds ``log._lock``."""
+    (cutting back whatever a torn earlier apply left after it) and make them durable; with
+    ``syncs``, write them out and begin their fdatasync there instead (the caller flushes
+    the log once it is done). The partition's marker stays (the caller removes it once the
+    transaction is published). The caller holds ``log._lock``."""
     start = int(entry["start"])
     with log._lock:
         try:
@@ -731,7 +778,11 @@ def _apply(log: Log, txn_dir: str, entry: dict[str, Any]) -> None:
                 log.append_batch(values, keys, ts, metadata)
                 if apply_hook is not None:
                     apply_hook(log, entry, log.next_offset - start)
-            log.flush()
+            if syncs is None:
+                log.flush()
+            else:
+                log.write_out()
+                syncs.start(log)
         except BaseException as e:
             fence_unfinished(log, os.path.basename(txn_dir), e)
             raise

@@ -112,10 +112,10 @@ def commit_killed_mid_apply(root: str, topic: str) -> subprocess.CompletedProces
         import os, sys, pylog
         from pylog import transactions as T
         real = T._apply
-        def _apply(log, d, e):
+        def _apply(log, d, e, *more):
             if e["partition"] == 1:
                 log.append_batch([b"torn"] * 2); log.flush(); os._exit(9)
-            real(log, d, e)
+            real(log, d, e, *more)
         T._apply = _apply
         with pylog.LogStore(sys.argv[1]) as s, s.transaction() as tx:
             tx.append_batch(sys.argv[2], [b"c0"] * 3, partition=0)

@@ -120,13 +120,13 @@ def test_reader_in_another_process_stops_at_the_stable_offset(tmp_path, monkeypa
     reached, go = threading.Event(), threading.Event()
     real = transactions._apply
 
-    def paused(lg, txn_dir, entry):
+    def paused(lg, txn_dir, entry, *more):
         lg.append_batch([b"half-1", b"half-2"])  # as a torn apply would leave them
         lg.flush()  # in the file, where other processes could read them
         reached.set()
         go.wait(30)
         lg.truncate(entry["start"])
-        real(lg, txn_dir, entry)
+        real(lg, txn_dir, entry, *more)
 
     monkeypatch.setattr(transactions, "_apply", paused)
     tx = s.transaction()
@@ -292,10 +292,10 @@ def test_a_writer_log_open_rolls_a_decided_apply_forward(tmp_path):
     _setup(root)
     code = _CHILD.replace("import sys, pylog", "import sys, os, pylog\nfrom pylog import transactions as T\n"
                           "real = T._apply\n"
-                          "def _apply(log, d, e):\n"
+                          "def _apply(log, d, e, *more):\n"
                           "    if e['topic'] == 'a' and e['partition'] == 1:\n"
                           "        log.append_batch([b'torn'] * 3); log.flush(); os._exit(9)\n"
-                          "    real(log, d, e)\n"
+                          "    real(log, d, e, *more)\n"
                           "T._apply = _apply")
     p = run_py(code, str(root))
     assert p.returncode == 9, p.stderr
@@ -451,10 +451,10 @@ def _crash_mid_apply(root):
     _setup(root)
     code = _CHILD.replace("import sys, pylog", "import sys, os, pylog\nfrom pylog import transactions as T\n"
                           "real = T._apply\n"
-                          "def _apply(log, d, e):\n"
+                          "def _apply(log, d, e, *more):\n"
                           "    if e['topic'] == 'a' and e['partition'] == 1:\n"
                           "        os._exit(9)\n"
-                          "    real(log, d, e)\n"
+                          "    real(log, d, e, *more)\n"
                           "T._apply = _apply")
     p = run_py(code, str(root))
     assert p.returncode == 9, p.stderr
@@ -729,3 +729,41 @@ def test_a_plain_log_writer_in_a_process_that_never_imported_transactions_rolls_
     with pylog.LogStore(root) as s:
         want = [b"before"] + [b"tx%d" % i for i in range(50)] + [b"acknowledged"]
         assert _values(s.topic("t").partition(0)) == want
+
+
+def test_an_apply_fdatasync_failing_on_its_sync_thread_fails_the_commit(tmp_path, monkeypatch):
+    """A commit applies each partition while the one before is fdatasynced on a worker
+    thread. An EIO there (reported once per open file: the log's own fdatasync after it may
+    not see it) fails the commit: the transaction is decided, its partitions refuse appends
+    until reopened, none of it shows, and the reopen applies it whole."""
+    import errno
+
+    from pylog import vfs
+
+    root = tmp_path / "r"
+    s = _store(root, a=2)
+    s.topic("a").append(b"old", partition=0)
+    real = vfs.fdatasync
+    failed = []
+
+    def fdatasync(fd):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name.startswith("pylog-txn-sync"):
+            failed.append(fd)
+            raise OSError(errno.EIO, "injected")
+        real(fd)
+
+    monkeypatch.setattr(vfs, "fdatasync", fdatasync)
+    with pytest.raises(OSError) as ei, s.transaction() as tx:
+        tx.append_batch("a", [b"t0"] * 3, partition=0)
+        tx.append_batch("a", [b"t1"] * 4, partition=1)
+    monkeypatch.undo()
+    assert failed and ei.value.errno == errno.EIO and ei.value.filename.endswith(".log")
+    with pytest.raises(pylog.PylogError, match="did not finish applying"):
+        s.topic("a").partition(0).append(b"late")
+    with pylog.Log(str(root / "a" / "partition-1"), readonly=True) as r:
+        assert _values(r) == []  # not published: hidden
+    s.close()
+    with pylog.LogStore(root) as s2:
+        assert _values(s2.topic("a").partition(0)) == [b"old"] + [b"t0"] * 3
+        assert _values(s2.topic("a").partition(1)) == [b"t1"] * 4
+    assert _txn_left(root) == []

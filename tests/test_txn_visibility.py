@@ -302,10 +302,10 @@ from pylog import transactions
 root, n = sys.argv[1], int(sys.argv[2])
 real = transactions._apply
 
-def apply(log, d, entry):
+def apply(log, d, entry, *more):
     if entry["partition"] == 1:
         os._exit(9)
-    real(log, d, entry)
+    real(log, d, entry, *more)
 
 transactions._apply = apply
 with pylog.LogStore(root) as s:
