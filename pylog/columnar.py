@@ -22,8 +22,8 @@ from pylog.errors import CorruptRecordError, OffsetOutOfRangeError
 from pylog.segment import corrupt_error
 
 __all__ = ["Part", "parts", "segment_view", "scan_buffer", "scan_part", "RECORD_COLUMNS", "PackedRows",
-           "same", "lengths", "packed", "Slice", "Merged", "packed_rows", "merged_by_timestamp", "packed_chunks",
-           "merged_logs"]
+           "same", "lengths", "packed", "packed_slice", "Slice", "Merged", "packed_rows", "merged_by_timestamp",
+           "packed_chunks", "merged_logs"]
 
 # Key and metadata data buffers start this small and grow (most logs have neither).
 _SMALL_DATA = 1 << 20
@@ -238,13 +238,76 @@ def packed_rows(c: Columns) -> PackedRows:
     return packed(c.value, n, False), packed(c.key, n, True), packed(c.metadata, n, True), c.timestamps[:n]
 
 
+def packed_slice(c: Columns, a: int, b: int) -> PackedRows:
+    """Rows ``[a, b)`` of a scan of :data:`RECORD_COLUMNS` as :func:`packed_rows` gives
+    them, with no copy of their data."""
+    assert c.timestamps is not None  # scanned
+
+    def col(x: BinaryColumn | None, none_if_null: bool) -> PackedBytes | None:
+        if x is None:
+            return None
+        lens = lengths(x, b, a)
+        if none_if_null and (lens == fmt.NULL_LEN).all():
+            return None
+        return PackedBytes(x.data[int(x.offsets[a]):int(x.offsets[b])], lens)
+
+    value = col(c.value, False)
+    assert value is not None
+    return value, col(c.key, True), col(c.metadata, True), c.timestamps[a:b]
+
+
+#: :func:`merged_by_timestamp` takes whole runs of its spans, with no copy, when its rows
+#: make runs of at least this many rows on average; else one sort and a copy of them all.
+MIN_RUN_ROWS = 256
+
+
+def _runs(spans: list[Slice]) -> list[Slice] | None:
+    """The rows of ``spans`` (each span's timestamps never decrease) in the order of one
+    stable sort of them all by timestamp, as runs of consecutive rows of one span; None
+    when that takes more than one run per :data:`MIN_RUN_ROWS` rows. A k-way merge: the
+    span whose next row sorts first (timestamp, then span) gives every row that sorts
+    before the next row of any other span."""
+    k = len(spans)
+    total = sum(b - a for _c, a, b in spans)
+    limit = max(k, total // MIN_RUN_ROWS)
+    ts = [c.timestamps for c, _a, _b in spans]
+    pos = [a for _c, a, _b in spans]
+    end = [b for _c, _a, b in spans]
+    live = [i for i in range(k) if pos[i] < end[i]]
+    out: list[Slice] = []
+    while live:
+        heads = sorted((int(ts[i][pos[i]]), i) for i in live)  # type: ignore[index]
+        i = heads[0][1]
+        if len(heads) == 1:
+            stop = end[i]
+        else:
+            t, j = heads[1]
+            rest = ts[i][pos[i]:end[i]]  # type: ignore[index]
+            stop = pos[i] + int(np.searchsorted(rest, t, side="right" if i < j else "left"))
+        out.append((spans[i][0], pos[i], stop))
+        if len(out) > limit:
+            return None
+        pos[i] = stop
+        if stop == end[i]:
+            live.remove(i)
+    return out
+
+
 def merged_by_timestamp(chunks: list[Columns] | list[Slice], rows: int) -> Iterator[PackedRows]:
     """The rows of ``chunks`` (scans of :data:`RECORD_COLUMNS`, or :data:`Slice` s of them,
-    in order) stably sorted by timestamp, at most ``rows`` at a time: one sorted batch of
-    them all. Their data is copied into one buffer per column."""
+    in order; each one's timestamps never decrease) stably sorted by timestamp, at most
+    ``rows`` at a time: one sorted batch of them all. Long runs of one chunk (a Spark
+    task's batches, each stamped when it was staged) are given as they lie, with no copy;
+    rows that interleave finely are copied into one buffer per column and gathered."""
     if not chunks:
         return
     spans = [(c, 0, c.rows) if isinstance(c, Columns) else c for c in chunks]
+    runs = _runs(spans)
+    if runs is not None:
+        for c, a, b in runs:
+            for x in range(a, b, rows):
+                yield packed_slice(c, x, min(b, x + rows))
+        return
     ts = np.concatenate([c.timestamps[a:b] for c, a, b in spans if c.timestamps is not None])
     order = np.argsort(ts, kind="stable") if len(ts) > 1 and (np.diff(ts) < 0).any() else None
     cols = {name: Merged(spans, name) for name in ("value", "key", "metadata")}

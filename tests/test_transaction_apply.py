@@ -108,6 +108,86 @@ def test_staged_logs_of_several_segments_apply_whole(tmp_path, small_segments, c
     assert got == _model(staged, before)
 
 
+@pytest.mark.parametrize("contributors", [2, 3])
+@pytest.mark.parametrize("chunk", [1 << 16, 300])
+def test_contributors_whose_batches_interleave_in_long_runs_apply_in_timestamp_order(
+        tmp_path, small_segments, contributors, chunk, monkeypatch):
+    """Spark tasks stage batches stamped when each was staged: the contributors' rows
+    interleave in long runs (equal timestamps across contributors too). The apply gives
+    those runs as they lie, with no copy (columnar._runs), in the order one stable sort by
+    timestamp gives, as the copying merge does for rows that interleave finely."""
+    from pylog import columnar
+
+    rng = np.random.default_rng(contributors * 7 + chunk)
+    monkeypatch.setattr(transactions, "_APPLY_CHUNK", chunk)
+    taken = []
+    real = columnar._runs
+
+    def runs(spans):  # type: ignore[no-untyped-def]
+        out = real(spans)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(columnar, "_runs", runs)
+    staged = []
+    for c in range(contributors):
+        recs, t = [], 0
+        for _batch in range(12):
+            t += int(rng.integers(0, 3))  # a batch's stamp: often the same as another contributor's
+            recs += [(b"c%d-%d" % (c, len(recs)), None if len(recs) % 3 else b"k", None, t)
+                     for _ in range(int(rng.integers(300, 700)))]
+        staged.append(recs)
+    got, _segments = _commit(tmp_path / "r", staged)
+    assert got == _model(staged)
+    assert taken and all(taken), taken  # every round went by runs
+
+
+def test_both_merges_give_one_order(tmp_path, monkeypatch):
+    """columnar.merged_by_timestamp by runs (however short) and by one sort agree with a
+    stable sort, on spans whose rows interleave finely and coarsely, with
+    ties across spans."""
+    from pylog import columnar
+
+    rng = np.random.default_rng(5)
+
+    def scanned(i, vals, ts):  # type: ignore[no-untyped-def]
+        path = str(tmp_path / f"l{i}")
+        shutil.rmtree(path, ignore_errors=True)
+        with pylog.Log(path, timestamps="as-given") as log:
+            if vals:
+                log.append_batch(vals, timestamps=ts)
+        with pylog.Log(path, readonly=True) as log:
+            out = [c for part in columnar.parts(log, log.start_offset, log.stable_offset, 1)
+                   for c in columnar.scan_part(part, columnar.RECORD_COLUMNS, 1 << 20, columnar.same)]
+        return [(c, 0, c.rows) for c in out]
+
+    def rows_of(out):  # type: ignore[no-untyped-def]
+        got = []
+        for value, _key, _meta, ts in out:
+            lens = value.lengths.astype(np.int64)
+            offs = np.concatenate([[0], np.cumsum(lens)])
+            data = bytes(value.data)
+            got += [(data[offs[i]:offs[i + 1]], int(ts[i])) for i in range(len(ts))]
+        return got
+
+    for trial in range(40):
+        spans, want = [], []
+        for i in range(int(rng.integers(1, 5))):
+            n = int(rng.integers(1, 400))
+            step = int(rng.choice([1, 50, 400]))
+            ts = np.sort(rng.integers(0, n // step + 2, n)).astype(np.int64)
+            vals = [b"%d-%d" % (i, j) for j in range(n)]
+            spans += scanned(i, vals, ts)
+            want += list(zip(vals, ts.tolist()))
+        want.sort(key=lambda r: r[1])
+        with monkeypatch.context() as m:
+            m.setattr(columnar, "MIN_RUN_ROWS", 1)  # runs, however short
+            by_runs = rows_of(columnar.merged_by_timestamp(spans, 64))
+            m.setattr(columnar, "MIN_RUN_ROWS", 1 << 30)  # one sort (unless no rows interleave)
+            by_sort = rows_of(columnar.merged_by_timestamp(spans, 64))
+        assert by_runs == want == by_sort, trial
+
+
 @pytest.mark.parametrize("contributors", [1, 2])
 def test_values_larger_than_an_apply_chunk(tmp_path, monkeypatch, contributors):
     """Values of MiB, some larger than the bytes of an apply's chunk (each goes alone)."""
