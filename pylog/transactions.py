@@ -174,6 +174,7 @@ class Stager:
             raise TransactionError(f"transaction {txn_id} does not exist (ended or discarded)")
         self.contributor = contributor or uuid.uuid4().hex
         self._logs: dict[tuple[str, int], Log] = {}
+        self._syncs = _Syncs()
 
     def log_for(self, topic: str, partition: int, max_record_bytes: int | None = None,
                 timestamps: str | None = None) -> Log:
@@ -183,6 +184,12 @@ class Stager:
         ``"as-given"`` to stage timestamps in any order, the apply orders them as the
         target partition's mode says). Append to it directly for bulk staging."""
         return self._log(topic, partition, max_record_bytes, timestamps)
+
+    def written(self, log: Log) -> None:
+        """Say that records were appended to staging Log ``log`` directly: their fdatasync
+        begins on a worker thread (unless one of that Log is under way), so the disk writes
+        them while more are staged and :meth:`prepare` waits less."""
+        self._syncs.kick(log)
 
     def _log(self, topic: str, partition: int, max_record_bytes: int | None, timestamps: str | None = None) -> Log:
         key = (topic, partition)
@@ -232,6 +239,7 @@ class Stager:
         staged. The Stager cannot be used afterwards."""
         out: list[StagedPart] = []
         dirs = set()
+        self._syncs.wait()  # the early syncs' failures fail the prepare
         for (topic, p), log in sorted(self._logs.items()):
             count = log.next_offset - log.start_offset
             log.flush()
@@ -248,6 +256,7 @@ class Stager:
 
     def discard(self) -> None:
         """Close the staging Logs and remove what this contributor staged."""
+        self._syncs.wait(check=False)
         for log in self._logs.values():
             try:
                 log.close()
@@ -480,7 +489,7 @@ class Transaction:
                 log._lock.release()
             self._held = []
         if done is not None:
-            shutil.rmtree(done, ignore_errors=True)
+            _remove_later(done)
 
     def abort(self) -> None:
         """Discard every staged record (nothing was visible). Aborting twice is harmless; a
@@ -709,36 +718,77 @@ apply_hook: Any = None
 
 
 class _Syncs:
-    """fdatasyncs of applied partitions' active stores, on worker threads (the GIL is let go
-    in the call), so the disk writes one partition's records while the next is applied.
-    Leaving the block waits for them all and raises the first failure: an error an
-    fdatasync reports is reported once per open file, and the descriptor synced here
-    shares its open file with the log's, so the log's own later fdatasync may not see it.
-    The caller then fails the apply as a failed flush would."""
+    """fdatasyncs of logs being filled (a commit's applies, a Spark task's staging) on
+    worker threads (the GIL is let go in the call), so the disk writes their records while
+    more are framed: at most one at a time per log, each covering what the log had written
+    out when it began. :meth:`wait` waits for them all and raises the first failure: an
+    error an fdatasync reports is reported once per open file, and the descriptor synced
+    here shares its open file with the log's, so the log's own later fdatasync may not see
+    it. The caller then fails as a failed flush would."""
 
     def __init__(self) -> None:
         self._pool: Any = None
         self._futures: list[Any] = []
+        self._last: dict[int, Any] = {}  # id(log) -> its latest sync
 
     def __enter__(self) -> _Syncs:
         return self
 
+    def kick(self, log: Log) -> None:
+        """Begin syncing what ``log`` holds now, unless a sync of it is under way."""
+        f = self._last.get(id(log))
+        if f is None or f.done():
+            self.start(log)
+
     def start(self, log: Log) -> None:
-        """Begin syncing what ``log`` (its lock held, its records written out) holds now."""
+        """Write out ``log``'s buffered records and begin syncing what it holds now."""
         from concurrent.futures import ThreadPoolExecutor
 
-        fd = os.dup(log._active.store_fd)
+        log.write_out()
+        active = log._active
+        fd = os.dup(active.store_fd)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pylog-txn-sync")
-        self._futures.append(self._pool.submit(_sync_and_close, fd, log._active.store_path))
+        f = self._last[id(log)] = self._pool.submit(_sync_and_close, fd, active.store_path)
+        self._futures.append(f)
 
-    def __exit__(self, exc_type: object, *exc: object) -> None:
+    def wait(self, check: bool = True) -> None:
+        """Wait for every sync begun; with ``check``, raise the first failure."""
         if self._pool is None:
             return
         self._pool.shutdown(wait=True)
-        if exc_type is None:  # (else the apply's own failure is the one raised)
-            for f in self._futures:
-                f.result()  # raises the first failure
+        self._pool = None
+        futures, self._futures, self._last = self._futures, [], {}
+        if check:
+            for f in futures:
+                f.result()
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.wait(check=exc_type is None)  # (else the block's own failure is the one raised)
+
+
+def _remove_later(path: str) -> None:
+    """Delete a published transaction's renamed directory (its staged records: freeing a
+    large file's blocks takes the file system a while) on a thread, so the commit returns
+    once its records show. Not a daemon thread: the interpreter waits for it at exit. What
+    a killed process leaves is hidden (``.done-`` names) and deleted by the store's next
+    recovery (pylog.txnrecovery)."""
+    import threading
+
+    t = threading.Thread(target=shutil.rmtree, args=(path,), kwargs={"ignore_errors": True},
+                         name="pylog-txn-cleanup")
+    _removals[:] = [x for x in _removals if x.is_alive()] + [t]
+    t.start()
+
+
+_removals: list[Any] = []  # the threads of _remove_later
+
+
+def wait_removals() -> None:
+    """Wait until this process's committed transactions' directories are deleted (a
+    commit returns before; see :func:`_remove_later`)."""
+    for t in list(_removals):
+        t.join()
 
 
 def _sync_and_close(fd: int, path: str) -> None:
@@ -776,12 +826,13 @@ def _apply(log: Log, txn_dir: str, entry: dict[str, Any], syncs: _Syncs | None =
                     ts = np.maximum(ts, last)  # timestamps never decrease in a partition
                     last = int(ts[-1])
                 log.append_batch(values, keys, ts, metadata)
+                if syncs is not None:
+                    syncs.kick(log)  # the disk writes this chunk while the next is read
                 if apply_hook is not None:
                     apply_hook(log, entry, log.next_offset - start)
             if syncs is None:
                 log.flush()
             else:
-                log.write_out()
                 syncs.start(log)
         except BaseException as e:
             fence_unfinished(log, os.path.basename(txn_dir), e)

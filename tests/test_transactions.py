@@ -33,7 +33,9 @@ def _store(root, config=None, **topics):
 
 
 def _txn_left(root):
-    """What is left under the root's ~txn but the visibility token (pylog.loader.VISIBLE_FILE)."""
+    """What is left under the root's ~txn but the visibility token (pylog.loader.VISIBLE_FILE),
+    once this process's commits have deleted what they published."""
+    transactions.wait_removals()
     d = os.path.join(str(root), "~txn")
     return sorted(n for n in os.listdir(d) if n != "visible") if os.path.isdir(d) else []
 
@@ -766,4 +768,38 @@ def test_an_apply_fdatasync_failing_on_its_sync_thread_fails_the_commit(tmp_path
     with pylog.LogStore(root) as s2:
         assert _values(s2.topic("a").partition(0)) == [b"old"] + [b"t0"] * 3
         assert _values(s2.topic("a").partition(1)) == [b"t1"] * 4
+    assert _txn_left(root) == []
+
+
+def test_a_staging_fdatasync_failing_on_its_sync_thread_fails_the_prepare(tmp_path, monkeypatch):
+    """A Spark task's staging syncs each staging Log on a worker thread while it stages
+    more (Stager.written). An EIO there fails prepare() (the Log's own fdatasync after it
+    may not see it), so the task fails and its job commits nothing."""
+    import errno
+
+    from pylog import vfs
+
+    root = tmp_path / "r"
+    _store(root, a=1).close()
+    txn = transactions.begin_external(str(root))
+    stager = transactions.Stager(str(root), txn)
+    real = vfs.fdatasync
+    failed = []
+
+    def fdatasync(fd):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name.startswith("pylog-txn-sync"):
+            failed.append(fd)
+            raise OSError(errno.EIO, "injected")
+        real(fd)
+
+    monkeypatch.setattr(vfs, "fdatasync", fdatasync)
+    log = stager.log_for("a", 0)
+    log.append_batch([b"x" * 100] * 1000)
+    stager.written(log)
+    with pytest.raises(OSError) as ei:
+        stager.prepare()
+    assert failed and ei.value.errno == errno.EIO and ei.value.filename.endswith(".log")
+    monkeypatch.undo()
+    stager.discard()
+    transactions.discard(str(root), txn)
     assert _txn_left(root) == []

@@ -172,6 +172,7 @@ class _StagingWriter:
                     log = stager.log_for(self.topic, p, self.max_record_bytes,
                                          timestamps="as-given" if self.as_given else None)
                     _append_table(log, pa.Table.from_batches([g]), self.late, self.topic, p, self.as_given)
+                    stager.written(log)
             return _Staged(self.txn, stager.prepare(), self.topic_id)
         except BaseException:
             stager.discard()
