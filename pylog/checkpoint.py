@@ -78,9 +78,18 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def write_recovery_point(dirpath: str, offset: int) -> None:
-    body = _seal(_CKP.pack(CKP_MAGIC, _CKP_VERSION, 0, 0, offset))
-    fileutil.atomic_write(os.path.join(dirpath, fmt.CHECKPOINT_FILE), body)
+def write_recovery_point(dirpath: str, offset: int, *, truncated: bool = False) -> None:
+    """Replace the recovery point (atomically, fsynced). Bytes 12..15 count the log's
+    truncates (mod 2**32): kept from the file there, one more with ``truncated`` (a
+    truncate's last step), so a reader in another process that compares the file's bytes
+    before and after it looks at the segments sees every truncate that ended meanwhile,
+    even one that put the recovery point back where it was (pylog.loader)."""
+    path = os.path.join(dirpath, fmt.CHECKPOINT_FILE)
+    data = _read(path)
+    fields = _open(data, _CKP, CKP_MAGIC, _CKP_VERSION) if data is not None else None
+    count = (fields[3] if fields else 0) + (1 if truncated else 0)
+    body = _seal(_CKP.pack(CKP_MAGIC, _CKP_VERSION, 0, count & 0xFFFFFFFF, offset))
+    fileutil.atomic_write(path, body)
 
 
 def read_recovery_point(dirpath: str) -> int | None:

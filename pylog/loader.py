@@ -114,20 +114,25 @@ def _raw(path: str) -> bytes | None:
         os.close(fd)
 
 
-def truncate_state(dirpath: str) -> tuple[bytes | None, bytes | None]:
+def truncate_state(dirpath: str) -> tuple[bytes | None, bytes | None, bytes | None]:
     """Partition ``dirpath``'s truncate state, as a reader in another process compares it
     before and after it looks (with :func:`visibility_token`): the bytes of its
     ``truncate-point`` (there while a truncate is under way: written before the truncate
-    changes any file, removed last) and of its ``recovery-point`` (a truncate into a
-    sealed segment moves it down to that segment). So two equal reads enclose no part of
-    such a truncate, and while one is under way readers stop at its offset
+    changes any file, removed last), of its ``recovery-point`` (which counts truncates:
+    every one that ends changes it), and the segment and open write unit its
+    ``durable-point`` names (a roll that splits a unit names it; the flush that completes
+    the unit, or a truncate, drops it; the durable offset is left out: flushes move it
+    all the time). So two equal reads enclose no part of a truncate and no change of the
+    split-unit cap, and while a truncate is under way readers stop at its offset
     (:func:`truncate_cap`): what it drops never shows, even when recovery cuts a write
     unit a roll split (the first records, in a sealed segment, read as durable)."""
+    mark = _raw(os.path.join(dirpath, fmt.DURABLE_FILE))
     return (_raw(os.path.join(dirpath, fmt.TRUNCATE_FILE)),
-            _raw(os.path.join(dirpath, fmt.CHECKPOINT_FILE)))
+            _raw(os.path.join(dirpath, fmt.CHECKPOINT_FILE)),
+            mark[16:24] + mark[32:40] if mark is not None and len(mark) == 44 else mark)
 
 
-def truncate_cap(state: tuple[bytes | None, bytes | None]) -> int | None:
+def truncate_cap(state: tuple[bytes | None, bytes | None, bytes | None]) -> int | None:
     """Where reads stop while the truncate ``state`` (:func:`truncate_state`) names is
     under way, else None."""
     return checkpoint.truncate_point_of(state[0])

@@ -84,6 +84,7 @@ class LogState:
     _cap: int | None  # the last stable offset while a transaction applies
     _vis: tuple[tuple[Any, ...], str] | None  # read-only: the token of the last look (loader._token), the txn dir
     _cut_hint: dict[int, int]  # truncate_at_damage: offset -> where to cut
+    _old_mark: tuple[int, int, int | None] | None  # truncate: the durable-point mark before it (put back on failure)
     # the log start offset delete_records set (the log-start-offset file; 0: none): no offset
     # below it is served (start_offset is the larger of it and the first segment's base)
     _start_mark: int

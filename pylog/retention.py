@@ -87,6 +87,7 @@ class LogRetention(LogState):
                                      f"({tseg.store_path}); the first offset after it outside a compacted "
                                      f"segment is {self._first_uncompacted(offset)}")
             self._write_out(active)
+            self._old_mark = checkpoint.read_durable_point(self.path)  # put back if no file changes
             try:
                 # the records kept are durable, and recovery must keep them all: a batch the
                 # cut splits would otherwise look unfinished past a lagging durable point
@@ -125,7 +126,7 @@ class LogRetention(LogState):
                 # copied, never cut in place: read-only logs in other processes may map it
                 fileutil.shrink_file(target, cut_at, copy=True)
                 new, _cut, _damage = ActiveSegment.recover(self.path, target_base, self.config, save_broken=False)
-                checkpoint.write_recovery_point(self.path, target_base)
+                checkpoint.write_recovery_point(self.path, target_base, truncated=True)
                 # the durable point goes down with the log: appends past the cut are new
                 checkpoint.write_durable_point(self.path, target_base, new.next_offset, sync=True)
                 checkpoint.clear_truncate_point(self.path)
@@ -147,11 +148,17 @@ class LogRetention(LogState):
     def _truncate_failed(self, e: BaseException, target: str | None, size: int, doomed: list[int]) -> None:
         """A truncate failed: fence (:meth:`_fail`). If it changed no file (every doomed
         store is there and the kept one has its old size), its truncate point goes too, so
-        a reopen finds the log as it was; else the point stays and the reopen finishes it."""
+        a reopen finds the log as it was; else the point stays and the reopen finishes it.
+        The ``durable-point`` mark the truncate rewrote goes back first (durably): it may
+        name a write unit a roll split, which the next open must still cut and readers
+        must still not show; if it cannot, the point stays."""
         self._fail(e)
         try:
             if (target is None or os.path.getsize(target) == size) and all(
                     os.path.exists(paths(self.path, b)[0]) for b in doomed):
+                old = self._old_mark
+                if old is not None:
+                    checkpoint.write_durable_point(self.path, old[0], old[1], open_unit=old[2], sync=True)
                 checkpoint.clear_truncate_point(self.path)
         except OSError:
             pass  # the point stays: the next open finishes the truncate

@@ -62,6 +62,7 @@ import itertools
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -746,10 +747,14 @@ class _Syncs:
 
         log.write_out()
         active = log._active
-        fd = os.dup(active.store_fd)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pylog-txn-sync")
-        f = self._last[id(log)] = self._pool.submit(_sync_and_close, fd, active.store_path)
+        fd = os.dup(active.store_fd)
+        try:
+            f = self._last[id(log)] = self._pool.submit(_sync_and_close, fd, active.store_path)
+        except BaseException:
+            os.close(fd)
+            raise
         self._futures.append(f)
 
     def wait(self, check: bool = True) -> None:
@@ -773,21 +778,23 @@ def _remove_later(path: str) -> None:
     once its records show. Not a daemon thread: the interpreter waits for it at exit. What
     a killed process leaves is hidden (``.done-`` names) and deleted by the store's next
     recovery (pylog.txnrecovery)."""
-    import threading
-
     t = threading.Thread(target=shutil.rmtree, args=(path,), kwargs={"ignore_errors": True},
                          name="pylog-txn-cleanup")
-    _removals[:] = [x for x in _removals if x.is_alive()] + [t]
-    t.start()
+    with _removals_lock:
+        _removals[:] = [x for x in _removals if x.is_alive()] + [t]
+        t.start()
 
 
 _removals: list[Any] = []  # the threads of _remove_later
+_removals_lock = threading.Lock()
 
 
 def wait_removals() -> None:
     """Wait until this process's committed transactions' directories are deleted (a
     commit returns before; see :func:`_remove_later`)."""
-    for t in list(_removals):
+    with _removals_lock:
+        pending = list(_removals)
+    for t in pending:
         t.join()
 
 

@@ -282,6 +282,22 @@ def test_transaction_in_progress_is_hidden(jvm, tmp_path):
     assert len(both(jvm, tmp_path, "ev")[0]) == 40
 
 
+def test_a_truncate_under_way_is_hidden(jvm, tmp_path):
+    """While a partition's truncate-point is there (a truncate under way: its files may be
+    half changed), both readers stop at its offset, counts included; once it is gone,
+    everything shows."""
+    from pylog import checkpoint
+
+    make_topic(tmp_path, records=20)
+    d = str(tmp_path / "ev" / "partition-1")
+    checkpoint.write_truncate_point(d, 12)
+    got, want = both(jvm, tmp_path, "ev")
+    assert got == want and len(got) == 20 + 12
+    assert load(jvm, "pylog", tmp_path, "ev").count() == 32
+    checkpoint.clear_truncate_point(d)
+    assert len(both(jvm, tmp_path, "ev")[0]) == 40
+
+
 def test_corrupt_frame_fails_both(jvm, tmp_path):
     make_topic(tmp_path, partitions=1, records=200)  # several segments: the first is sealed
     path = tmp_path / "ev" / "partition-0" / ("0" * 20 + ".log")

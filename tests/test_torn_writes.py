@@ -694,3 +694,117 @@ def test_a_recovery_cut_whole_between_a_readers_walk_and_its_look_is_seen(tmp_pa
         assert [x.offset for x in r.scan()] == list(range(5)), reader
         opened[0].close()
         r.close()
+
+
+def test_a_flush_that_ends_a_split_batch_between_a_readers_walk_and_its_look(tmp_path, monkeypatch):
+    """A roll split a batch (the rest in the writer's buffer); a reader walks (its new last
+    segment empty), then the writer's flush writes the rest and drops the split mark before
+    the reader looks at its caps. The reader sees the mark changed and looks again: it
+    shows the batch whole, never its first part alone. (A review found it showed the
+    first part.)"""
+    from pylog import loader
+
+    path = str(tmp_path / "log")
+    w = pylog.Log(path, segment_bytes=4096, fsync="never", flush_ms=None)
+    w.append_batch([b"a" * 100] * 10)
+    w.flush()
+    r = pylog.Log(path, readonly=True)
+    first = w.append_batch([b"b" * 100] * 40)
+    assert len(w.segments()) == 2 and checkpoint.read_durable_point(path)[2] == first
+    with pylog.Log(path, readonly=True) as fresh:
+        assert fresh.stable_offset == first  # split: none of it yet
+    flushed: list[int] = []
+
+    def hook(log):  # type: ignore[no-untyped-def]
+        if not flushed:
+            w.flush()  # the rest written, the mark's open unit dropped
+            flushed.append(1)
+
+    monkeypatch.setattr(loader, "refresh_hook", hook)
+    r.refresh()
+    monkeypatch.undo()
+    assert flushed and r.stable_offset == first + 40, r.stable_offset
+    assert [bytes(x.value)[:1] for x in r.scan(first)] == [b"b"] * 40
+    r.close()
+    w.close()
+
+
+def test_a_cut_that_puts_the_recovery_point_back_is_seen_by_a_reader_in_its_look(tmp_path, monkeypatch):
+    """Inside one refresh of a reader: a writer process rolls in the middle of a batch and
+    is killed (the rest lost), then the next writer's open cuts the batch, which puts the
+    recovery point back where the reader first read it. The recovery point counts
+    truncates, so the reader's before and after differ and it looks again: it never shows
+    the cut records. (A review found the reader kept them.)"""
+    from pylog import loader
+
+    path = str(tmp_path / "log")
+    p = subprocess.run([sys.executable, "-c", f"""
+import os, pylog
+log = pylog.Log({path!r}, segment_bytes=4096, fsync="never")
+log.append_batch([b"a" * 100] * 5)
+log.flush()
+os._exit(0)  # not closed: the recovery point stays at the segment's base
+"""], env=py_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    r = pylog.Log(path, readonly=True)
+    assert r.read(2).offset == 2  # the first segment mapped
+    real_walk = r._walk
+    walks: list[int] = []
+
+    def walk():  # type: ignore[no-untyped-def]
+        if not walks:
+            _killed_with_a_split_batch(path, "never")
+        walks.append(1)
+        real_walk()
+
+    monkeypatch.setattr(r, "_walk", walk)
+    opened: list[pylog.Log] = []
+
+    def hook(log):  # type: ignore[no-untyped-def]
+        if not opened:
+            opened.append(pylog.Log(path))  # recovery: the whole cut, here
+
+    monkeypatch.setattr(loader, "refresh_hook", hook)
+    rp_before = checkpoint.read_recovery_point(path)
+    r.refresh()
+    monkeypatch.undo()
+    assert opened and opened[0].next_offset == 5 and checkpoint.read_recovery_point(path) == rp_before
+    assert len(walks) >= 2  # it looked again
+    assert (r.next_offset, r.stable_offset) == (5, 5)
+    assert [bytes(x.value)[:1] for x in r.scan()] == [b"a"] * 5
+    opened[0].close()
+    r.close()
+
+
+def test_a_recovery_cut_that_fails_before_changing_a_file_still_cuts_at_the_next_open(tmp_path, monkeypatch):
+    """The open that cuts a split batch fails (EIO) on the truncate's durable-point write,
+    before any segment file changed. The truncate goes back (its point removed), so the mark
+    naming the split unit must go back too: readers still stop before the batch, and the
+    next open cuts it. (A review found the batch's first records kept for good.)"""
+    import errno
+
+    from pylog import retention
+
+    path = str(tmp_path / "log")
+    _killed_with_a_split_batch(path, "never")
+    real = checkpoint.write_durable_point
+    failed: list[int] = []
+
+    def write_durable_point(*a, **k):  # type: ignore[no-untyped-def]
+        if os.path.exists(os.path.join(path, fmt.TRUNCATE_FILE)) and not failed:
+            real(*a, **k)
+            failed.append(1)
+            raise OSError(errno.EIO, "injected")
+        return real(*a, **k)
+
+    monkeypatch.setattr(retention.checkpoint, "write_durable_point", write_durable_point)
+    w = pylog.Log(path)
+    monkeypatch.undo()
+    assert failed and any("could not cut" in a for a in w.recovery_actions), w.recovery_actions
+    assert not os.path.exists(os.path.join(path, fmt.TRUNCATE_FILE))
+    assert checkpoint.read_durable_point(path)[2] == 5  # the split unit named again
+    with pylog.Log(path, readonly=True) as r:
+        assert r.stable_offset == 5
+    w.close()
+    with pylog.Log(path) as w2:
+        assert w2.next_offset == 5 and [bytes(x.value)[:1] for x in w2.scan()] == [b"a"] * 5

@@ -226,7 +226,47 @@ final class Store {
         long[] mark = readCheckpoint(dir.resolve("durable-point"), "PYLOGDUR", 44);
         long d = rp == null ? 0 : rp[0];
         if (mark != null && mark[0] == base) d = Math.max(d, mark[1]);
-        return d;
+        // not past a write unit the writer's roll from this segment split, nor a truncate
+        if (mark != null && mark[2] != NO_UNIT && mark[0] > base) d = Math.min(d, mark[2]);
+        long t = truncatePoint(dir);
+        return t >= 0 ? Math.min(d, t) : d;
+    }
+
+    /** The offset of a truncate under way ({@code truncate-point}), or -1. */
+    private static long truncatePoint(Path dir) {
+        long[] t = readCheckpoint(dir.resolve("truncate-point"), "PYLOGTRP", 28);
+        return t == null ? -1 : t[0];
+    }
+
+    private static byte[] raw(Path f) {
+        try {
+            return Files.readAllBytes(f);
+        } catch (NoSuchFileException | NotDirectoryException e) {
+            return new byte[0];
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /** What a reader compares before and after it looks at a partition's files, as pylog's
+     *  read-only Log does (pylog.loader.truncate_state): the bytes of {@code truncate-point}
+     *  and of {@code recovery-point} (which counts truncates), and the segment and open write
+     *  unit {@code durable-point} names. Two equal reads enclose no part of a truncate and no
+     *  change of the split-unit cap. */
+    static byte[] partitionState(Path dir) {
+        byte[] t = raw(dir.resolve("truncate-point"));
+        byte[] rp = raw(dir.resolve("recovery-point"));
+        byte[] m = raw(dir.resolve("durable-point"));
+        if (m.length == 44) {
+            byte[] k = new byte[16];
+            System.arraycopy(m, 16, k, 0, 8);
+            System.arraycopy(m, 32, k, 8, 8);
+            m = k;
+        }
+        byte[] out = new byte[12 + t.length + rp.length + m.length];
+        ByteBuffer b = ByteBuffer.wrap(out);
+        b.putInt(t.length).put(t).putInt(rp.length).put(rp).putInt(m.length).put(m);
+        return out;
     }
 
     static FileChannel open(Path p) throws IOException {
@@ -241,10 +281,28 @@ final class Store {
 
     /** A partition as a read-only reader sees it now (docs/format.md; pylog's read-only Log):
      *  sealed segments whole, the last one up to its last whole write unit (or its last
-     *  durable record), capped by a transaction being applied and by a write unit a roll split. */
+     *  durable record), capped by a transaction being applied, by a write unit a roll split
+     *  and by a truncate under way. */
     static Partition open(Path root, String topic, int p) {
-        Partition out = new Partition(topic, p);
         Path dir = partitionDir(root, topic, p);
+        for (int attempt = 0; ; attempt++) {
+            byte[] before = partitionState(dir);
+            Partition out = openOnce(root, topic, p, dir);
+            if (Arrays.equals(before, partitionState(dir))) return out;
+            if (attempt >= 3) {
+                try {
+                    Thread.sleep(Math.min(attempt, 50));  // truncates or rolls back to back
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new IllegalStateException("pylog: interrupted while planning " + dir, e);
+                }
+            }
+        }
+    }
+
+    /** {@link #open}'s one look at the files; sound between two equal {@link #partitionState}s. */
+    private static Partition openOnce(Path root, String topic, int p, Path dir) {
+        Partition out = new Partition(topic, p);
         List<Long> bases = new ArrayList<>();
         try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir)) {
             for (Path x : ds) {
@@ -292,6 +350,8 @@ final class Store {
                     cap = cap < 0 ? mark[2] : Math.min(cap, mark[2]);
                 }
             }
+            long t = truncatePoint(dir);  // a truncate under way: what it drops never shows
+            if (t >= 0) cap = cap < 0 ? t : Math.min(cap, t);
             out.stable = cap < 0 || cap > next ? next : cap;
         } catch (IOException e) {
             throw new UncheckedIOException(e);
