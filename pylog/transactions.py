@@ -62,7 +62,6 @@ import itertools
 import json
 import os
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -81,12 +80,13 @@ from pylog.errors import (
 )
 from pylog.loader import STABLE_FILE, TXN_DIR, VISIBLE_FILE, drop_stable_file, fence_unfinished, visibility_token
 from pylog.log import Log
+from pylog.txnio import Syncs, remove_later, wait_removals
 
 if TYPE_CHECKING:
     from pylog.topics import LogStore
 
 __all__ = ["Transaction", "TransactionError", "Stager", "StagedPart", "last_batch_id", "begin_external",
-           "discard", "discard_tagged", "consistent", "TXN_DIR"]
+           "discard", "discard_tagged", "consistent", "TXN_DIR", "wait_removals"]
 
 _T = TypeVar("_T")
 
@@ -175,7 +175,7 @@ class Stager:
             raise TransactionError(f"transaction {txn_id} does not exist (ended or discarded)")
         self.contributor = contributor or uuid.uuid4().hex
         self._logs: dict[tuple[str, int], Log] = {}
-        self._syncs = _Syncs()
+        self._syncs = Syncs()
 
     def log_for(self, topic: str, partition: int, max_record_bytes: int | None = None,
                 timestamps: str | None = None) -> Log:
@@ -466,7 +466,7 @@ class Transaction:
         done = None
         try:
             try:
-                with _Syncs() as syncs:
+                with Syncs() as syncs:
                     for log, entry in logs:
                         # each partition's fdatasync runs while the next one is applied
                         _apply(log, self.dir, entry, syncs)
@@ -490,7 +490,7 @@ class Transaction:
                 log._lock.release()
             self._held = []
         if done is not None:
-            _remove_later(done)
+            remove_later(done)
 
     def abort(self) -> None:
         """Discard every staged record (nothing was visible). Aborting twice is harmless; a
@@ -718,96 +718,7 @@ def _staged_records(txn_dir: str, staged: list[tuple[str, int]]) -> Iterator[col
 apply_hook: Any = None
 
 
-class _Syncs:
-    """fdatasyncs of logs being filled (a commit's applies, a Spark task's staging) on
-    worker threads (the GIL is let go in the call), so the disk writes their records while
-    more are framed: at most one at a time per log, each covering what the log had written
-    out when it began. :meth:`wait` waits for them all and raises the first failure: an
-    error an fdatasync reports is reported once per open file, and the descriptor synced
-    here shares its open file with the log's, so the log's own later fdatasync may not see
-    it. The caller then fails as a failed flush would."""
-
-    def __init__(self) -> None:
-        self._pool: Any = None
-        self._futures: list[Any] = []
-        self._last: dict[int, Any] = {}  # id(log) -> its latest sync
-
-    def __enter__(self) -> _Syncs:
-        return self
-
-    def kick(self, log: Log) -> None:
-        """Begin syncing what ``log`` holds now, unless a sync of it is under way."""
-        f = self._last.get(id(log))
-        if f is None or f.done():
-            self.start(log)
-
-    def start(self, log: Log) -> None:
-        """Write out ``log``'s buffered records and begin syncing what it holds now."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        log.write_out()
-        active = log._active
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pylog-txn-sync")
-        fd = os.dup(active.store_fd)
-        try:
-            f = self._last[id(log)] = self._pool.submit(_sync_and_close, fd, active.store_path)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._futures.append(f)
-
-    def wait(self, check: bool = True) -> None:
-        """Wait for every sync begun; with ``check``, raise the first failure."""
-        if self._pool is None:
-            return
-        self._pool.shutdown(wait=True)
-        self._pool = None
-        futures, self._futures, self._last = self._futures, [], {}
-        if check:
-            for f in futures:
-                f.result()
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        self.wait(check=exc_type is None)  # (else the block's own failure is the one raised)
-
-
-def _remove_later(path: str) -> None:
-    """Delete a published transaction's renamed directory (its staged records: freeing a
-    large file's blocks takes the file system a while) on a thread, so the commit returns
-    once its records show. Not a daemon thread: the interpreter waits for it at exit. What
-    a killed process leaves is hidden (``.done-`` names) and deleted by the store's next
-    recovery (pylog.txnrecovery)."""
-    t = threading.Thread(target=shutil.rmtree, args=(path,), kwargs={"ignore_errors": True},
-                         name="pylog-txn-cleanup")
-    with _removals_lock:
-        _removals[:] = [x for x in _removals if x.is_alive()] + [t]
-        t.start()
-
-
-_removals: list[Any] = []  # the threads of _remove_later
-_removals_lock = threading.Lock()
-
-
-def wait_removals() -> None:
-    """Wait until this process's committed transactions' directories are deleted (a
-    commit returns before; see :func:`_remove_later`)."""
-    with _removals_lock:
-        pending = list(_removals)
-    for t in pending:
-        t.join()
-
-
-def _sync_and_close(fd: int, path: str) -> None:
-    try:
-        vfs.fdatasync(fd)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, path) from None
-    finally:
-        os.close(fd)
-
-
-def _apply(log: Log, txn_dir: str, entry: dict[str, Any], syncs: _Syncs | None = None) -> None:
+def _apply(log: Log, txn_dir: str, entry: dict[str, Any], syncs: Syncs | None = None) -> None:
     """Append a decided transaction's staged records to ``log`` at ``entry["start"]``
     (cutting back whatever a torn earlier apply left after it) and make them durable; with
     ``syncs``, write them out and begin their fdatasync there instead (the caller flushes
