@@ -733,20 +733,16 @@ def test_a_plain_log_writer_in_a_process_that_never_imported_transactions_rolls_
         assert _values(s.topic("t").partition(0)) == want
 
 
-def test_an_apply_fdatasync_failing_on_its_sync_thread_fails_the_commit(tmp_path, monkeypatch):
-    """A commit applies each partition while the one before is fdatasynced on a worker
-    thread. An EIO there (reported once per open file: the log's own fdatasync after it may
-    not see it) fails the commit: the transaction is decided, its partitions refuse appends
-    until reopened, none of it shows, and the reopen applies it whole."""
+@pytest.fixture
+def sync_thread_eio(monkeypatch):
+    """fdatasync fails with EIO on pylog's transaction sync threads (pylog.txnio.Syncs);
+    the list of descriptors it failed on."""
     import errno
 
     from pylog import vfs
 
-    root = tmp_path / "r"
-    s = _store(root, a=2)
-    s.topic("a").append(b"old", partition=0)
     real = vfs.fdatasync
-    failed = []
+    failed: list[int] = []
 
     def fdatasync(fd):  # type: ignore[no-untyped-def]
         if threading.current_thread().name.startswith("pylog-txn-sync"):
@@ -755,6 +751,20 @@ def test_an_apply_fdatasync_failing_on_its_sync_thread_fails_the_commit(tmp_path
         real(fd)
 
     monkeypatch.setattr(vfs, "fdatasync", fdatasync)
+    return failed
+
+
+def test_an_apply_fdatasync_failing_on_its_sync_thread_fails_the_commit(tmp_path, monkeypatch, sync_thread_eio):
+    """A commit applies each partition while the one before is fdatasynced on a worker
+    thread. An EIO there (reported once per open file: the log's own fdatasync after it may
+    not see it) fails the commit: the transaction is decided, its partitions refuse appends
+    until reopened, none of it shows, and the reopen applies it whole."""
+    import errno
+
+    root = tmp_path / "r"
+    s = _store(root, a=2)
+    s.topic("a").append(b"old", partition=0)
+    failed = sync_thread_eio
     with pytest.raises(OSError) as ei, s.transaction() as tx:
         tx.append_batch("a", [b"t0"] * 3, partition=0)
         tx.append_batch("a", [b"t1"] * 4, partition=1)
@@ -771,28 +781,17 @@ def test_an_apply_fdatasync_failing_on_its_sync_thread_fails_the_commit(tmp_path
     assert _txn_left(root) == []
 
 
-def test_a_staging_fdatasync_failing_on_its_sync_thread_fails_the_prepare(tmp_path, monkeypatch):
+def test_a_staging_fdatasync_failing_on_its_sync_thread_fails_the_prepare(tmp_path, monkeypatch, sync_thread_eio):
     """A Spark task's staging syncs each staging Log on a worker thread while it stages
     more (Stager.written). An EIO there fails prepare() (the Log's own fdatasync after it
     may not see it), so the task fails and its job commits nothing."""
     import errno
 
-    from pylog import vfs
-
     root = tmp_path / "r"
     _store(root, a=1).close()
     txn = transactions.begin_external(str(root))
     stager = transactions.Stager(str(root), txn)
-    real = vfs.fdatasync
-    failed = []
-
-    def fdatasync(fd):  # type: ignore[no-untyped-def]
-        if threading.current_thread().name.startswith("pylog-txn-sync"):
-            failed.append(fd)
-            raise OSError(errno.EIO, "injected")
-        real(fd)
-
-    monkeypatch.setattr(vfs, "fdatasync", fdatasync)
+    failed = sync_thread_eio
     log = stager.log_for("a", 0)
     log.append_batch([b"x" * 100] * 1000)
     stager.written(log)
